@@ -1,0 +1,132 @@
+"""Compiled kernels of the collisionless id -> row hash index (see ``index.py``).
+
+Layout, for one table with P sub-tables (P = 4 here, 64 in the code):
+
+    keys   h = index_hash(id)      sub-table p = top SUB_BITS of h, home slot = low bits of h
+    tags   uint8 arena   [ ..sub0.. | ..sub1.. | ..sub2.. | ..sub3.. | (freed) | sub1' ]
+    slots  int32 arena     same offsets: the row of the id whose tag sits there
+    ids    int64 (rows,)   the id of each row; a probe confirms a tag hit against it
+
+A tag is 7 bits of the hash plus one (0 marks an empty slot), so a probe walks a run of
+bytes and only touches ``ids`` on a 1-in-128 false hit or the real one. Linear probing,
+no deletion (eviction rebuilds a sub-table).
+"""
+
+import numba as nb
+import numpy as np
+
+from cardinal.embedding.hashing import U64, index_hash
+
+SUB_BITS = 6
+N_SUB = 1 << SUB_BITS
+
+
+@nb.njit(inline="always")
+def _split(h):
+    sub = np.int64(h >> U64(64 - SUB_BITS))
+    tag = np.uint8(((h >> U64(50)) & U64(0x7F)) + U64(1))
+    return sub, tag
+
+
+@nb.njit(nogil=True, cache=True)
+def sub_counts(keys, counts):
+    """counts[p] += number of keys that fall in sub-table p.
+
+    keys,    # (n,) int64
+    counts,  # (N_SUB,) int64
+    """
+    for i in range(keys.shape[0]):
+        sub, _ = _split(index_hash(keys[i]))
+        counts[sub] += 1
+
+
+@nb.njit(nogil=True, cache=True)
+def find(tags, slots, sub_off, sub_cap, ids, keys, out):
+    """out[i] = row of keys[i], or -1 when absent. Never inserts.
+
+    tags, slots,       # (arena,) uint8, int32
+    sub_off, sub_cap,  # (N_SUB,) int64: region start and (power-of-two) size
+    ids,               # (rows,) int64
+    keys, out,         # (n,) int64, (n,) int64
+    """
+    for i in range(keys.shape[0]):
+        key = keys[i]
+        h = index_hash(key)
+        sub, tag = _split(h)
+        off = sub_off[sub]
+        mask = U64(sub_cap[sub] - 1)
+        s = h & mask
+        out[i] = -1
+        while True:
+            t = tags[off + np.int64(s)]
+            if t == 0:
+                break
+            if t == tag:
+                r = slots[off + np.int64(s)]
+                if ids[r] == key:
+                    out[i] = r
+                    break
+            s = (s + U64(1)) & mask
+
+
+@nb.njit(nogil=True, cache=True)
+def find_or_insert(tags, slots, sub_off, sub_cap, sub_size, ids, n_rows, keys, out):
+    """out[i] = row of keys[i], appending rows n_rows, n_rows+1, ... for new ids.
+
+    The caller guarantees room: every sub-table below its load limit after the batch, and
+    ``ids`` long enough for ``n_rows + len(keys)`` rows. Returns the new row count; new ids
+    are written to ``ids`` in order of first appearance.
+    sub_size,  # (N_SUB,) int64: entries per sub-table, updated
+    """
+    for i in range(keys.shape[0]):
+        key = keys[i]
+        h = index_hash(key)
+        sub, tag = _split(h)
+        off = sub_off[sub]
+        mask = U64(sub_cap[sub] - 1)
+        s = h & mask
+        while True:
+            pos = off + np.int64(s)
+            t = tags[pos]
+            if t == 0:
+                tags[pos] = tag
+                slots[pos] = n_rows
+                ids[n_rows] = key
+                sub_size[sub] += 1
+                out[i] = n_rows
+                n_rows += 1
+                break
+            if t == tag:
+                r = slots[pos]
+                if ids[r] == key:
+                    out[i] = r
+                    break
+            s = (s + U64(1)) & mask
+    return n_rows
+
+
+@nb.njit(nogil=True, cache=True)
+def rehash(tags, slots, old_off, old_cap, new_off, new_cap, ids):
+    """Move one sub-table's entries from its old region into a fresh (zeroed) bigger one."""
+    mask = U64(new_cap - 1)
+    for k in range(old_off, old_off + old_cap):
+        tag = tags[k]
+        if tag == 0:
+            continue
+        r = slots[k]
+        s = index_hash(ids[r]) & mask
+        while tags[new_off + np.int64(s)] != 0:
+            s = (s + U64(1)) & mask
+        tags[new_off + np.int64(s)] = tag
+        slots[new_off + np.int64(s)] = r
+
+
+@nb.njit(nogil=True, cache=True)
+def count_live(tags, sub_off, sub_cap, sub_size):
+    """Occupied slots per sub-table, for ``check()``: sub_size[p] = count."""
+    for p in range(sub_off.shape[0]):
+        c = 0
+        for k in range(sub_off[p], sub_off[p] + sub_cap[p]):
+            if tags[k] != 0:
+                c += 1
+        sub_size[p] = c

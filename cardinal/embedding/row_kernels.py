@@ -1,0 +1,64 @@
+"""Compiled kernels over a table's rows: gathers, metadata touches and the digest.
+
+Row storage (one row per id, row numbers from the index):
+
+    data   float32 (rows, dim + state)   [ v0 v1 ... v{dim-1} | optimizer state ... ]
+    count  uint32  (rows,)               times the id was pulled for training
+    step   uint32  (rows,)               the last step that pulled or pushed it
+"""
+
+import numba as nb
+import numpy as np
+
+from cardinal.embedding.hashing import U64, index_hash
+
+
+@nb.njit(nogil=True, cache=True)
+def gather(data, rows, dim, out):
+    """out[i] = data[rows[i], :dim], or zeros where rows[i] < 0 (an id not in the table).
+
+    data,  # (R, dim + state) float32
+    rows,  # (n,) int64
+    out,   # (n, dim) float32
+    """
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        if r < 0:
+            for j in range(dim):
+                out[i, j] = 0.0
+        else:
+            for j in range(dim):
+                out[i, j] = data[r, j]
+
+
+@nb.njit(nogil=True, cache=True)
+def touch(count, last_step, rows, step, seen):
+    """Metadata of a pull (``seen=True``: count += 1) or a push (``seen=False``)."""
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        if seen and count[r] < np.uint32(0xFFFFFFFF):
+            count[r] += np.uint32(1)
+        last_step[r] = step
+
+
+@nb.njit(nogil=True, cache=True)
+def digest_rows(ids, data_bits, count, last_step, n):
+    """Order-independent 128-bit digest of rows [0, n): (sum, xor) of a per-row hash.
+
+    Equivalent to hashing the rows sorted by id, without the sort, and additive: the digest
+    of a sharded table is the combination of its shards' digests, whatever the shard count.
+    data_bits,  # (R, width) int32: the float32 rows viewed as their bit patterns
+    """
+    words = data_bits.shape[1]
+    total = U64(0)
+    xored = U64(0)
+    for r in range(n):
+        h = index_hash(ids[r])
+        for j in range(words):
+            bits = U64(np.int64(data_bits[r, j]) & np.int64(0xFFFFFFFF))
+            h = index_hash(h ^ bits)
+        h = index_hash(h ^ U64(count[r]))
+        h = index_hash(h ^ (U64(last_step[r]) << U64(32)))
+        total += h
+        xored ^= index_hash(h ^ U64(0x5851F42D4C957F2D))
+    return total, xored

@@ -1,0 +1,151 @@
+"""One embedding table (or one shard of it): int64 id -> row, with its sparse optimizer.
+
+    table = EmbeddingTable(TableConfig("user", dim=16), make_optimizer({"name": "adam"}))
+    rows = table.pull(np.array([42, -7], np.int64), step=1)    # creates rows on first sight
+    table.push(np.array([42, 42]), grads, step=1)              # duplicates summed, then one update
+
+No vocabulary and no collisions: any int64 is an id, and a new id gets a new row whose
+values depend only on (seed, id). A lookup-only pull (``create=False``) never inserts and
+returns zeros for unknown ids. Callers validate requests (``ps/validate.py``); the table
+asserts only its invariants. One lock per table: kernels release the GIL, so different
+tables (and shards) update in parallel threads.
+"""
+
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+from cardinal.embedding import row_kernels as RK
+from cardinal.embedding.dedup import segment_sum, unique_inverse
+from cardinal.embedding.hashing import init_rows
+from cardinal.embedding.index import IdIndex
+from cardinal.embedding.storage import MemoryRowStorage, RowStorage
+from cardinal.optim import SparseOptimizer
+
+
+@dataclass(frozen=True)
+class TableConfig:
+    name: str
+    dim: int
+    init_scale: float = 0.01  # new rows are uniform in [-init_scale, init_scale)
+    seed: int = 0
+
+    def __post_init__(self):
+        if not self.name or not self.name.replace("_", "").replace("-", "").isalnum():
+            raise ValueError(f"table name {self.name!r} must be letters, digits, '_' or '-'")
+        if not isinstance(self.dim, int) or self.dim < 1:
+            raise ValueError(f"table {self.name!r}: dim must be a positive integer, got {self.dim!r}")
+        if not (np.isfinite(self.init_scale) and self.init_scale >= 0):
+            raise ValueError(f"table {self.name!r}: init_scale must be finite and >= 0")
+
+
+class EmbeddingTable:
+    def __init__(self, config: TableConfig, optimizer: SparseOptimizer,
+                 storage: RowStorage | None = None, capacity: int = 1024):
+        self.config = config
+        self.dim = config.dim
+        self.optimizer = optimizer
+        width = self.dim + optimizer.state_width(self.dim)
+        self.storage = storage if storage is not None else MemoryRowStorage(width, capacity)
+        assert self.storage.width == width
+        self.index = IdIndex(capacity)
+        self.lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return self.storage.size
+
+    @property
+    def nbytes(self) -> int:
+        return self.storage.nbytes + self.index.nbytes
+
+    def pull(self, ids: np.ndarray, *, create: bool = True, step: int = 0) -> np.ndarray:
+        """Rows of ``ids`` (n,) int64 as (n, dim) float32.
+
+        ``create=True`` (training) inserts unknown ids and counts a sighting of each;
+        ``create=False`` (evaluation, serving) changes nothing and gives zeros for unknown ids.
+        """
+        out = np.empty((len(ids), self.dim), np.float32)
+        with self.lock:
+            if create:
+                rows = self._rows(ids)
+                cols = self.storage.columns()
+                RK.touch(cols.count, cols.last_step, rows, np.uint32(step), True)
+            else:
+                cols = self.storage.columns()
+                rows = self.index.find(cols.ids, ids)
+            RK.gather(cols.data, rows, self.dim, out)
+        return out
+
+    def push(self, ids: np.ndarray, grads: np.ndarray, *, step: int = 0) -> None:
+        """Apply the optimizer to the rows of ``ids`` (n,), gradients (n, dim) float32.
+
+        Duplicate ids are summed in order of appearance first; unknown ids are created.
+        """
+        unique, inverse = unique_inverse(ids)
+        summed = segment_sum(grads, inverse, len(unique))
+        with self.lock:
+            rows = self._rows(unique)
+            cols = self.storage.columns()
+            self.optimizer.apply(cols.data, rows, summed, self.dim)
+            RK.touch(cols.count, cols.last_step, rows, np.uint32(step), False)
+
+    def _rows(self, ids: np.ndarray) -> np.ndarray:
+        """Rows of ``ids``, creating and initialising the missing ones (lock held)."""
+        n = self.storage.size
+        self.storage.reserve(n + len(ids))
+        cols = self.storage.columns()
+        self.index.make_room(cols.ids, ids)
+        rows, n_new = self.index.find_or_insert(cols.ids, n, ids)
+        if n_new > n:
+            init_rows(cols.ids, cols.data, n, n_new, self.dim, np.int64(self.config.seed),
+                      np.float32(self.config.init_scale))
+            self.optimizer.init_state(cols.data, n, n_new, self.dim)
+            self.storage.size = n_new
+        return rows
+
+    # --- whole-table views: checkpoints, digests, invariants -------------------------------
+
+    def export(self) -> dict[str, np.ndarray]:
+        """Copies of the live rows: ids, data (values + state), count, last_step."""
+        with self.lock:
+            n, cols = self.storage.size, self.storage.columns()
+            return {name: np.array(col[:n]) for name, col in zip(cols._fields, cols)}
+
+    def import_rows(self, ids, data, count, last_step) -> None:
+        """Insert rows as saved (ids unique and new to this table), e.g. from a checkpoint."""
+        if len(ids) == 0:
+            return
+        with self.lock:
+            rows = self._rows(ids)
+            assert rows[0] == self.storage.size - len(ids), "imported ids must be new and unique"
+            cols = self.storage.columns()
+            cols.data[rows] = data
+            cols.count[rows] = count
+            cols.last_step[rows] = last_step
+
+    def digest_parts(self) -> tuple[int, int]:
+        """(sum, xor) of per-row hashes; combine shards with ``combine_digests``."""
+        with self.lock:
+            cols = self.storage.columns()
+            total, xored = RK.digest_rows(cols.ids, cols.data.view(np.int32), cols.count,
+                                          cols.last_step, self.storage.size)
+        return int(total), int(xored)
+
+    def digest(self) -> str:
+        """Hash of every id, row, optimizer state and metadata; independent of row order."""
+        return combine_digests([self.digest_parts()])
+
+    def check(self) -> None:
+        """Invariants between index, rows and metadata; raises AssertionError naming the broken one."""
+        with self.lock:
+            n, cols = self.storage.size, self.storage.columns()
+            self.index.check(cols.ids, n)
+            assert np.isfinite(cols.data[:n]).all(), f"table {self.config.name!r} holds a non-finite value"
+
+
+def combine_digests(parts: list[tuple[int, int]]) -> str:
+    total, xored = 0, 0
+    for t, x in parts:
+        total, xored = (total + t) % 2**64, xored ^ x
+    return f"{total:016x}{xored:016x}"

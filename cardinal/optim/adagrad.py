@@ -1,0 +1,54 @@
+"""Element-wise Adagrad, as ``torch.optim.Adagrad`` (no lr decay).
+
+    g += weight_decay * w;  s += g * g;  w -= lr * g / (sqrt(s) + eps)
+State: one accumulator per element (width = dim).
+"""
+
+from dataclasses import dataclass
+
+import numba as nb
+import numpy as np
+
+from cardinal.optim.base import OptimizerConfig, SparseOptimizer
+
+
+@dataclass(frozen=True)
+class AdagradConfig(OptimizerConfig):
+    lr: float = 0.05
+    eps: float = 1e-10
+    initial_accumulator: float = 0.0
+    weight_decay: float = 0.0
+
+
+@nb.njit(nogil=True, cache=True)
+def adagrad_kernel(data, rows, grads, dim, lr, eps, wd):
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        for j in range(dim):
+            w = data[r, j]
+            g = grads[i, j] + wd * w
+            s = data[r, dim + j] + g * g
+            data[r, dim + j] = s
+            data[r, j] = w - lr * (g / (np.sqrt(s) + eps))
+
+
+@nb.njit(nogil=True, cache=True)
+def fill_state(data, start, stop, lo, hi, value):
+    for r in range(start, stop):
+        for j in range(lo, hi):
+            data[r, j] = value
+
+
+class Adagrad(SparseOptimizer):
+    name = "adagrad"
+    Config = AdagradConfig
+
+    def state_width(self, dim: int) -> int:
+        return dim
+
+    def init_state(self, data, start, stop, dim):
+        if self.config.initial_accumulator:
+            fill_state(data, start, stop, dim, 2 * dim, np.float32(self.config.initial_accumulator))
+
+    def apply(self, data, rows, grads, dim):
+        adagrad_kernel(data, rows, grads, dim, *self.f32("lr", "eps", "weight_decay"))

@@ -1,0 +1,64 @@
+"""The interface every sparse optimizer implements.
+
+An optimizer owns the math of one update and the layout of its per-row state; the table
+owns where rows live. Its state sits in the same float32 row as the values, after them:
+
+    data[r] = [ w_0 ... w_{dim-1} | s_0 ... s_{width-1} ]
+
+``apply`` receives the rows pushed, already de-duplicated, with duplicate gradients summed
+in a fixed order, so the same pushes in the same order give bitwise-identical tables.
+Rows that are not pushed are not touched (no decay, no step count).
+"""
+
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass, fields
+from typing import ClassVar
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class OptimizerConfig:
+    """Base of each optimizer's own hyper-parameters (one dataclass per optimizer)."""
+
+    def __post_init__(self):
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not np.isfinite(value):
+                raise ValueError(f"optimizer.{f.name} must be a finite number, got {value!r}")
+            if value < 0:
+                raise ValueError(f"optimizer.{f.name} must be >= 0, got {value}")
+
+
+class SparseOptimizer(ABC):
+    name: ClassVar[str]
+    Config: ClassVar[type[OptimizerConfig]]
+
+    def __init__(self, config: OptimizerConfig | None = None):
+        self.config = config if config is not None else self.Config()
+        if not isinstance(self.config, self.Config):
+            raise TypeError(f"{self.name} takes {self.Config.__name__}, got {type(self.config).__name__}")
+
+    @abstractmethod
+    def state_width(self, dim: int) -> int:
+        """float32 words of state per row."""
+
+    def init_state(self, data: np.ndarray, start: int, stop: int, dim: int) -> None:
+        """Initialise the state of new rows [start, stop); storage is zero-filled already."""
+
+    @abstractmethod
+    def apply(self, data: np.ndarray, rows: np.ndarray, grads: np.ndarray, dim: int) -> None:
+        """One update of ``data[rows]``.
+
+        data,   # (R, dim + width) float32
+        rows,   # (u,) int64, unique
+        grads,  # (u, dim) float32, finite
+        """
+
+    def describe(self) -> dict:
+        """Name and hyper-parameters, as recorded in checkpoint manifests."""
+        return {"name": self.name, **asdict(self.config)}
+
+    def f32(self, *names: str) -> tuple:
+        """Hyper-parameters as float32 scalars, so kernels compute in float32 throughout."""
+        return tuple(np.float32(getattr(self.config, n)) for n in names)

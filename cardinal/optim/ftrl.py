@@ -1,0 +1,58 @@
+"""FTRL-proximal (McMahan et al. 2013, per-coordinate learning rates, lr_power = -1/2).
+
+Per element, with accumulators z and n:
+    n' = n + g^2;  sigma = (sqrt(n') - sqrt(n)) / lr;  z += g - sigma * w;  n = n'
+    w = 0                                          if |z| <= l1
+    w = -(z - sign(z) l1) / ((beta + sqrt(n)) / lr + l2)   otherwise
+State: [z (dim) | n (dim)]. l1 > 0 drives rarely useful coordinates to exactly zero.
+"""
+
+from dataclasses import dataclass
+
+import numba as nb
+import numpy as np
+
+from cardinal.optim.adagrad import fill_state
+from cardinal.optim.base import OptimizerConfig, SparseOptimizer
+
+
+@dataclass(frozen=True)
+class FTRLConfig(OptimizerConfig):
+    lr: float = 0.05
+    beta: float = 1.0
+    l1: float = 0.0
+    l2: float = 0.0
+    initial_accumulator: float = 0.1
+
+
+@nb.njit(nogil=True, cache=True)
+def ftrl_kernel(data, rows, grads, dim, lr, beta, l1, l2):
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        for j in range(dim):
+            w = data[r, j]
+            g = grads[i, j]
+            n = data[r, 2 * dim + j]
+            n_new = n + g * g
+            sigma = (np.sqrt(n_new) - np.sqrt(n)) / lr
+            z = data[r, dim + j] + g - sigma * w
+            data[r, dim + j] = z
+            data[r, 2 * dim + j] = n_new
+            if abs(z) <= l1:
+                data[r, j] = np.float32(0.0)
+            else:
+                data[r, j] = -(z - np.sign(z) * l1) / ((beta + np.sqrt(n_new)) / lr + l2)
+
+
+class FTRL(SparseOptimizer):
+    name = "ftrl"
+    Config = FTRLConfig
+
+    def state_width(self, dim: int) -> int:
+        return 2 * dim
+
+    def init_state(self, data, start, stop, dim):
+        fill_state(data, start, stop, 2 * dim, 3 * dim, np.float32(self.config.initial_accumulator))
+
+    def apply(self, data, rows, grads, dim):
+        ftrl_kernel(data, rows, grads, dim, *self.f32("lr", "beta", "l1", "l2"))

@@ -1,0 +1,49 @@
+"""Numpy references of the sparse optimizers: one row at a time, in float32, from the formulas."""
+
+import numpy as np
+
+f32 = np.float32
+
+
+def update_row(name: str, cfg, row: np.ndarray, g: np.ndarray, dim: int) -> None:
+    """Apply one update to ``row`` = [values | state] in place."""
+    w = row[:dim]
+    if name == "sgd":
+        w -= f32(cfg.lr) * (g + f32(cfg.weight_decay) * w)
+    elif name == "adagrad":
+        g = g + f32(cfg.weight_decay) * w
+        s = row[dim:2 * dim]
+        s += g * g
+        w -= f32(cfg.lr) * (g / (np.sqrt(s) + f32(cfg.eps)))
+    elif name == "rowwise_adagrad":
+        g = g + f32(cfg.weight_decay) * w
+        row[dim] += f32(np.sum(g * g, dtype=np.float32) / f32(dim))
+        w -= (f32(cfg.lr) / (np.sqrt(row[dim]) + f32(cfg.eps))) * g
+    elif name == "adam":
+        m, v = row[dim:2 * dim], row[2 * dim:3 * dim]
+        row[3 * dim] += 1
+        t = float(row[3 * dim])
+        g = g + f32(cfg.weight_decay) * w
+        m[:] = f32(cfg.beta1) * m + (1 - f32(cfg.beta1)) * g
+        v[:] = f32(cfg.beta2) * v + (1 - f32(cfg.beta2)) * g * g
+        step = f32(cfg.lr / (1 - cfg.beta1 ** t))
+        w -= step * (m / (np.sqrt(v) / f32(np.sqrt(1 - cfg.beta2 ** t)) + f32(cfg.eps)))
+    elif name == "ftrl":
+        z, n = row[dim:2 * dim], row[2 * dim:3 * dim]
+        n_new = n + g * g
+        z += g - (np.sqrt(n_new) - np.sqrt(n)) / f32(cfg.lr) * w
+        n[:] = n_new
+        denom = (f32(cfg.beta) + np.sqrt(n)) / f32(cfg.lr) + f32(cfg.l2)
+        w[:] = np.where(np.abs(z) <= f32(cfg.l1), f32(0), -(z - np.sign(z) * f32(cfg.l1)) / denom)
+    else:
+        raise ValueError(name)
+
+
+def initial_state(name: str, cfg, dim: int) -> np.ndarray:
+    width = {"sgd": 0, "adagrad": dim, "rowwise_adagrad": 1, "adam": 2 * dim + 1, "ftrl": 2 * dim}[name]
+    state = np.zeros(width, np.float32)
+    if name in ("adagrad", "rowwise_adagrad"):
+        state[:] = cfg.initial_accumulator
+    if name == "ftrl":
+        state[dim:] = cfg.initial_accumulator
+    return state

@@ -1,0 +1,14 @@
+"""Parameter servers: shard stores, routing, checkpoints, transports and the client."""
+
+from cardinal.ps.client import PSClient
+from cardinal.ps.store import ShardStore, StoreConfig
+from cardinal.ps.transport import InProcessTransport
+
+
+def embedded(config: StoreConfig, n_shards: int = 4, threads: int = 0) -> PSClient:
+    """The embedded default: ``n_shards`` stores in this process behind a client."""
+    stores = [ShardStore(config, s, n_shards) for s in range(n_shards)]
+    return PSClient(InProcessTransport(stores, threads))
+
+
+__all__ = ["PSClient", "ShardStore", "StoreConfig", "InProcessTransport", "embedded"]

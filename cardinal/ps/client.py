@@ -1,0 +1,104 @@
+"""``PSClient``: one table-level API over the shards of any transport.
+
+    client = PSClient(InProcessTransport(stores))
+    rows = client.pull("user", ids, step=3).wait()      # (n, dim) float32
+    client.push("user", ids, grads, step=3).wait()
+    client.save("ckpt/", step=3)                         # every shard, then the commit marker
+
+The client routes ids to shards (``routing.split``, stable), sends one request per shard
+that has ids, and assembles the answers when waited on. A request is checked here in full
+before any shard sees it, and every shard checks the rest the same way, so a bad request is
+rejected everywhere or nowhere.
+"""
+
+from pathlib import Path
+
+import numpy as np
+
+from cardinal.embedding import combine_digests
+from cardinal.ps import checkpoint, validate
+from cardinal.ps.routing import split
+from cardinal.ps.transport.base import DEFAULT_TIMEOUT, Handle, Transport
+
+
+class Gathered(Handle):
+    """Waits on several shard handles and combines their results."""
+
+    def __init__(self, handles: list[Handle], combine):
+        self.handles, self.combine = handles, combine
+
+    def wait(self, timeout: float | None = DEFAULT_TIMEOUT):
+        return self.combine([h.wait(timeout) for h in self.handles])
+
+
+class PSClient:
+    def __init__(self, transport: Transport):
+        self.transport = transport
+        self.n_shards = transport.n_shards
+
+    def _parts(self, ids: np.ndarray):
+        """(shard, positions) for each shard that has ids; shard 0 for an empty request."""
+        order, offsets = split(ids, self.n_shards)
+        parts = [(s, order[offsets[s]:offsets[s + 1]]) for s in range(self.n_shards)
+                 if offsets[s + 1] > offsets[s]]
+        return parts or [(0, order)]
+
+    def pull(self, table: str, ids: np.ndarray, *, create: bool = True, step: int = 0) -> Handle:
+        validate.check_ids(ids)
+        parts = self._parts(ids)
+        handles = [self.transport.pull(s, table, ids[pos], create=create, step=step) for s, pos in parts]
+
+        def combine(results):
+            out = np.empty((len(ids), results[0].shape[1]), np.float32)
+            for (_, pos), rows in zip(parts, results):
+                out[pos] = rows
+            return out
+        return Gathered(handles, combine)
+
+    def push(self, table: str, ids: np.ndarray, grads: np.ndarray, *, step: int = 0) -> Handle:
+        validate.check_ids(ids)
+        if not isinstance(grads, np.ndarray) or grads.ndim != 2 or len(grads) != len(ids):
+            raise ValueError(f"gradients must be an array of shape (len(ids), dim) = ({len(ids)}, dim), "
+                             f"got {getattr(grads, 'shape', type(grads).__name__)}")
+        validate.check_grads(grads, len(ids), grads.shape[1], table)
+        handles = [self.transport.push(s, table, ids[pos], grads[pos], step=step) for s, pos in self._parts(ids)]
+        return Gathered(handles, lambda _: None)
+
+    def save(self, root: str, step: int, *, keep: int = 1, extra: dict | None = None,
+             timeout: float | None = None) -> Path:
+        """Save every shard, commit, then remove all but the newest ``keep`` checkpoints."""
+        if keep < 1:
+            raise ValueError(f"keep must be >= 1, got {keep}")
+        handles = [self.transport.save(s, str(root), step) for s in range(self.n_shards)]
+        for h in handles:
+            h.wait(timeout)
+        path = checkpoint.step_dir(root, step)
+        checkpoint.commit(path, step, self.n_shards, extra)
+        checkpoint.remove_older(root, keep)
+        return path
+
+    def load(self, path: str, *, timeout: float | None = None) -> dict:
+        """Load a checkpoint (a step directory, or the newest committed one under a root)."""
+        path = Path(path)
+        if not (path / checkpoint.COMMIT).exists():
+            found = checkpoint.latest(path)
+            if found is None:
+                raise ValueError(f"no committed checkpoint in {path}")
+            path = found
+        info = checkpoint.read_commit(path)  # verify once before any shard changes
+        results = [self.transport.load(s, str(path)).wait(timeout) for s in range(self.n_shards)]
+        return {"path": str(path), "step": info["step"], "extra": info["extra"],
+                "rows": {t: sum(r["rows"][t] for r in results) for t in results[0]["rows"]}}
+
+    def stats(self) -> list[dict]:
+        return [self.transport.stats(s).wait() for s in range(self.n_shards)]
+
+    def health(self) -> list[dict]:
+        return [self.transport.health(s).wait() for s in range(self.n_shards)]
+
+    def digest(self, table: str) -> str:
+        """Digest of a whole table across shards: equal for any shard count."""
+        stats = [self.transport.stats(s, True).wait() for s in range(self.n_shards)]
+        if table not in stats[0]["tables"]:
+            raise ValueError(f"unknown table {table!r}; the stores have {sorted(stats[0]['tables'])}")
+        return combine_digests([tuple(st["tables"][table]["digest_parts"]) for st in stats])

@@ -1,0 +1,102 @@
+"""``ShardStore``: every table's part on one shard, behind validated requests.
+
+The store is pure: no sockets, no threads of its own. The in-process transport calls it
+directly; the gRPC servicer decodes a request, calls the same methods, encodes the reply.
+Every request is checked in full before anything changes (``validate.py``), so a rejected
+request leaves the store as it was.
+"""
+
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from cardinal.embedding import EmbeddingTable, TableConfig
+from cardinal.optim import make_optimizer
+from cardinal.ps import checkpoint, validate
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    """The tables every shard holds a part of, and their sparse optimizer."""
+
+    tables: tuple[TableConfig, ...]
+    optimizer: dict = field(default_factory=lambda: {"name": "rowwise_adagrad"})
+
+    def __post_init__(self):
+        names = [t.name for t in self.tables]
+        if len(set(names)) != len(names):
+            raise ValueError(f"table names must be unique, got {names}")
+        make_optimizer(self.optimizer)  # fail early on a bad optimizer spec
+
+
+class ShardStore:
+    def __init__(self, config: StoreConfig, shard: int = 0, n_shards: int = 1):
+        if not 0 <= shard < n_shards:
+            raise ValueError(f"shard must be in [0, {n_shards}), got {shard}")
+        self.config = config
+        self.shard, self.n_shards = shard, n_shards
+        self.incarnation = uuid.uuid4().hex
+        self.step = 0
+        self.tables = self._fresh_tables()
+
+    def _fresh_tables(self) -> dict[str, EmbeddingTable]:
+        return {t.name: EmbeddingTable(t, make_optimizer(self.config.optimizer)) for t in self.config.tables}
+
+    # --- requests ----------------------------------------------------------------------
+
+    def pull(self, table: str, ids: np.ndarray, *, create: bool = True, step: int = 0) -> np.ndarray:
+        self._check_ids(table, ids)
+        validate.check_step(step)
+        return self.tables[table].pull(ids, create=create, step=step)
+
+    def push(self, table: str, ids: np.ndarray, grads: np.ndarray, *, step: int = 0) -> None:
+        self._check_ids(table, ids)
+        validate.check_grads(grads, len(ids), self.tables[table].dim, table)
+        validate.check_step(step)
+        self.tables[table].push(ids, grads, step=step)
+        self.step = max(self.step, step)
+
+    def _check_ids(self, table, ids):
+        validate.check_table(table, self.tables)
+        validate.check_ids(ids)
+        validate.check_routing(ids, self.shard, self.n_shards)
+
+    def save(self, root: str, step: int) -> dict:
+        """Write this shard's part of checkpoint ``step`` under ``root`` (not committed yet)."""
+        validate.check_step(step)
+        path = checkpoint.step_dir(root, step)
+        if (path / checkpoint.COMMIT).exists():
+            raise ValueError(f"a committed checkpoint for step {step} already exists in {root}")
+        return checkpoint.save_shard(path, self.shard, self.n_shards, step, self.tables)
+
+    def load(self, step_path: str) -> dict:
+        """Replace every table with its rows from a committed checkpoint, verified first.
+
+        Works from a checkpoint of any shard count. On any error nothing changes.
+        """
+        path = Path(step_path)
+        info = checkpoint.read_commit(path)
+        fresh = self._fresh_tables()
+        rows = checkpoint.load_shard_rows(path, info, self.shard, self.n_shards, fresh)
+        for name, columns in rows.items():
+            fresh[name].import_rows(**columns)
+        self.tables, self.step = fresh, info["step"]
+        return {"step": info["step"], "rows": {n: len(t) for n, t in fresh.items()}}
+
+    def stats(self, digest: bool = False) -> dict:
+        tables = {}
+        for name, t in self.tables.items():
+            tables[name] = {"rows": len(t), "bytes": t.nbytes, "dim": t.dim, "optimizer": t.optimizer.name}
+            if digest:
+                tables[name]["digest_parts"] = t.digest_parts()
+        return {"shard": self.shard, "n_shards": self.n_shards, "step": self.step, "tables": tables}
+
+    def health(self) -> dict:
+        return {"status": "serving", "shard": self.shard, "n_shards": self.n_shards,
+                "incarnation": self.incarnation}
+
+    def check(self) -> None:
+        for t in self.tables.values():
+            t.check()

@@ -1,0 +1,78 @@
+"""The narrow interface through which workers reach shard stores.
+
+Six calls, each returning a ``Handle`` whose ``.wait(timeout)`` gives the result or raises
+the request's error. Two strategies: ``InProcessTransport`` (the embedded default: stores in
+this process, no sockets) and the gRPC transport (stores in server processes). A client
+addresses shards by index; routing ids to shards is the client's job, not the transport's.
+"""
+
+from abc import ABC, abstractmethod
+from concurrent.futures import Future, TimeoutError as FutureTimeout
+from typing import Any
+
+import numpy as np
+
+DEFAULT_TIMEOUT = 60.0
+
+
+class Handle(ABC):
+    @abstractmethod
+    def wait(self, timeout: float | None = DEFAULT_TIMEOUT) -> Any:
+        """The result; raises the request's error, or TimeoutError after ``timeout`` seconds."""
+
+
+class Completed(Handle):
+    """A request already done (in-process calls): ``wait`` returns at once."""
+
+    def __init__(self, value: Any = None, error: BaseException | None = None):
+        self.value, self.error = value, error
+
+    def wait(self, timeout: float | None = DEFAULT_TIMEOUT) -> Any:
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+    @classmethod
+    def run(cls, fn, *args, **kwargs) -> "Completed":
+        try:
+            return cls(fn(*args, **kwargs))
+        except Exception as e:  # delivered at wait(), as a remote error would be
+            return cls(error=e)
+
+
+class FutureHandle(Handle):
+    """A request running on a thread or the network."""
+
+    def __init__(self, future: Future, what: str):
+        self.future, self.what = future, what
+
+    def wait(self, timeout: float | None = DEFAULT_TIMEOUT) -> Any:
+        try:
+            return self.future.result(timeout)
+        except FutureTimeout:
+            raise TimeoutError(f"{self.what}: no answer within {timeout} s") from None
+
+
+class Transport(ABC):
+    n_shards: int
+
+    @abstractmethod
+    def pull(self, shard: int, table: str, ids: np.ndarray, *, create: bool, step: int) -> Handle: ...
+
+    @abstractmethod
+    def push(self, shard: int, table: str, ids: np.ndarray, grads: np.ndarray, *, step: int) -> Handle: ...
+
+    @abstractmethod
+    def save(self, shard: int, root: str, step: int) -> Handle: ...
+
+    @abstractmethod
+    def load(self, shard: int, step_path: str) -> Handle: ...
+
+    @abstractmethod
+    def stats(self, shard: int, digest: bool = False) -> Handle: ...
+
+    @abstractmethod
+    def health(self, shard: int) -> Handle: ...
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,55 @@
+"""Checks of every request a store receives, before anything changes.
+
+Each raises ``ValueError`` saying what is wrong and what to change; a rejected request
+leaves the store exactly as it was (tests compare digests before and after).
+"""
+
+import numpy as np
+
+from cardinal.ps.routing import route
+
+MAX_STEP = 2**32 - 1
+
+
+def check_table(name, tables: dict) -> None:
+    if name not in tables:
+        raise ValueError(f"unknown table {name!r}; this store has {sorted(tables)}")
+
+
+def check_ids(ids) -> None:
+    if not isinstance(ids, np.ndarray) or ids.dtype != np.int64:
+        raise ValueError(f"ids must be a numpy int64 array, got {_describe(ids)}")
+    if ids.ndim != 1:
+        raise ValueError(f"ids must be one-dimensional, got shape {ids.shape}")
+
+
+def check_grads(grads, n: int, dim: int, table: str) -> None:
+    if not isinstance(grads, np.ndarray) or grads.dtype != np.float32:
+        raise ValueError(f"gradients must be a numpy float32 array, got {_describe(grads)}")
+    if grads.shape != (n, dim):
+        raise ValueError(f"gradients for table {table!r} must have shape (len(ids), dim) = ({n}, {dim}), "
+                         f"got {grads.shape}")
+    if not np.isfinite(grads).all():
+        bad = int(np.flatnonzero(~np.isfinite(grads).all(axis=1))[0])
+        raise ValueError(f"gradients for table {table!r} hold NaN or Inf (first at row {bad}); "
+                         "lower the learning rate or clip gradients")
+
+
+def check_step(step) -> None:
+    if not isinstance(step, (int, np.integer)) or isinstance(step, bool) or not 0 <= step <= MAX_STEP:
+        raise ValueError(f"step must be an integer in [0, {MAX_STEP}], got {step!r}")
+
+
+def check_routing(ids: np.ndarray, shard: int, n_shards: int) -> None:
+    if n_shards == 1 or len(ids) == 0:
+        return
+    wrong = np.flatnonzero(route(ids, n_shards) != shard)
+    if len(wrong):
+        raise ValueError(f"id {int(ids[wrong[0]])} belongs to another shard than {shard} of {n_shards}; "
+                         "route ids with cardinal.ps.routing.split")
+
+
+def _describe(x) -> str:
+    if isinstance(x, np.ndarray):
+        return f"{x.dtype} array"
+    return type(x).__name__
