@@ -151,7 +151,7 @@ def load_shard_rows(step_path: Path, info: dict, shard: int, n_shards: int, tabl
                 continue
             entry = m["tables"][name]
             base = shard_dir(step_path, m["shard"], m["n_shards"])
-            cols = {c: np.load(base / entry["files"][c]["file"], allow_pickle=False, mmap_mode="r") for c in COLUMNS}
+            cols = {c: _load_array(base / entry["files"][c]["file"]) for c in COLUMNS}
             keep = slice(None) if same_layout else route(np.asarray(cols["ids"]), n_shards) == shard
             for c in COLUMNS:
                 parts[c].append(np.asarray(cols[c][keep]))
@@ -211,6 +211,13 @@ def _write_json(path: Path, obj: dict) -> None:
         os.fsync(f.fileno())
     os.replace(tmp, path)
     _fsync_dir(path.parent)
+
+
+def _load_array(path: Path) -> np.ndarray:
+    try:
+        return np.load(path, allow_pickle=False, mmap_mode="r")
+    except (OSError, ValueError) as e:
+        raise ValueError(f"checkpoint file unreadable: {path} ({e})") from None
 
 
 def _read_json(path: Path) -> dict:

@@ -80,7 +80,7 @@ class PSClient:
     def load(self, path: str, *, timeout: float | None = None) -> dict:
         """Load a checkpoint (a step directory, or the newest committed one under a root)."""
         path = Path(path)
-        if not (path / checkpoint.COMMIT).exists():
+        if not path.name.startswith("step-"):
             found = checkpoint.latest(path)
             if found is None:
                 raise ValueError(f"no committed checkpoint in {path}")

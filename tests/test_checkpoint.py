@@ -1,0 +1,157 @@
+"""Checkpoints: round trip, resharding, verification that names the bad file, crashes at every step."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cardinal import failpoints
+from cardinal.embedding import TableConfig
+from cardinal.ps import ShardStore, StoreConfig, checkpoint, embedded
+
+CONFIG = StoreConfig((TableConfig("user", 4), TableConfig("item", 3)), {"name": "adagrad"})
+
+
+def trained(n_shards, rng, steps=3):
+    client = embedded(CONFIG, n_shards)
+    for step in range(1, steps + 1):
+        for table, dim in (("user", 4), ("item", 3)):
+            ids = rng.integers(-3000, 3000, 500).astype(np.int64)
+            client.pull(table, ids, step=step).wait()
+            client.push(table, ids, rng.standard_normal((500, dim)).astype(np.float32), step=step).wait()
+    return client
+
+
+def digests(client):
+    return {t: client.digest(t) for t in ("user", "item")}
+
+
+@pytest.mark.parametrize("saved, loaded", [(2, 2), (2, 3), (2, 1), (1, 4)])
+def test_round_trip_into_any_shard_count(tmp_path, rng, saved, loaded):
+    source = trained(saved, rng)
+    path = source.save(tmp_path, step=3, extra={"note": "hi"})
+    target = embedded(CONFIG, loaded)
+    info = target.load(tmp_path)
+    assert info["step"] == 3 and info["extra"] == {"note": "hi"} and info["path"] == str(path)
+    assert digests(target) == digests(source)
+    for store in target.transport.stores:
+        store.check()
+
+
+def test_manifest_records_what_a_reader_needs(tmp_path, rng):
+    trained(2, rng).save(tmp_path, step=3)
+    manifest = json.loads((checkpoint.step_dir(tmp_path, 3) / "shard-00001-of-00002" / "manifest.json").read_text())
+    assert manifest["shard"] == 1 and manifest["n_shards"] == 2 and manifest["step"] == 3
+    assert "murmur3" in manifest["routing"] and manifest["format_version"] == checkpoint.FORMAT_VERSION
+    user = manifest["tables"]["user"]
+    assert user["dim"] == 4 and user["optimizer"]["name"] == "adagrad" and user["optimizer"]["lr"] == 0.05
+    assert set(user["files"]) == {"ids", "data", "count", "last_step"}
+    assert all({"file", "bytes", "crc32"} <= set(f) for f in user["files"].values())
+
+
+def test_newer_save_removes_older_only_after_commit(tmp_path, rng):
+    client = trained(2, rng)
+    client.save(tmp_path, 1)
+    client.save(tmp_path, 2, keep=2)
+    client.save(tmp_path, 3, keep=2)
+    assert checkpoint.committed_steps(tmp_path) == [2, 3]
+    with pytest.raises(ValueError, match="already exists"):
+        client.save(tmp_path, 3)
+
+
+def _files(tmp_path, step=3):
+    return sorted((checkpoint.step_dir(tmp_path, step)).glob("shard-*/user.data.npy"))
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "remove", "manifest", "pickle"])
+def test_load_refuses_damaged_files_naming_them_and_changes_nothing(tmp_path, rng, damage):
+    trained(2, rng).save(tmp_path, 3)
+    victim = _files(tmp_path)[0]
+    if damage == "flip":
+        raw = bytearray(victim.read_bytes())
+        raw[-3] ^= 0xFF
+        victim.write_bytes(bytes(raw))
+    elif damage == "truncate":
+        victim.write_bytes(victim.read_bytes()[:-10])
+    elif damage == "remove":
+        victim.unlink()
+    elif damage == "manifest":
+        victim = victim.parent / "manifest.json"
+        victim.write_text(victim.read_text().replace('"dim": 4', '"dim": 5'))
+    elif damage == "pickle":  # an object array with a manifest that matches it: still refused
+        np.save(victim, np.array([{"x": 1}], dtype=object), allow_pickle=True)
+        manifest_path = victim.parent / "manifest.json"
+        manifest = json.loads(manifest_path.read_text())
+        manifest["tables"]["user"]["files"]["data"].update(
+            bytes=victim.stat().st_size, crc32=checkpoint._crc32_file(victim))
+        checkpoint._write_json(manifest_path, manifest)
+        commit = json.loads((victim.parent.parent / "commit.json").read_text())
+        commit["shards"][victim.parent.name]["manifest_crc32"] = checkpoint._crc32_file(manifest_path)
+        checkpoint._write_json(victim.parent.parent / "commit.json", commit)
+    target = trained(3, np.random.default_rng(1), steps=1)
+    before = digests(target)
+    with pytest.raises(ValueError, match=str(victim.name)):
+        target.load(tmp_path)
+    assert digests(target) == before
+
+
+def test_load_refuses_a_different_table_layout(tmp_path, rng):
+    trained(2, rng).save(tmp_path, 3)
+    other = StoreConfig((TableConfig("user", 8), TableConfig("item", 3)), {"name": "adagrad"})
+    with pytest.raises(ValueError, match="table 'user' has dim 4, the store expects 8"):
+        ShardStore(other).load(str(checkpoint.step_dir(tmp_path, 3)))
+    sgd = StoreConfig(CONFIG.tables, {"name": "sgd"})
+    with pytest.raises(ValueError, match="trained with 'adagrad'"):
+        ShardStore(sgd).load(str(checkpoint.step_dir(tmp_path, 3)))
+
+
+def test_uncommitted_checkpoint_is_never_loaded(tmp_path, rng):
+    client = trained(2, rng)
+    client.save(tmp_path, 1)
+    client.transport.save(0, str(tmp_path), 2).wait()  # shard files, but no commit marker
+    assert checkpoint.latest(tmp_path) == checkpoint.step_dir(tmp_path, 1)
+    with pytest.raises(ValueError, match="not a committed checkpoint"):
+        embedded(CONFIG, 2).load(checkpoint.step_dir(tmp_path, 2))
+
+
+def test_raise_failpoint_keeps_previous_checkpoint(tmp_path, rng, monkeypatch):
+    client = trained(2, rng)
+    client.save(tmp_path, 1)
+    saved = digests(client)
+    client.push("user", np.array([1], np.int64), np.ones((1, 4), np.float32), step=2).wait()
+    monkeypatch.setenv(failpoints.ENV, "save.before_commit=raise")
+    with pytest.raises(failpoints.FailpointError):
+        client.save(tmp_path, 2)
+    monkeypatch.delenv(failpoints.ENV)
+    fresh = embedded(CONFIG, 2)
+    assert fresh.load(tmp_path)["step"] == 1 and digests(fresh) == saved
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("point, survivor", [
+    ("save.shard_file_written", 1),
+    ("save.before_shard_manifest", 1),
+    ("save.before_commit", 1),
+    ("save.before_cleanup", 2),
+])
+def test_crash_at_each_step_of_a_save_leaves_a_loadable_checkpoint(tmp_path, point, survivor):
+    script = Path(__file__).with_name("save_crash.py")
+    env = {**__import__("os").environ, "SECOND_SAVE_FAILPOINTS": f"{point}=exit"}
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path), "2"], env=env,
+                          capture_output=True, text=True, timeout=100)
+    assert proc.returncode == failpoints.EXIT_CODE, proc.stdout + proc.stderr
+    assert "saved" not in proc.stdout
+    printed = {d["step"]: d for d in map(json.loads, proc.stdout.splitlines())}
+    assert checkpoint.latest(tmp_path) == checkpoint.step_dir(tmp_path, survivor)
+    client = embedded(CONFIG, 3)
+    assert client.load(tmp_path)["step"] == survivor
+    assert digests(client) == {t: printed[survivor][t] for t in ("user", "item")}
+
+
+def test_failpoint_spec_errors_are_named(monkeypatch):
+    monkeypatch.setenv(failpoints.ENV, "save.before_commit=explode")
+    with pytest.raises(ValueError, match="explode"):
+        failpoints.failpoint("save.before_commit")
