@@ -29,7 +29,6 @@ class Indexed:
 
     def find_or_insert(self, keys):
         self.ids.reserve(self.n + len(keys))
-        self.index.make_room(self.ids.array, keys)
         rows, self.n = self.index.find_or_insert(self.ids.array, self.n, keys)
         return rows
 

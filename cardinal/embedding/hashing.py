@@ -44,13 +44,21 @@ def init_rows(ids, data, start, stop, dim, seed, scale):
 
     ids,   # (>= stop,) int64: the id of each row
     data,  # (>= stop, dim + state) float32: values, then optimizer state (left untouched)
-    Each value is uniform in [-scale, scale): element j of the row of ``id`` is a hash of
-    (seed, id, j), so a row is the same whatever the shard count or arrival order.
+    Each value is uniform in [-scale, scale): values 2k and 2k+1 of the row of ``id`` take
+    24 bits each of one hash of (seed, id, k), so a row is the same whatever the shard count
+    or arrival order.
     """
     s = index_hash(seed)
     for r in range(start, stop):
         base = index_hash(ids[r]) ^ s
-        for j in range(dim):
-            bits = index_hash(base + U64(j) * U64(0xD1B54A32D192ED03))
-            u = np.float32((bits >> U64(40)) * (1.0 / 16777216.0))  # 24 bits -> [0, 1)
-            data[r, j] = (np.float32(2.0) * u - np.float32(1.0)) * np.float32(scale)
+        for j in range(0, dim, 2):
+            bits = index_hash(base + U64(j // 2) * U64(0xD1B54A32D192ED03))
+            data[r, j] = _uniform(bits >> U64(40), scale)
+            if j + 1 < dim:
+                data[r, j + 1] = _uniform((bits >> U64(8)) & U64(0xFFFFFF), scale)
+
+
+@nb.njit(inline="always")
+def _uniform(bits24, scale):
+    u = np.float32(bits24 * (1.0 / 16777216.0))  # 24 bits -> [0, 1), exact in float32
+    return (np.float32(2.0) * u - np.float32(1.0)) * np.float32(scale)

@@ -15,7 +15,9 @@ passed in, so an id is stored once. Row numbers are int32: 2^31 - 1 rows per tab
 import numpy as np
 
 from cardinal.embedding import index_kernels as K
+from cardinal.embedding import parallel
 from cardinal.embedding.arena import Arena
+from cardinal.embedding.dedup import unique_inverse
 
 MIN_CAP = 256
 MAX_ROWS = 2**31 - 1
@@ -42,8 +44,11 @@ class IdIndex:
         return int(self.sub_cap.sum()) * 5
 
     def find(self, ids: np.ndarray, keys: np.ndarray) -> np.ndarray:
+        """Row of each key, -1 where absent. Never inserts."""
         out = np.empty(len(keys), np.int64)
-        K.find(self.tags.array, self.slots.array, self.sub_off, self.sub_cap, ids, keys, out)
+        tags, slots = self.tags.array, self.slots.array
+        parallel.over_subs(len(keys), lambda lo, hi: K.find(tags, slots, self.sub_off, self.sub_cap,
+                                                             ids, keys, out, lo, hi))
         return out
 
     def make_room(self, ids: np.ndarray, keys: np.ndarray) -> None:
@@ -60,11 +65,24 @@ class IdIndex:
             self._grow(ids, int(p), int(worst[p]))
 
     def find_or_insert(self, ids: np.ndarray, n_rows: int, keys: np.ndarray) -> tuple[np.ndarray, int]:
-        """Rows of ``keys``, inserting new ones as rows n_rows...; call ``make_room`` first."""
-        out = np.empty(len(keys), np.int64)
-        n = K.find_or_insert(self.tags.array, self.slots.array, self.sub_off, self.sub_cap,
-                             self.sub_size, ids, n_rows, keys, out)
-        return out, int(n)
+        """Rows of ``keys``; absent ones become rows n_rows, n_rows + 1, ... in order of first
+        appearance (so numbering never depends on threads), their ids written to ``ids``.
+
+        ``ids`` must have room for ``n_rows + len(keys)`` rows. Returns (rows, new row count).
+        """
+        rows = self.find(ids, keys)
+        missing = np.flatnonzero(rows < 0)
+        if len(missing) == 0:
+            return rows, n_rows
+        new, inverse = unique_inverse(keys[missing])
+        self.make_room(ids, new)
+        new_rows = np.arange(n_rows, n_rows + len(new), dtype=np.int64)
+        ids[n_rows:n_rows + len(new)] = new
+        tags, slots = self.tags.array, self.slots.array
+        parallel.over_subs(len(new), lambda lo, hi: K.insert_new(tags, slots, self.sub_off, self.sub_cap,
+                                                                  self.sub_size, new, new_rows, lo, hi))
+        rows[missing] = n_rows + inverse
+        return rows, n_rows + len(new)
 
     def _grow(self, ids: np.ndarray, p: int, need: int) -> None:
         cap = int(self.sub_cap[p])

@@ -40,69 +40,62 @@ def sub_counts(keys, counts):
         counts[sub] += 1
 
 
+@nb.njit(inline="always")
+def probe(tags, slots, ids, sub_off, sub_cap, key):
+    """(row of key, or -1; sub-table of key)."""
+    h = index_hash(key)
+    sub, tag = _split(h)
+    off = sub_off[sub]
+    mask = U64(sub_cap[sub] - 1)
+    s = h & mask
+    while True:
+        pos = off + np.int64(s)
+        t = tags[pos]
+        if t == 0:
+            return -1, sub
+        if t == tag:
+            r = slots[pos]
+            if ids[r] == key:
+                return np.int64(r), sub
+        s = (s + U64(1)) & mask
+
+
 @nb.njit(nogil=True, cache=True)
-def find(tags, slots, sub_off, sub_cap, ids, keys, out):
-    """out[i] = row of keys[i], or -1 when absent. Never inserts.
+def find(tags, slots, sub_off, sub_cap, ids, keys, out, lo, hi):
+    """out[i] = row of keys[i], or -1 when absent, for the keys in sub-tables [lo, hi).
 
     tags, slots,       # (arena,) uint8, int32
     sub_off, sub_cap,  # (N_SUB,) int64: region start and (power-of-two) size
     ids,               # (rows,) int64
-    keys, out,         # (n,) int64, (n,) int64
+    keys, out,         # (n,) int64, (n,) int64: entries of other sub-tables are left alone
     """
     for i in range(keys.shape[0]):
         key = keys[i]
-        h = index_hash(key)
-        sub, tag = _split(h)
-        off = sub_off[sub]
-        mask = U64(sub_cap[sub] - 1)
-        s = h & mask
-        out[i] = -1
-        while True:
-            t = tags[off + np.int64(s)]
-            if t == 0:
-                break
-            if t == tag:
-                r = slots[off + np.int64(s)]
-                if ids[r] == key:
-                    out[i] = r
-                    break
-            s = (s + U64(1)) & mask
+        sub = np.int64(index_hash(key) >> U64(64 - SUB_BITS))
+        if lo <= sub < hi:
+            out[i], _ = probe(tags, slots, ids, sub_off, sub_cap, key)
 
 
 @nb.njit(nogil=True, cache=True)
-def find_or_insert(tags, slots, sub_off, sub_cap, sub_size, ids, n_rows, keys, out):
-    """out[i] = row of keys[i], appending rows n_rows, n_rows+1, ... for new ids.
+def insert_new(tags, slots, sub_off, sub_cap, sub_size, keys, rows, lo, hi):
+    """Insert keys[i] -> rows[i] for the keys in sub-tables [lo, hi).
 
-    The caller guarantees room: every sub-table below its load limit after the batch, and
-    ``ids`` long enough for ``n_rows + len(keys)`` rows. Returns the new row count; new ids
-    are written to ``ids`` in order of first appearance.
-    sub_size,  # (N_SUB,) int64: entries per sub-table, updated
+    The keys must be absent and unique, and ``make_room`` must have run: no id is compared,
+    each key just takes the first empty slot from its home.
     """
     for i in range(keys.shape[0]):
-        key = keys[i]
-        h = index_hash(key)
+        h = index_hash(keys[i])
         sub, tag = _split(h)
+        if not lo <= sub < hi:
+            continue
         off = sub_off[sub]
         mask = U64(sub_cap[sub] - 1)
         s = h & mask
-        while True:
-            pos = off + np.int64(s)
-            t = tags[pos]
-            if t == 0:
-                tags[pos] = tag
-                slots[pos] = n_rows
-                ids[n_rows] = key
-                sub_size[sub] += 1
-                out[i] = n_rows
-                n_rows += 1
-                break
-            if t == tag:
-                r = slots[pos]
-                if ids[r] == key:
-                    out[i] = r
-                    break
+        while tags[off + np.int64(s)] != 0:
             s = (s + U64(1)) & mask
-    return n_rows
+        tags[off + np.int64(s)] = tag
+        slots[off + np.int64(s)] = rows[i]
+        sub_size[sub] += 1
 
 
 @nb.njit(nogil=True, cache=True)

@@ -27,8 +27,9 @@ def init_row(seed: int, key: int, dim: int, scale: float) -> np.ndarray:
     base = splitmix64(int(key) & M64) ^ splitmix64(seed & M64)
     out = np.empty(dim, np.float32)
     for j in range(dim):
-        bits = splitmix64((base + j * 0xD1B54A32D192ED03) & M64)
-        u = np.float32((bits >> 40) / 16777216.0)
+        bits = splitmix64((base + (j // 2) * 0xD1B54A32D192ED03) & M64)
+        bits24 = bits >> 40 if j % 2 == 0 else (bits >> 8) & 0xFFFFFF
+        u = np.float32(bits24 / 16777216.0)
         out[j] = (np.float32(2.0) * u - np.float32(1.0)) * np.float32(scale)
     return out
 

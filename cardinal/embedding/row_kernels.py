@@ -11,6 +11,7 @@ import numba as nb
 import numpy as np
 
 from cardinal.embedding.hashing import U64, index_hash
+from cardinal.embedding.index_kernels import SUB_BITS, probe
 
 
 @nb.njit(nogil=True, cache=True)
@@ -29,6 +30,35 @@ def gather(data, rows, dim, out):
         else:
             for j in range(dim):
                 out[i, j] = data[r, j]
+
+
+@nb.njit(nogil=True, cache=True)
+def lookup(tags, slots, sub_off, sub_cap, ids, data, count, last_step, keys, rows, out, dim, step, seen, lo, hi):
+    """The fast path of a pull, for keys in sub-tables [lo, hi): find each key's row, count a
+    sighting (``seen``), and copy its values; rows[i] = -1 and zeros for absent keys.
+
+    One pass, so the misses of one key's index probe, metadata and row overlap with the next
+    key's. Threads given disjoint sub-table ranges write disjoint rows.
+    keys, rows,  # (n,) int64
+    out,         # (n, dim) float32
+    """
+    for i in range(keys.shape[0]):
+        key = keys[i]
+        sub = np.int64(index_hash(key) >> U64(64 - SUB_BITS))
+        if not lo <= sub < hi:
+            continue
+        r, _ = probe(tags, slots, ids, sub_off, sub_cap, key)
+        rows[i] = r
+        if r < 0:
+            for j in range(dim):
+                out[i, j] = 0.0
+            continue
+        if seen:
+            if count[r] < np.uint32(0xFFFFFFFF):
+                count[r] += np.uint32(1)
+            last_step[r] = step
+        for j in range(dim):
+            out[i, j] = data[r, j]
 
 
 @nb.njit(nogil=True, cache=True)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cardinal.embedding import parallel
 from cardinal.embedding import row_kernels as RK
 from cardinal.embedding.dedup import segment_sum, unique_inverse
 from cardinal.embedding.hashing import init_rows
@@ -66,15 +67,23 @@ class EmbeddingTable:
         ``create=False`` (evaluation, serving) changes nothing and gives zeros for unknown ids.
         """
         out = np.empty((len(ids), self.dim), np.float32)
+        rows = np.empty(len(ids), np.int64)
+        step = np.uint32(step)
         with self.lock:
-            if create:
-                rows = self._rows(ids)
+            cols, ix = self.storage.columns(), self.index
+            tags, slots = ix.tags.array, ix.slots.array
+            parallel.over_subs(len(ids), lambda lo, hi: RK.lookup(
+                tags, slots, ix.sub_off, ix.sub_cap, cols.ids, cols.data, cols.count, cols.last_step,
+                ids, rows, out, self.dim, step, create, lo, hi))
+            del cols, tags, slots
+            missing = np.flatnonzero(rows < 0)
+            if create and len(missing):
+                new_rows = self._rows(ids[missing])
                 cols = self.storage.columns()
-                RK.touch(cols.count, cols.last_step, rows, np.uint32(step), True)
-            else:
-                cols = self.storage.columns()
-                rows = self.index.find(cols.ids, ids)
-            RK.gather(cols.data, rows, self.dim, out)
+                RK.touch(cols.count, cols.last_step, new_rows, step, True)
+                part = np.empty((len(missing), self.dim), np.float32)
+                RK.gather(cols.data, new_rows, self.dim, part)
+                out[missing] = part
         return out
 
     def push(self, ids: np.ndarray, grads: np.ndarray, *, step: int = 0) -> None:
@@ -95,11 +104,10 @@ class EmbeddingTable:
         n = self.storage.size
         self.storage.reserve(n + len(ids))
         cols = self.storage.columns()
-        self.index.make_room(cols.ids, ids)
         rows, n_new = self.index.find_or_insert(cols.ids, n, ids)
         if n_new > n:
-            init_rows(cols.ids, cols.data, n, n_new, self.dim, np.int64(self.config.seed),
-                      np.float32(self.config.init_scale))
+            seed, scale = np.int64(self.config.seed), np.float32(self.config.init_scale)
+            parallel.over_rows(n, n_new, lambda lo, hi: init_rows(cols.ids, cols.data, lo, hi, self.dim, seed, scale))
             self.optimizer.init_state(cols.data, n, n_new, self.dim)
             self.storage.size = n_new
         return rows
