@@ -86,11 +86,11 @@ def test_load_refuses_damaged_files_naming_them_and_changes_nothing(tmp_path, rn
         manifest_path = victim.parent / "manifest.json"
         manifest = json.loads(manifest_path.read_text())
         manifest["tables"]["user"]["files"]["data"].update(
-            bytes=victim.stat().st_size, crc32=checkpoint._crc32_file(victim))
-        checkpoint._write_json(manifest_path, manifest)
+            bytes=victim.stat().st_size, crc32=checkpoint.crc32_file(victim))
+        checkpoint.write_json(manifest_path, manifest)
         commit = json.loads((victim.parent.parent / "commit.json").read_text())
-        commit["shards"][victim.parent.name]["manifest_crc32"] = checkpoint._crc32_file(manifest_path)
-        checkpoint._write_json(victim.parent.parent / "commit.json", commit)
+        commit["shards"][victim.parent.name]["manifest_crc32"] = checkpoint.crc32_file(manifest_path)
+        checkpoint.write_json(victim.parent.parent / "commit.json", commit)
     target = trained(3, np.random.default_rng(1), steps=1)
     before = digests(target)
     with pytest.raises(ValueError, match=str(victim.name)):

@@ -5,10 +5,10 @@ from cardinal.ps.store import ShardStore, StoreConfig
 from cardinal.ps.transport import InProcessTransport
 
 
-def embedded(config: StoreConfig, n_shards: int = 4, threads: int = 0) -> PSClient:
+def embedded(config: StoreConfig, n_shards: int = 4, concurrent: bool = False) -> PSClient:
     """The embedded default: ``n_shards`` stores in this process behind a client."""
     stores = [ShardStore(config, s, n_shards) for s in range(n_shards)]
-    return PSClient(InProcessTransport(stores, threads))
+    return PSClient(InProcessTransport(stores, concurrent))
 
 
 __all__ = ["PSClient", "ShardStore", "StoreConfig", "InProcessTransport", "embedded"]

@@ -58,13 +58,13 @@ def save_shard(step_path: Path, shard: int, n_shards: int, step: int, tables: di
         arrays = table.export()
         files = {}
         for column in COLUMNS:
-            files[column] = _write_array(out / f"{name}.{column}.npy", arrays[column])
+            files[column] = write_array(out / f"{name}.{column}.npy", arrays[column])
             failpoint("save.shard_file_written")
         manifest["tables"][name] = {"dim": table.dim, "width": table.storage.width, "rows": len(arrays["ids"]),
                                     "init_scale": table.config.init_scale, "seed": table.config.seed,
                                     "optimizer": table.optimizer.describe(), "files": files}
     failpoint("save.before_shard_manifest")
-    _write_json(out / MANIFEST, manifest)
+    write_json(out / MANIFEST, manifest)
     return manifest
 
 
@@ -75,9 +75,9 @@ def commit(step_path: Path, step: int, n_shards: int, extra: dict | None = None)
         path = shard_dir(step_path, s, n_shards) / MANIFEST
         if not path.exists():
             raise RuntimeError(f"cannot commit {step_path}: shard {s} wrote no manifest ({path})")
-        shards[path.parent.name] = {"manifest_crc32": _crc32_file(path)}
+        shards[path.parent.name] = {"manifest_crc32": crc32_file(path)}
     failpoint("save.before_commit")
-    _write_json(step_path / COMMIT, {"format_version": FORMAT_VERSION, "step": step,
+    write_json(step_path / COMMIT, {"format_version": FORMAT_VERSION, "step": step,
                                      "n_shards": n_shards, "shards": shards, "extra": extra or {}})
 
 
@@ -113,7 +113,7 @@ def read_commit(step_path: Path) -> dict:
     marker = step_path / COMMIT
     if not marker.is_file():
         raise ValueError(f"{step_path} is not a committed checkpoint: {COMMIT} is missing")
-    info = _read_json(marker)
+    info = read_json(marker)
     if info.get("format_version") != FORMAT_VERSION:
         raise ValueError(f"{marker}: format version {info.get('format_version')} is not {FORMAT_VERSION}")
     info["manifests"] = {}
@@ -121,14 +121,14 @@ def read_commit(step_path: Path) -> dict:
         path = step_path / name / MANIFEST
         if not path.is_file():
             raise ValueError(f"checkpoint file missing: {path}")
-        if _crc32_file(path) != entry["manifest_crc32"]:
+        if crc32_file(path) != entry["manifest_crc32"]:
             raise ValueError(f"checkpoint file corrupt (checksum mismatch): {path}")
-        manifest = _read_json(path)
+        manifest = read_json(path)
         if manifest.get("routing") != ROUTING_NAME:
             raise ValueError(f"{path}: saved with routing {manifest.get('routing')!r}, this build routes by {ROUTING_NAME!r}")
         for table in manifest["tables"].values():
             for entry in table["files"].values():
-                _verify_file(path.parent / entry["file"], entry)
+                verify_file(path.parent / entry["file"], entry)
         info["manifests"][name] = manifest
     return info
 
@@ -193,7 +193,7 @@ class _ChecksumWriter:
         self.file.close()
 
 
-def _write_array(path: Path, array: np.ndarray) -> dict:
+def write_array(path: Path, array: np.ndarray) -> dict:
     writer = _ChecksumWriter(path)
     try:
         np.lib.format.write_array(writer, np.ascontiguousarray(array), allow_pickle=False)
@@ -203,7 +203,7 @@ def _write_array(path: Path, array: np.ndarray) -> dict:
     return {"file": path.name, "bytes": writer.size, "crc32": writer.crc}
 
 
-def _write_json(path: Path, obj: dict) -> None:
+def write_json(path: Path, obj: dict) -> None:
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w") as f:
         json.dump(obj, f, indent=1, sort_keys=True)
@@ -220,24 +220,24 @@ def _load_array(path: Path) -> np.ndarray:
         raise ValueError(f"checkpoint file unreadable: {path} ({e})") from None
 
 
-def _read_json(path: Path) -> dict:
+def read_json(path: Path) -> dict:
     try:
         return json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as e:
         raise ValueError(f"checkpoint file unreadable: {path} ({e})") from None
 
 
-def _verify_file(path: Path, entry: dict) -> None:
+def verify_file(path: Path, entry: dict) -> None:
     if not path.is_file():
         raise ValueError(f"checkpoint file missing: {path}")
     size = path.stat().st_size
     if size != entry["bytes"]:
         raise ValueError(f"checkpoint file truncated or grown: {path} has {size} bytes, manifest says {entry['bytes']}")
-    if _crc32_file(path) != entry["crc32"]:
+    if crc32_file(path) != entry["crc32"]:
         raise ValueError(f"checkpoint file corrupt (checksum mismatch): {path}")
 
 
-def _crc32_file(path: Path) -> int:
+def crc32_file(path: Path) -> int:
     crc = 0
     with open(path, "rb") as f:
         while chunk := f.read(1 << 22):

@@ -65,14 +65,20 @@ class PSClient:
         return Gathered(handles, lambda _: None)
 
     def save(self, root: str, step: int, *, keep: int = 1, extra: dict | None = None,
-             timeout: float | None = None) -> Path:
-        """Save every shard, commit, then remove all but the newest ``keep`` checkpoints."""
+             before_commit=None, timeout: float | None = None) -> Path:
+        """Save every shard, commit, then remove all but the newest ``keep`` checkpoints.
+
+        ``before_commit(step_path)`` writes anything else that belongs to the checkpoint
+        (the trainer's dense state): it is committed, or lost, with the shards.
+        """
         if keep < 1:
             raise ValueError(f"keep must be >= 1, got {keep}")
         handles = [self.transport.save(s, str(root), step) for s in range(self.n_shards)]
         for h in handles:
             h.wait(timeout)
         path = checkpoint.step_dir(root, step)
+        if before_commit is not None:
+            before_commit(path)
         checkpoint.commit(path, step, self.n_shards, extra)
         checkpoint.remove_older(root, keep)
         return path

@@ -1,8 +1,10 @@
 """The embedded default: shard stores in this process, called directly.
 
-With ``threads=0`` every call runs at once on the caller's thread (deterministic, simplest
-to debug). With ``threads=k`` calls run on a pool, so requests to different shards
-overlap: kernels release the GIL, so shards update in parallel on several cores.
+``concurrent=False``: every call runs at once on the caller's thread (simplest to debug).
+``concurrent=True``: each shard has one worker thread of its own. Requests to one shard run
+in the order they were sent, as over a network connection, so results never depend on
+timing; requests to different shards overlap (kernels release the GIL), and the caller
+computes while its pulls and pushes are in flight.
 """
 
 from concurrent.futures import ThreadPoolExecutor
@@ -12,19 +14,20 @@ from cardinal.ps.transport.base import Completed, FutureHandle, Handle, Transpor
 
 
 class InProcessTransport(Transport):
-    def __init__(self, stores: list[ShardStore], threads: int = 0):
+    def __init__(self, stores: list[ShardStore], concurrent: bool = False):
         for i, s in enumerate(stores):
             if (s.shard, s.n_shards) != (i, len(stores)):
                 raise ValueError(f"store {i} is shard {s.shard} of {s.n_shards}, expected {i} of {len(stores)}")
         self.stores = stores
         self.n_shards = len(stores)
-        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="cardinal-shard") if threads else None
+        self._lanes = [ThreadPoolExecutor(1, thread_name_prefix=f"cardinal-shard{i}") for i in range(len(stores))] \
+            if concurrent else None
 
     def _call(self, shard: int, method: str, *args, **kwargs) -> Handle:
         fn = getattr(self.stores[shard], method)
-        if self._pool is None:
+        if self._lanes is None:
             return Completed.run(fn, *args, **kwargs)
-        return FutureHandle(self._pool.submit(fn, *args, **kwargs), f"{method} on in-process shard {shard}")
+        return FutureHandle(self._lanes[shard].submit(fn, *args, **kwargs), f"{method} on in-process shard {shard}")
 
     def pull(self, shard, table, ids, *, create, step):
         return self._call(shard, "pull", table, ids, create=create, step=step)
@@ -45,5 +48,5 @@ class InProcessTransport(Transport):
         return self._call(shard, "health")
 
     def close(self):
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
+        for lane in self._lanes or ():
+            lane.shutdown(wait=True)

@@ -1,0 +1,124 @@
+"""The ``cardinal`` command. Few flags: every knob is a recipe value, set with ``--set``.
+
+    cardinal train [RECIPE] [--set section.key=value ...] [--resume RUN_DIR]
+    cardinal eval RUN_DIR [--checkpoint STEP_DIR]
+    cardinal generate OUT_DIR [--set key=value ...]        (keys of [data.synthetic])
+    cardinal convert TSV [TSV ...] --out FILE.parquet [--strict]
+"""
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+
+from tqdm import tqdm
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="cardinal", description="Parameter-server training for CTR models.")
+    sub = p.add_subparsers(dest="command", required=True)
+    t = sub.add_parser("train", help="train a recipe on the embedded parameter server")
+    t.add_argument("recipe", nargs="?", default="criteo_synthetic", help="a shipped recipe name or a TOML path")
+    t.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override a recipe value")
+    t.add_argument("--resume", metavar="RUN_DIR", help="go on from the newest checkpoint of a run")
+    e = sub.add_parser("eval", help="evaluate a run's checkpoint on its eval data")
+    e.add_argument("run_dir")
+    e.add_argument("--checkpoint", metavar="STEP_DIR", help="a step directory (default: the newest)")
+    g = sub.add_parser("generate", help="write synthetic Criteo-layout data with a planted teacher")
+    g.add_argument("out_dir")
+    g.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a [data.synthetic] value")
+    c = sub.add_parser("convert", help="convert Criteo TSV files to Parquet")
+    c.add_argument("tsv", nargs="+")
+    c.add_argument("--out", required=True)
+    c.add_argument("--strict", action="store_true", help="stop at the first bad line")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return {"train": train, "eval": evaluate, "generate": generate, "convert": convert}[args.command](args)
+    except ValueError as e:
+        print(f"cardinal {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+def train(args) -> int:
+    from cardinal.train import Trainer, config
+
+    if args.resume:
+        run_dir = Path(args.resume)
+        if not (run_dir / "recipe.json").exists():
+            raise ValueError(f"{run_dir} is not a run directory (no recipe.json)")
+        recipe = config.from_dict(_apply(json.loads((run_dir / "recipe.json").read_text()), args.set))
+    else:
+        recipe = config.load(args.recipe, args.set)
+        run_dir = Path(recipe.train.run_dir) / f"{recipe.train.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    print(f"run directory: {run_dir}")
+    summary = Trainer(recipe, run_dir).fit(resume=bool(args.resume))
+    _print_summary(summary)
+    return 0
+
+
+def _apply(raw: dict, overrides: list[str]) -> dict:
+    from cardinal.train.config import parse_override
+
+    for text in overrides:
+        keys, value = parse_override(text)
+        node = raw
+        for k in keys[:-1]:
+            node = node.setdefault(k, {})
+        node[keys[-1]] = value
+    return raw
+
+
+def _print_summary(s: dict) -> None:
+    line = f"AUC {s['eval_auc']:.4f}  logloss {s['eval_logloss']:.4f}  {s['samples_per_s']:,.0f} samples/s  {s['steps']} steps"
+    if "teacher_eval_auc" in s:
+        line += f"  (teacher AUC {s['teacher_eval_auc']:.4f})"
+    print(line)
+
+
+def evaluate(args) -> int:
+    from cardinal.train import Trainer, config
+
+    run_dir = Path(args.run_dir)
+    if not (run_dir / "recipe.json").exists():
+        raise ValueError(f"{run_dir} is not a run directory (no recipe.json)")
+    recipe = config.from_dict(json.loads((run_dir / "recipe.json").read_text()))
+    trainer = Trainer(recipe, run_dir, progress=False)
+    trainer.load(args.checkpoint or run_dir / "checkpoints")
+    print(json.dumps({"step": trainer.step, **trainer.evaluate()}))
+    return 0
+
+
+def generate(args) -> int:
+    from cardinal.data import SyntheticConfig
+    from cardinal.train.config import build
+
+    cfg = build(SyntheticConfig, dict(_apply({}, args.set)), "data.synthetic")
+    from cardinal.data.synthetic import generate as write
+
+    with tqdm(total=cfg.rows + cfg.eval_rows, unit="rows", desc="generating") as bar:
+        report = write(args.out_dir, cfg, progress=bar.update)
+    print(f"teacher AUC on eval: {report['eval']['teacher_auc']:.4f} (logloss {report['eval']['teacher_logloss']:.4f}, "
+          f"click rate {report['eval']['click_rate']:.3f}); files in {args.out_dir}")
+    return 0
+
+
+def convert(args) -> int:
+    from cardinal.data import convert as to_parquet
+
+    with tqdm(unit="rows", desc="converting") as bar:
+        report = to_parquet(args.tsv, args.out, strict=args.strict, progress=bar.update)
+    print(f"wrote {report['rows']:,} rows to {args.out}; skipped {report['bad_lines']} bad lines")
+    for where in report["bad_examples"]:
+        print(f"  {where}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,219 @@
+"""Recipes: one TOML file, one small dataclass per component, nothing accepted and ignored.
+
+    [data]              DataConfig         where batches come from
+    [data.synthetic]    SyntheticConfig    the generated data set (format = "synthetic")
+    [model]             name + that model's own arguments (checked against its signature)
+    [embedding]         EmbeddingConfig    tables, dim, pooling, prefetch
+    [sparse_optimizer]  name + that optimizer's hyper-parameters (server side)
+    [dense_optimizer]   DenseOptimizerConfig (worker side, torch.optim)
+    [ps]                PSConfig           shards of the embedded parameter server
+    [train]             TrainConfig        steps, evaluation, checkpoints, run directory
+
+An unknown section or key is an error that names it; ``--set section.key=value`` overrides
+one value (TOML syntax: ``--set model.hidden=[256,128]``, ``--set data.format=criteo``).
+"""
+
+import inspect
+import tomllib
+from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
+from pathlib import Path
+
+from cardinal.data.synthetic import SyntheticConfig
+from cardinal.models import MODELS
+from cardinal.optim import make_optimizer
+
+RECIPES = Path(__file__).resolve().parent.parent / "recipes"
+FORMATS = ("synthetic", "criteo", "parquet", "movielens")
+DENSE_OPTIMIZERS = {"adam": "Adam", "adagrad": "Adagrad", "sgd": "SGD"}
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    format: str = "synthetic"
+    train: list[str] = field(default_factory=list)  # files (criteo, parquet) or a directory (movielens)
+    eval: list[str] = field(default_factory=list)
+    batch_size: int = 4096
+    eval_batch_size: int = 16384
+    strict: bool = False          # stop at the first bad input line instead of skipping it
+    cache_dir: str = "data"       # where generated data sets are kept
+    synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
+
+    def __post_init__(self):
+        if self.format not in FORMATS:
+            raise ValueError(f"data.format must be one of {FORMATS}, got {self.format!r}")
+        if self.format in ("criteo", "parquet") and not (self.train and self.eval):
+            raise ValueError(f"data.format = {self.format!r} needs data.train and data.eval file lists")
+        if self.format == "movielens" and len(self.train) != 1:
+            raise ValueError("data.format = 'movielens' needs data.train = [directory of ratings.csv]")
+        if self.batch_size < 1 or self.eval_batch_size < 1:
+            raise ValueError("data.batch_size and data.eval_batch_size must be >= 1")
+
+
+@dataclass(frozen=True)
+class EmbeddingConfig:
+    dim: int = 16
+    pooling: str = "sum"
+    shared: bool = True           # one table for all fields (ids never collide) or one per field
+    init_scale: float = 0.01
+    seed: int = 0
+    prefetch: bool = True
+    max_in_flight: int = 4
+
+    def __post_init__(self):
+        if self.dim < 1:
+            raise ValueError(f"embedding.dim must be >= 1, got {self.dim}")
+        if self.pooling not in ("sum", "mean"):
+            raise ValueError(f"embedding.pooling must be 'sum' or 'mean', got {self.pooling!r}")
+
+
+@dataclass(frozen=True)
+class DenseOptimizerConfig:
+    name: str = "adam"
+    lr: float = 0.001
+    weight_decay: float = 0.0
+
+    def __post_init__(self):
+        if self.name not in DENSE_OPTIMIZERS:
+            raise ValueError(f"dense_optimizer.name must be one of {sorted(DENSE_OPTIMIZERS)}, got {self.name!r}")
+        if not self.lr > 0:
+            raise ValueError(f"dense_optimizer.lr must be > 0, got {self.lr}")
+
+
+@dataclass(frozen=True)
+class PSConfig:
+    shards: int = 4
+    concurrent: bool = True       # one thread per shard: pulls and pushes overlap compute
+
+    def __post_init__(self):
+        if self.shards < 1:
+            raise ValueError(f"ps.shards must be >= 1, got {self.shards}")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    name: str = "run"
+    epochs: int = 1
+    steps: int = 0                # stop after this many steps (0: run the epochs)
+    eval_every: int = 0           # steps between evaluations (0: at the end only)
+    log_every: int = 10
+    checkpoint_every: int = 0     # steps between checkpoints (0: at the end only)
+    keep_checkpoints: int = 1
+    run_dir: str = "runs"
+    seed: int = 0
+    kernel_threads: int = 0       # threads per kernel call (0: one per core, at most 8)
+
+    def __post_init__(self):
+        if self.epochs < 1 or self.steps < 0 or self.eval_every < 0 or self.checkpoint_every < 0:
+            raise ValueError("train.epochs must be >= 1; steps, eval_every, checkpoint_every >= 0")
+        if self.keep_checkpoints < 1 or self.log_every < 1:
+            raise ValueError("train.keep_checkpoints and train.log_every must be >= 1")
+
+
+@dataclass(frozen=True)
+class Recipe:
+    data: DataConfig = field(default_factory=DataConfig)
+    model: dict = field(default_factory=lambda: {"name": "deepfm"})
+    embedding: EmbeddingConfig = field(default_factory=EmbeddingConfig)
+    sparse_optimizer: dict = field(default_factory=lambda: {"name": "rowwise_adagrad"})
+    dense_optimizer: DenseOptimizerConfig = field(default_factory=DenseOptimizerConfig)
+    ps: PSConfig = field(default_factory=PSConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    def __post_init__(self):
+        check_model(self.model)
+        make_optimizer(self.sparse_optimizer)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def check_model(spec: dict) -> None:
+    spec = dict(spec)
+    name = spec.pop("name", None)
+    if name not in MODELS:
+        raise ValueError(f"model.name must be one of {sorted(MODELS)}, got {name!r}")
+    params = list(inspect.signature(MODELS[name].__init__).parameters)[4:]  # after self, n_dense, n_fields, dim
+    for key in spec:
+        if key not in params:
+            raise ValueError(f"model {name!r} has no setting {key!r}; it takes {params}")
+
+
+def build(cls, values: dict, where: str):
+    """A config dataclass from a dict, naming any unknown or mistyped key as ``where.key``."""
+    if not isinstance(values, dict):
+        raise ValueError(f"[{where}] must be a table, got {values!r}")
+    known = {f.name: f for f in fields(cls)}
+    kwargs = {}
+    for key, value in values.items():
+        f = known.get(key)
+        if f is None:
+            raise ValueError(f"unknown setting {where}.{key}; [{where}] takes {sorted(known)}")
+        nested = f.default_factory() if f.default_factory is not MISSING else None
+        if is_dataclass(nested):
+            value = build(type(nested), value, f"{where}.{key}")
+        else:
+            _check_type(f.type, value, f"{where}.{key}")
+        kwargs[key] = value
+    return cls(**kwargs)
+
+
+def _check_type(expected, value, name: str) -> None:
+    ok = {int: lambda v: isinstance(v, int) and not isinstance(v, bool),
+          float: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+          bool: lambda v: isinstance(v, bool), str: lambda v: isinstance(v, str),
+          list[str]: lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v)}.get(expected)
+    if ok is not None and not ok(value):
+        raise ValueError(f"{name} must be {getattr(expected, '__name__', expected)}, got {value!r}")
+
+
+def parse_override(text: str) -> tuple[list[str], object]:
+    """``section.key=value`` -> (["section", "key"], value); the value is TOML, else a string."""
+    path, sep, raw = text.partition("=")
+    if not sep or not path.strip():
+        raise ValueError(f"--set takes section.key=value, got {text!r}")
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw
+    return path.strip().split("."), value
+
+
+def load(path: str | Path | None = None, overrides: list[str] = ()) -> Recipe:
+    """A recipe from a TOML file (a name from the shipped recipes, or a path) plus overrides."""
+    raw = {}
+    if path is not None:
+        p = Path(path)
+        if not p.exists() and (RECIPES / f"{path}.toml").exists():
+            p = RECIPES / f"{path}.toml"
+        if not p.exists():
+            shipped = sorted(q.stem for q in RECIPES.glob("*.toml"))
+            raise ValueError(f"recipe {path!r} not found (a path, or one of {shipped})")
+        raw = tomllib.loads(p.read_text())
+    for text in overrides:
+        keys, value = parse_override(text)
+        node = raw
+        for k in keys[:-1]:
+            node = node.setdefault(k, {})
+            if not isinstance(node, dict):
+                raise ValueError(f"--set {text}: {k} is a value, not a section")
+        node[keys[-1]] = value
+    return from_dict(raw)
+
+
+def from_dict(raw: dict) -> Recipe:
+    sections = {f.name for f in fields(Recipe)}
+    for key in raw:
+        if key not in sections:
+            raise ValueError(f"unknown recipe section [{key}]; sections are {sorted(sections)}")
+    kwargs = {}
+    for f in fields(Recipe):
+        if f.name not in raw:
+            continue
+        value = raw[f.name]
+        if f.name in ("model", "sparse_optimizer"):
+            if not isinstance(value, dict):
+                raise ValueError(f"[{f.name}] must be a table")
+            kwargs[f.name] = {**f.default_factory(), **value}
+        else:
+            kwargs[f.name] = build(type(f.default_factory()), value, f.name)
+    return Recipe(**kwargs)

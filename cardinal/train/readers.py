@@ -1,0 +1,50 @@
+"""Readers for a recipe's ``[data]`` section; generates the synthetic data set on first use."""
+
+import hashlib
+import json
+import math
+from dataclasses import asdict
+from pathlib import Path
+
+from tqdm import tqdm
+
+from cardinal.data import CriteoReader, MovieLensReader, ParquetReader, generate
+from cardinal.train.config import DataConfig
+
+
+def synthetic_dir(cfg: DataConfig) -> Path:
+    key = hashlib.sha1(json.dumps(asdict(cfg.synthetic), sort_keys=True).encode()).hexdigest()[:10]
+    return Path(cfg.cache_dir) / f"synthetic-{key}"
+
+
+def ensure_synthetic(cfg: DataConfig, progress: bool = True) -> dict:
+    """Generate the data set once (``teacher.json`` is written last and marks it complete)."""
+    out = synthetic_dir(cfg)
+    if not (out / "teacher.json").exists():
+        total = cfg.synthetic.rows + cfg.synthetic.eval_rows
+        with tqdm(total=total, desc=f"generating {out}", unit="rows", disable=not progress) as bar:
+            generate(out, cfg.synthetic, progress=bar.update)
+    return json.loads((out / "teacher.json").read_text())
+
+
+def make_readers(cfg: DataConfig, seed: int = 0, progress: bool = True):
+    """(train reader, eval reader, info): info has 'train_steps' per epoch when known, and
+    'teacher' for synthetic data."""
+    info: dict = {"train_steps": None}
+    if cfg.format == "synthetic":
+        info["teacher"] = ensure_synthetic(cfg, progress)
+        d = synthetic_dir(cfg)
+        train = CriteoReader([d / "train.tsv"], cfg.batch_size, cfg.strict)
+        evaluation = CriteoReader([d / "eval.tsv"], cfg.eval_batch_size, cfg.strict)
+        info["train_steps"] = math.ceil(cfg.synthetic.rows / cfg.batch_size)
+    elif cfg.format == "criteo":
+        train = CriteoReader(cfg.train, cfg.batch_size, cfg.strict)
+        evaluation = CriteoReader(cfg.eval, cfg.eval_batch_size, cfg.strict)
+    elif cfg.format == "parquet":
+        train = ParquetReader(cfg.train, cfg.batch_size)
+        evaluation = ParquetReader(cfg.eval, cfg.eval_batch_size)
+    else:
+        train = MovieLensReader(cfg.train[0], "train", cfg.batch_size, seed=seed)
+        evaluation = MovieLensReader(cfg.train[0], "eval", cfg.eval_batch_size, seed=seed)
+        info["train_steps"] = math.ceil(len(train.labels) / cfg.batch_size)
+    return train, evaluation, info

@@ -1,0 +1,99 @@
+"""Training end to end on tiny generated data: outputs, bitwise resume, the command line."""
+
+import json
+
+import pytest
+import torch
+
+from cardinal import cli
+from cardinal.train import Trainer, config
+
+
+def recipe(tmp_path, *extra):
+    return config.load(None, [f'data.cache_dir="{tmp_path / "data"}"', "data.synthetic.rows=3000",
+                              "data.synthetic.eval_rows=1000", "data.synthetic.vocab=300", "data.batch_size=256",
+                              "data.eval_batch_size=1000", "model.hidden=[16]", "embedding.dim=4", "ps.shards=3",
+                              "train.log_every=2", *extra])
+
+
+def state(trainer):
+    tables = {t: trainer.client.digest(t) for t in ("emb", "emb_wide")}
+    return tables, {k: v.clone() for k, v in trainer.model.state_dict().items()}
+
+
+def same(a, b):
+    assert a[0] == b[0]
+    assert a[1].keys() == b[1].keys() and all(torch.equal(a[1][k], b[1][k]) for k in a[1])
+
+
+def test_a_run_writes_metrics_curves_summary_and_a_checkpoint(tmp_path):
+    run = tmp_path / "run"
+    summary = Trainer(recipe(tmp_path, "train.eval_every=6"), run, progress=False).fit()
+    assert summary["steps"] == 12 and 0.5 < summary["eval_auc"] <= 1 and summary["teacher_eval_auc"] > 0.75
+    assert set(summary["timings_s"]) >= {"data", "compute", "dedup", "pull_wait", "push"}
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if "eval_auc" in r] == [6, 12]
+    assert all(r["loss"] > 0 for r in records if "loss" in r)
+    assert (run / "curves.png").stat().st_size > 1000
+    assert json.loads((run / "summary.json").read_text())["eval_auc"] == summary["eval_auc"]
+    assert json.loads((run / "recipe.json").read_text())["model"]["hidden"] == [16]
+    assert summary["checkpoint"].endswith("step-0000000012")
+    with pytest.raises(ValueError, match="already holds checkpoints"):
+        Trainer(recipe(tmp_path), run, progress=False).fit()
+
+
+@pytest.mark.parametrize("prefetch", [True, False])
+def test_resume_is_bitwise_equal_to_training_straight_through(tmp_path, prefetch):
+    flags = [f"embedding.prefetch={str(prefetch).lower()}", "train.epochs=3", "train.checkpoint_every=7"]
+    straight = Trainer(recipe(tmp_path, *flags, "train.steps=17"), tmp_path / "a", progress=False)
+    straight.fit()
+    first = Trainer(recipe(tmp_path, *flags, "train.steps=7"), tmp_path / "b", progress=False)
+    first.fit()
+    resumed = Trainer(recipe(tmp_path, *flags, "train.steps=17"), tmp_path / "b", progress=False)
+    summary = resumed.fit(resume=True)
+    assert summary["steps"] == 17 and (resumed.epoch, resumed.batch_in_epoch) == (1, 5)
+    same(state(straight), state(resumed))
+    again = Trainer(recipe(tmp_path, *flags, "train.steps=17"), tmp_path / "b", progress=False)
+    assert again.fit(resume=True)["steps"] == 17  # already done: nothing more is trained
+    same(state(straight), state(again))
+
+
+def test_eval_command_reproduces_the_final_evaluation(tmp_path, capsys):
+    run = tmp_path / "run"
+    summary = Trainer(recipe(tmp_path), run, progress=False).fit()
+    assert cli.main(["eval", str(run)]) == 0
+    printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert printed["step"] == 12 and printed["eval_auc"] == pytest.approx(summary["eval_auc"], abs=1e-6)
+
+
+def test_train_command_and_resume(tmp_path, capsys):
+    sets = [f'data.cache_dir="{tmp_path / "data"}"', "data.synthetic.rows=2000", "data.synthetic.eval_rows=500",
+            "data.batch_size=500", "model.hidden=[8]", "embedding.dim=4", f'train.run_dir="{tmp_path / "runs"}"',
+            "train.steps=2"]
+    assert cli.main(["train", *sum((["--set", s] for s in sets), [])]) == 0
+    out = capsys.readouterr().out
+    assert "AUC" in out and "teacher AUC" in out
+    run_dir = next((tmp_path / "runs").iterdir())
+    assert cli.main(["train", "--resume", str(run_dir), "--set", "train.steps=4"]) == 0
+    assert json.loads((run_dir / "summary.json").read_text())["steps"] == 4
+
+
+def test_bad_recipe_values_are_named_errors(capsys):
+    assert cli.main(["train", "--set", "model.depth=3"]) == 2
+    assert "model 'deepfm' has no setting 'depth'" in capsys.readouterr().err
+    assert cli.main(["train", "no_such_recipe"]) == 2
+    assert "recipe 'no_such_recipe' not found" in capsys.readouterr().err
+
+
+def test_shipped_recipes_load():
+    for path in sorted(config.RECIPES.glob("*.toml")):
+        config.load(path)
+    assert {p.stem for p in config.RECIPES.glob("*.toml")} >= {"criteo_synthetic", "movielens"}
+
+
+def test_no_new_cli_options():
+    """Knobs belong in recipes (--set section.key=value), not in flags: adding one is a decision."""
+    sub = next(a for a in cli.parser()._actions if a.dest == "command")
+    options = {name: sorted(o for a in p._actions for o in a.option_strings) for name, p in sub.choices.items()}
+    assert options == {"train": ["--help", "--resume", "--set", "-h"], "eval": ["--checkpoint", "--help", "-h"],
+                       "generate": ["--help", "--set", "-h"], "convert": ["--help", "--out", "--strict", "-h"]}
