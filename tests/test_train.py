@@ -17,7 +17,7 @@ def recipe(tmp_path, *extra):
 
 
 def state(trainer):
-    tables = {t: trainer.client.digest(t) for t in ("emb", "emb_wide")}
+    tables = {t: trainer.client.digest(t) for t in ("emb",)}
     return tables, {k: v.clone() for k, v in trainer.model.state_dict().items()}
 
 

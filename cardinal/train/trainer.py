@@ -52,16 +52,14 @@ class Trainer:
         model_cls = MODELS[model_spec.pop("name")]
         self.model = model_cls(len(self.train_data.dense_fields), len(self.fields), e.dim, **model_spec)
 
-        def tables(suffix):
-            return {f: "emb" + suffix if e.shared else f + suffix for f in self.fields}
-        deep, wide = tables(""), tables("_wide")
-        configs = [TableConfig(n, e.dim, e.init_scale, e.seed) for n in sorted(set(deep.values()))]
-        if self.model.uses_wide:
-            configs += [TableConfig(n, 1, 0.0, e.seed) for n in sorted(set(wide.values()))]
-        self.client = embedded(StoreConfig(tuple(configs), dict(recipe.sparse_optimizer)),
-                               recipe.ps.shards, recipe.ps.concurrent)
-        make = lambda features: EmbeddingCollection(self.client, features, e.pooling, e.max_in_flight)
-        self.collections = [make(deep)] + ([make(wide)] if self.model.uses_wide else [])
+        # a model's first-order (wide) weight per id is one more column of its embedding row:
+        # one table, one pull and one push per step instead of two
+        self.width = e.dim + (1 if self.model.uses_wide else 0)
+        features = {f: "emb" if e.shared else f for f in self.fields}
+        configs = tuple(TableConfig(n, self.width, e.init_scale, e.seed) for n in sorted(set(features.values())))
+        self.client = embedded(StoreConfig(configs, dict(recipe.sparse_optimizer)), recipe.ps.shards,
+                               recipe.ps.concurrent)
+        self.embedding = EmbeddingCollection(self.client, features, e.pooling, e.max_in_flight)
         d = recipe.dense_optimizer
         self.optimizer = getattr(torch.optim, DENSE_OPTIMIZERS[d.name])(self.model.parameters(), lr=d.lr,
                                                                         weight_decay=d.weight_decay)
@@ -72,18 +70,15 @@ class Trainer:
     # --- one step ------------------------------------------------------------------------
 
     def _embed(self, batch):
-        pooled = [c(batch.sparse) for c in self.collections]
-        emb = torch.stack([pooled[0][f] for f in self.fields], 1)
-        wide = torch.cat([pooled[1][f] for f in self.fields], 1) if len(pooled) > 1 else None
-        return emb, wide
+        rows = self.embedding.stacked(batch.sparse)  # (B, fields, dim [+ 1])
+        dim = self.recipe.embedding.dim
+        return rows[..., :dim], (rows[..., dim] if self.model.uses_wide else None)
 
     def _train_step(self, batch, upcoming) -> float:
-        for c in self.collections:
-            c.step = self.step
+        self.embedding.step = self.step
         emb, wide = self._embed(batch)
         if upcoming is not None:
-            for c in self.collections:
-                c.prefetch(upcoming.sparse, self.step + 1)
+            self.embedding.prefetch(upcoming.sparse, self.step + 1)
         start = time.perf_counter()
         loss = F.binary_cross_entropy_with_logits(self.model(batch.dense, emb, wide), batch.labels)
         self.optimizer.zero_grad(set_to_none=True)
@@ -154,8 +149,8 @@ class Trainer:
 
     def evaluate(self) -> dict:
         """AUC and logloss on the eval split, with lookup-only pulls (nothing is created)."""
-        self._flush()
-        for m in (self.model, *self.collections):
+        self.embedding.flush()
+        for m in (self.model, self.embedding):
             m.eval()
         logits, labels = [], []
         with torch.no_grad():
@@ -163,7 +158,7 @@ class Trainer:
                 emb, wide = self._embed(batch)
                 logits.append(self.model(batch.dense, emb, wide))
                 labels.append(batch.labels)
-        for m in (self.model, *self.collections):
+        for m in (self.model, self.embedding):
             m.train()
         logit, label = torch.cat(logits), torch.cat(labels)
         return {"eval_auc": float(binary_auroc(logit, label.long())),
@@ -179,12 +174,8 @@ class Trainer:
 
     # --- checkpoints ---------------------------------------------------------------------
 
-    def _flush(self):
-        for c in self.collections:
-            c.flush()
-
     def save(self) -> int:
-        self._flush()
+        self.embedding.flush()
         position = {"step": self.step, "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch}
         dense = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
         self.client.save(self.run_dir / "checkpoints", self.step, keep=self.recipe.train.keep_checkpoints,
@@ -206,10 +197,7 @@ class Trainer:
         return info
 
     def _summary(self, final: dict, samples: int, train_time: float) -> dict:
-        timings = dict(self.timings)
-        for c in self.collections:
-            for k, v in c.timings.items():
-                timings[k] = timings.get(k, 0.0) + v
+        timings = {**self.timings, **self.embedding.timings}
         summary = {**final, "steps": self.step, "samples": samples, "train_seconds": train_time,
                    "samples_per_s": samples / train_time if train_time else 0.0, "timings_s": timings,
                    "bad_lines": getattr(self.train_data, "bad_lines", 0),

@@ -8,15 +8,17 @@
 Used like ``nn.EmbeddingBag``: per field, ids come as a ``Bag`` (values + offsets; multi-hot
 and empty bags allowed), several fields may share a table. For each table the module
 de-duplicates the ids of all its fields (unique + inverse), pulls one row per unique id,
-and pools with ``F.embedding_bag`` over a leaf tensor of those rows:
+and pools over a leaf tensor of those rows (``pooling.py``, one call per table):
 
     ids      [7, 3, 7 | 9, 3]          (two fields of one table)
     unique   [7, 3, 9]   -> pull ->    rows (3, dim), requires_grad
-    inverse  [0, 1, 0 | 2, 1]  -> embedding_bag(inverse, rows, offsets) -> pooled
+    inverse  [0, 1, 0 | 2, 1]  -> bag_pool(rows, inverse, offsets) -> pooled
 
-Backward gives ``rows.grad`` (one row per unique id, summed over its uses); a hook pushes
-it at once, asynchronously, with at most ``max_in_flight`` pushes outstanding (the oldest is
-waited on first). Call ``flush()`` to wait for every push, e.g. before a checkpoint.
+Backward gives ``rows.grad`` (one row per unique id, summed over its uses); a hook hands it
+to a push thread, which routes and sends it with at most ``max_in_flight`` pushes
+unacknowledged. Before any later pull is sent, every earlier push has been queued at its
+shard, so a shard always sees this worker's requests in program order. Call ``flush()`` to
+wait for every push to be applied, e.g. before a checkpoint.
 
 Prefetch: ``prefetch(next_sparse)`` sends the next batch's pulls while this one trains.
 Those pulls were sent before this batch's push, so rows used by both batches lag by one
@@ -26,6 +28,7 @@ step (staleness <= 1). Without prefetch every pull sees every earlier push. In e
 
 import time
 from collections import defaultdict
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,6 +40,7 @@ from cardinal.data.batch import Bag
 from cardinal.embedding import unique_inverse
 from cardinal.ps.client import PSClient
 from cardinal.ps.transport.base import DEFAULT_TIMEOUT, Handle
+from cardinal.worker.pooling import bag_pool
 
 POOLINGS = ("sum", "mean", "none")
 
@@ -45,10 +49,11 @@ POOLINGS = ("sum", "mean", "none")
 class _Lookup:
     """One table's part of a batch: what was pulled and how to pool it."""
 
-    unique: np.ndarray   # (U,) int64
-    inverse: np.ndarray  # (nnz over the table's fields,) int64
-    bounds: list         # per field: (start, stop) in inverse, offsets
-    handle: Handle       # the pull, (U, dim) float32 when waited on
+    fields: list[str]      # the table's fields, in the order their bags were concatenated
+    unique: np.ndarray     # (U,) int64
+    inverse: np.ndarray    # (nnz of all those fields,) int64: positions in unique
+    offsets: np.ndarray    # (n_fields * B + 1,) int64: the bags of every field, one after another
+    handle: Handle         # the pull, (U, dim) float32 when waited on
 
 
 class EmbeddingCollection(nn.Module):
@@ -61,13 +66,20 @@ class EmbeddingCollection(nn.Module):
             raise ValueError("an EmbeddingCollection needs at least one feature")
         self.client, self.features, self.pooling = client, dict(features), pooling
         self.tables = sorted(set(self.features.values()))
+        per_table: dict[str, list[str]] = {t: [] for t in self.tables}
+        for f, t in self.features.items():
+            per_table[t].append(f)
+        self._column = {f: per_table[t].index(f) for f, t in self.features.items()}
         self.max_in_flight, self.timeout = max_in_flight, timeout
         self.step = 0  # recorded with pulls and pushes as the rows' last step
         self._prefetched: tuple[int, dict[str, _Lookup]] | None = None
-        self._pushes: list[Handle] = []
+        self._pushes: list[Handle] = []         # sent to the servers, not yet acknowledged
+        self._sender = ThreadPoolExecutor(1, thread_name_prefix="cardinal-push")
+        self._sending: list[Future] = []        # handed to the push thread, not yet sent
         self.timings: dict[str, float] = defaultdict(float)  # seconds: dedup, pull_wait, push
 
     def _lookup(self, sparse: dict[str, Bag], step: int) -> dict[str, _Lookup]:
+        self._drain()  # earlier pushes reach every shard's queue before these pulls do
         missing = [f for f in self.features if f not in sparse]
         if missing:
             raise ValueError(f"batch has no sparse field {missing[0]!r}; it has {sorted(sparse)}")
@@ -77,14 +89,14 @@ class EmbeddingCollection(nn.Module):
             start_time = time.perf_counter()
             values = np.concatenate([sparse[f].values for f in fields])
             unique, inverse = unique_inverse(values)
-            self.timings["dedup"] += time.perf_counter() - start_time
-            bounds, start = [], 0
+            offsets, base = [], 0
             for f in fields:
-                stop = start + len(sparse[f].values)
-                bounds.append((f, start, stop, sparse[f].offsets))
-                start = stop
+                offsets.append(sparse[f].offsets[:-1] + base)
+                base += len(sparse[f].values)
+            offsets = np.concatenate([*offsets, [base]])
+            self.timings["dedup"] += time.perf_counter() - start_time
             handle = self.client.pull(table, unique, create=self.training, step=step)
-            out[table] = _Lookup(unique, inverse, bounds, handle)
+            out[table] = _Lookup(fields, unique, inverse, offsets, handle)
         return out
 
     def prefetch(self, sparse: dict[str, Bag], step: int | None = None) -> None:
@@ -93,6 +105,23 @@ class EmbeddingCollection(nn.Module):
         self._prefetched = (id(sparse), self._lookup(sparse, self.step if step is None else step))
 
     def forward(self, sparse: dict[str, Bag]) -> dict[str, torch.Tensor]:
+        """Per field: (B, dim) pooled, or (nnz, dim) per-id vectors with ``pooling="none"``."""
+        blocks = self._pooled(sparse)
+        if self.pooling == "none":
+            return {f: blocks[f] for f in self.features}
+        return {f: blocks[t][:, self._column[f]] for f, t in self.features.items()}
+
+    def stacked(self, sparse: dict[str, Bag]) -> torch.Tensor:
+        """(B, n_features, dim) in feature order: the input of models over all fields (one dim)."""
+        if self.pooling == "none":
+            raise ValueError("stacked() needs pooling 'sum' or 'mean'")
+        blocks = self._pooled(sparse)
+        if len(self.tables) == 1:
+            return blocks[self.tables[0]]  # already in feature order, no copy
+        return torch.stack([blocks[t][:, self._column[f]] for f, t in self.features.items()], 1)
+
+    def _pooled(self, sparse) -> dict[str, torch.Tensor]:
+        """table -> (B, fields of that table, dim), or field -> vectors for pooling "none"."""
         if self._prefetched is not None and self._prefetched[0] == id(sparse):
             lookups = self._prefetched[1]
         else:
@@ -106,29 +135,39 @@ class EmbeddingCollection(nn.Module):
             if self.training and torch.is_grad_enabled():
                 rows.requires_grad_(True)
                 rows.register_hook(self._pusher(table, lk.unique))
-            for field, start, stop, offsets in lk.bounds:
-                idx = torch.from_numpy(lk.inverse[start:stop])
-                if self.pooling == "none":
-                    out[field] = F.embedding(idx, rows)
-                else:
-                    out[field] = F.embedding_bag(idx, rows, torch.from_numpy(offsets), mode=self.pooling,
-                                                 include_last_offset=True)
-        return {f: out[f] for f in self.features}
+            if self.pooling == "none":
+                vectors = F.embedding(torch.from_numpy(lk.inverse), rows)
+                batch = (len(lk.offsets) - 1) // len(lk.fields)
+                starts = lk.offsets[::batch] if batch else np.zeros(len(lk.fields) + 1, np.int64)
+                for i, field in enumerate(lk.fields):
+                    out[field] = vectors[starts[i]:starts[i + 1]]
+            else:  # one pooling call per table: backward builds one (U, dim) gradient, not one per field
+                out[table] = bag_pool(rows, lk.inverse, lk.offsets, len(lk.fields), self.pooling)
+        return out
 
     def _pusher(self, table: str, unique: np.ndarray):
         step = self.step
 
         def push(grad: torch.Tensor) -> None:
-            start_time = time.perf_counter()
             g = np.ascontiguousarray(grad.detach().numpy(), dtype=np.float32)
-            while len(self._pushes) >= self.max_in_flight:
-                self._pushes.pop(0).wait(self.timeout)
-            self._pushes.append(self.client.push(table, unique, g, step=step))
-            self.timings["push"] += time.perf_counter() - start_time
+            self._sending.append(self._sender.submit(self._send, table, unique, g, step))
         return push
 
+    def _send(self, table, unique, grad, step) -> None:
+        """On the push thread: route and send one push, keeping at most max_in_flight unacknowledged."""
+        while len(self._pushes) >= self.max_in_flight:
+            self._pushes.pop(0).wait(self.timeout)
+        self._pushes.append(self.client.push(table, unique, grad, step=step))
+
+    def _drain(self) -> None:
+        start_time = time.perf_counter()
+        while self._sending:
+            self._sending.pop(0).result(self.timeout)
+        self.timings["push"] += time.perf_counter() - start_time
+
     def flush(self) -> None:
-        """Wait for every push sent so far (raises the first push error)."""
+        """Wait for every push so far to be applied (raises the first push error)."""
+        self._drain()
         start_time = time.perf_counter()
         while self._pushes:
             self._pushes.pop(0).wait(self.timeout)
