@@ -4,6 +4,7 @@
     cardinal eval RUN_DIR [--checkpoint STEP_DIR]
     cardinal generate OUT_DIR [--set key=value ...]        (keys of [data.synthetic])
     cardinal convert TSV [TSV ...] --out FILE.parquet [--strict]
+    cardinal server [RECIPE] --shard I/N --data-dir DIR [--port P] [--host H] [--set ...]
 """
 
 import argparse
@@ -29,6 +30,13 @@ def parser() -> argparse.ArgumentParser:
     g = sub.add_parser("generate", help="write synthetic Criteo-layout data with a planted teacher")
     g.add_argument("out_dir")
     g.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a [data.synthetic] value")
+    s = sub.add_parser("server", help="serve one shard of a recipe's tables over gRPC")
+    s.add_argument("recipe", nargs="?", default="criteo_synthetic", help="a shipped recipe name or a TOML path")
+    s.add_argument("--shard", required=True, metavar="I/N", help="this server's shard, e.g. 0/4")
+    s.add_argument("--port", type=int, default=0, help="0 picks a free port (printed when ready)")
+    s.add_argument("--host", default="127.0.0.1", help="address to listen on (default: this machine only)")
+    s.add_argument("--data-dir", required=True, help="where this server writes and reads checkpoints")
+    s.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override a recipe value")
     c = sub.add_parser("convert", help="convert Criteo TSV files to Parquet")
     c.add_argument("tsv", nargs="+")
     c.add_argument("--out", required=True)
@@ -40,7 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
-        return {"train": train, "eval": evaluate, "generate": generate, "convert": convert}[args.command](args)
+        commands = {"train": train, "eval": evaluate, "generate": generate, "convert": convert, "server": server}
+        return commands[args.command](args)
     except ValueError as e:
         print(f"cardinal {args.command}: error: {e}", file=sys.stderr)
         return 2
@@ -107,6 +116,21 @@ def generate(args) -> int:
     print(f"teacher AUC on eval: {report['eval']['teacher_auc']:.4f} (logloss {report['eval']['teacher_logloss']:.4f}, "
           f"click rate {report['eval']['click_rate']:.3f}); files in {args.out_dir}")
     return 0
+
+
+def server(args) -> int:
+    from cardinal.ps import ShardStore
+    from cardinal.ps.server import ServerOptions, run
+    from cardinal.train import config, tables
+
+    shard, sep, n = args.shard.partition("/")
+    if not (sep and shard.isdigit() and n.isdigit() and 0 <= int(shard) < int(n)):
+        raise ValueError(f"--shard takes I/N with 0 <= I < N, got {args.shard!r}")
+    recipe = config.load(args.recipe, args.set)
+    ps = recipe.ps
+    store = ShardStore(tables.store_config(recipe), int(shard), int(n))
+    options = ServerOptions(host=args.host, port=args.port, tls_cert=ps.tls_cert or None, tls_key=ps.tls_key or None)
+    return run(store, args.data_dir, ps.job, ps.token(), options)
 
 
 def convert(args) -> int:

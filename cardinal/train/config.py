@@ -14,6 +14,7 @@ one value (TOML syntax: ``--set model.hidden=[256,128]``, ``--set data.format=cr
 """
 
 import inspect
+import os
 import tomllib
 from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
@@ -81,12 +82,26 @@ class DenseOptimizerConfig:
 
 @dataclass(frozen=True)
 class PSConfig:
-    shards: int = 4
-    concurrent: bool = True       # one thread per shard: pulls and pushes overlap compute
+    shards: int = 4               # embedded shards (in this process)
+    concurrent: bool = True       # one thread per embedded shard: pulls and pushes overlap compute
+    job: str = "cardinal"         # servers answer only requests of this job...
+    token_file: str = ""          # ...carrying this token (or $CARDINAL_TOKEN)
+    tls_cert: str = ""            # server certificate and key (PEM): TLS when given
+    tls_key: str = ""
+    tls_ca: str = ""              # what clients trust
 
     def __post_init__(self):
         if self.shards < 1:
             raise ValueError(f"ps.shards must be >= 1, got {self.shards}")
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise ValueError("ps.tls_cert and ps.tls_key go together")
+
+    def token(self) -> str:
+        """The job's token: $CARDINAL_TOKEN, else the contents of ps.token_file."""
+        token = os.environ.get("CARDINAL_TOKEN") or (Path(self.token_file).read_text().strip() if self.token_file else "")
+        if not token:
+            raise ValueError("no job token: set CARDINAL_TOKEN or ps.token_file (servers refuse requests without one)")
+        return token
 
 
 @dataclass(frozen=True)

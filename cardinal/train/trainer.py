@@ -25,9 +25,10 @@ import torch.nn.functional as F
 from torchmetrics.functional.classification import binary_auroc
 from tqdm import tqdm
 
-from cardinal.embedding import TableConfig, parallel
+from cardinal.embedding import parallel
 from cardinal.models import MODELS
-from cardinal.ps import StoreConfig, checkpoint, embedded
+from cardinal.ps import checkpoint, embedded
+from cardinal.train import tables
 from cardinal.train.config import DENSE_OPTIMIZERS, Recipe
 from cardinal.train.readers import make_readers
 from cardinal.train.report import MetricsLog, plot_curves
@@ -48,18 +49,13 @@ class Trainer:
         torch.manual_seed(t.seed)
         self.train_data, self.eval_data, self.data_info = make_readers(recipe.data, t.seed, progress)
         self.fields = list(self.train_data.sparse_fields)
+        assert self.fields == tables.sparse_fields(recipe)
         model_spec = dict(recipe.model)
         model_cls = MODELS[model_spec.pop("name")]
         self.model = model_cls(len(self.train_data.dense_fields), len(self.fields), e.dim, **model_spec)
 
-        # a model's first-order (wide) weight per id is one more column of its embedding row:
-        # one table, one pull and one push per step instead of two
-        self.width = e.dim + (1 if self.model.uses_wide else 0)
-        features = {f: "emb" if e.shared else f for f in self.fields}
-        configs = tuple(TableConfig(n, self.width, e.init_scale, e.seed) for n in sorted(set(features.values())))
-        self.client = embedded(StoreConfig(configs, dict(recipe.sparse_optimizer)), recipe.ps.shards,
-                               recipe.ps.concurrent)
-        self.embedding = EmbeddingCollection(self.client, features, e.pooling, e.max_in_flight)
+        self.client = embedded(tables.store_config(recipe), recipe.ps.shards, recipe.ps.concurrent)
+        self.embedding = EmbeddingCollection(self.client, tables.features(recipe), e.pooling, e.max_in_flight)
         d = recipe.dense_optimizer
         self.optimizer = getattr(torch.optim, DENSE_OPTIMIZERS[d.name])(self.model.parameters(), lr=d.lr,
                                                                         weight_decay=d.weight_decay)

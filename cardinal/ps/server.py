@@ -1,0 +1,90 @@
+"""One parameter server process: a shard store behind gRPC, with the standard health service.
+
+    cardinal server --shard 0/4 --port 7000 --data-dir /data/ps0 --recipe criteo_synthetic
+
+It listens on 127.0.0.1 unless told ``--host``, prints one machine-readable line once it
+listens (``CARDINAL_SERVER_READY shard=0/4 port=7000 incarnation=...``; port 0 picks a free
+port), and on SIGTERM or SIGINT stops taking calls, lets calls in flight finish, and exits 0.
+Checkpoint paths in requests are relative to ``--data-dir`` and may not leave it.
+"""
+
+import logging
+import signal
+import threading
+from concurrent import futures
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from cardinal.ps.servicer import SERVICE, ShardServicer
+from cardinal.ps.store import ShardStore
+
+READY = "CARDINAL_SERVER_READY"
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    host: str = "127.0.0.1"
+    port: int = 0
+    max_message_mb: int = 64
+    max_concurrency: int = 64     # calls beyond this get RESOURCE_EXHAUSTED
+    threads: int = 8
+    grace_s: float = 30.0
+    tls_cert: str | None = None   # PEM files: TLS when both are given
+    tls_key: str | None = None
+
+
+class ShardServer:
+    def __init__(self, store: ShardStore, data_dir: str | Path, job: str, token: str, options: ServerOptions):
+        self.store, self.options = store, options
+        limit = options.max_message_mb << 20
+        self.server = grpc.server(futures.ThreadPoolExecutor(options.threads, thread_name_prefix="cardinal-rpc"),
+                                  maximum_concurrent_rpcs=options.max_concurrency,
+                                  options=[("grpc.max_receive_message_length", limit),
+                                           ("grpc.max_send_message_length", limit)])
+        self.server.add_generic_rpc_handlers((ShardServicer(store, data_dir, job, token).handler(),))
+        self.health = health.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        address = f"{options.host}:{options.port}"
+        if options.tls_cert and options.tls_key:
+            creds = grpc.ssl_server_credentials([(Path(options.tls_key).read_bytes(), Path(options.tls_cert).read_bytes())])
+            self.port = self.server.add_secure_port(address, creds)
+        else:
+            self.port = self.server.add_insecure_port(address)
+        if self.port == 0:
+            raise ValueError(f"cannot listen on {address}")
+        self._stopped = threading.Event()
+
+    def start(self) -> "ShardServer":
+        self.server.start()
+        for name in ("", SERVICE):
+            self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        return self
+
+    def stop(self, grace: float | None = None) -> None:
+        """Refuse new calls, let calls in flight finish (up to ``grace`` seconds), stop."""
+        self.health.enter_graceful_shutdown()
+        self.server.stop(self.options.grace_s if grace is None else grace).wait()
+        self._stopped.set()
+
+    def wait(self) -> None:
+        self._stopped.wait()
+
+
+def run(store: ShardStore, data_dir: str | Path, job: str, token: str, options: ServerOptions) -> int:
+    """Serve until SIGTERM or SIGINT; returns the exit code."""
+    Path(data_dir).mkdir(parents=True, exist_ok=True)
+    server = ShardServer(store, data_dir, job, token, options).start()
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    print(f"{READY} shard={store.shard}/{store.n_shards} host={options.host} port={server.port} "
+          f"incarnation={store.incarnation}", flush=True)
+    while not stop.wait(0.5):
+        pass
+    log.info("shard %d: stopping (calls in flight may finish)", store.shard)
+    server.stop()
+    return 0

@@ -1,0 +1,164 @@
+"""Shard stores in server processes, reached over gRPC (``cardinal server``).
+
+The same six calls as the in-process transport, each a future: requests to different
+shards go out in parallel, and ``wait`` has a deadline. Errors name the shard and address:
+
+    ShardRequestError (a ValueError)  the server refused the request (INVALID_ARGUMENT, ...)
+    ShardUnavailable                  it did not answer, or answered with an internal error
+    ServerRestarted                   its incarnation changed since this client first saw it:
+                                      its rows are gone or older, so training must not go on
+Pushes carry request ids and are retried on UNAVAILABLE; the server applies each once.
+Requests larger than the message limit are split into several.
+"""
+
+import itertools
+import uuid
+from pathlib import Path
+
+import grpc
+import numpy as np
+
+from cardinal.ps.servicer import SERVICE
+from cardinal.ps.transport import wire
+from cardinal.ps.transport.base import DEFAULT_TIMEOUT, Handle, Transport
+
+RETRYABLE = (grpc.StatusCode.UNAVAILABLE,)
+REFUSED = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.PERMISSION_DENIED,
+           grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.RESOURCE_EXHAUSTED)
+
+
+class ShardRequestError(ValueError):
+    pass
+
+
+class ShardUnavailable(RuntimeError):
+    pass
+
+
+class ServerRestarted(RuntimeError):
+    pass
+
+
+class _Call(Handle):
+    """One request to one shard; ``wait`` decodes the reply and checks the incarnation."""
+
+    def __init__(self, transport: "GrpcTransport", shard: int, method: str, message: bytes, retries: int):
+        self.t, self.shard, self.method, self.message, self.retries = transport, shard, method, message, retries
+        self.future = self._send()
+
+    def _send(self):
+        return self.t._stubs[self.shard][self.method].future(self.message, timeout=self.t.timeout,
+                                                             metadata=self.t._metadata)
+
+    def wait(self, timeout: float | None = DEFAULT_TIMEOUT):
+        where = f"shard {self.shard} at {self.t.addresses[self.shard]}"
+        while True:
+            try:
+                reply = self.future.result(timeout)
+                break
+            except grpc.FutureTimeoutError:
+                raise TimeoutError(f"{where}: no answer to {self.method} within {timeout} s") from None
+            except grpc.RpcError as e:
+                code, details = e.code(), e.details()
+                if code in RETRYABLE and self.retries > 0:
+                    self.retries -= 1
+                    self.future = self._send()
+                    continue
+                if code in REFUSED:
+                    raise ShardRequestError(f"{where} refused {self.method}: {code.name}: {details}") from None
+                raise ShardUnavailable(f"{where}: {self.method} failed: {code.name}: {details}") from None
+        header, payload = wire.decode(reply)
+        self.t._check_incarnation(self.shard, header["incarnation"])
+        return header, payload
+
+
+class _Mapped(Handle):
+    def __init__(self, parts: list[Handle], combine):
+        self.parts, self.combine = parts, combine
+
+    def wait(self, timeout: float | None = DEFAULT_TIMEOUT):
+        return self.combine([p.wait(timeout) for p in self.parts])
+
+
+class GrpcTransport(Transport):
+    def __init__(self, addresses: list[str], job: str, token: str, *, timeout: float = DEFAULT_TIMEOUT,
+                 tls_ca: str | None = None, max_message_mb: int = 64, retries: int = 3):
+        if not addresses:
+            raise ValueError("a gRPC transport needs at least one server address")
+        self.addresses, self.n_shards, self.timeout, self.retries = list(addresses), len(addresses), timeout, retries
+        self.limit = max_message_mb << 20
+        options = [("grpc.max_receive_message_length", self.limit), ("grpc.max_send_message_length", self.limit)]
+        creds = grpc.ssl_channel_credentials(Path(tls_ca).read_bytes()) if tls_ca else None
+        self._channels = [grpc.secure_channel(a, creds, options) if creds else grpc.insecure_channel(a, options)
+                          for a in self.addresses]
+        self._stubs = [{m: ch.unary_unary(f"/{SERVICE}/{m}") for m in ("Pull", "Push", "Save", "Load", "Stats")}
+                       for ch in self._channels]
+        self._metadata = (("x-cardinal-job", job), ("x-cardinal-token", token))
+        self._incarnations: list[str | None] = [None] * self.n_shards
+        self._client = uuid.uuid4().hex[:12]
+        self._seq = itertools.count()
+        self._dims: dict[str, int] = {}
+
+    def _check_incarnation(self, shard: int, incarnation: str) -> None:
+        known = self._incarnations[shard]
+        if known is None:
+            self._incarnations[shard] = incarnation
+        elif known != incarnation:
+            raise ServerRestarted(f"shard {shard} at {self.addresses[shard]} restarted (incarnation {known[:8]} -> "
+                                  f"{incarnation[:8]}): its rows are gone or older; restart from the last checkpoint")
+
+    def _call(self, shard, method, header, *arrays, retries=0) -> _Call:
+        header = {"v": wire.PROTOCOL, "shard": shard, "n_shards": self.n_shards, **header}
+        return _Call(self, shard, method, wire.encode(header, *arrays), retries)
+
+    def _dim(self, shard: int, table: str) -> int:
+        if table not in self._dims:
+            tables = self.stats(shard).wait()["tables"]
+            self._dims.update({name: t["dim"] for name, t in tables.items()})
+        if table not in self._dims:
+            raise ShardRequestError(f"unknown table {table!r}; the servers have {sorted(self._dims)}")
+        return self._dims[table]
+
+    def _chunks(self, n: int, bytes_per_id: int) -> list[slice]:
+        per = max(1, int(self.limit * 0.9 - 4096) // bytes_per_id)
+        return [slice(a, min(a + per, n)) for a in range(0, max(n, 1), per)]
+
+    # --- the six calls ---------------------------------------------------------------------
+
+    def pull(self, shard, table, ids, *, create, step):
+        chunks = self._chunks(len(ids), 8 + 4 * self._dim(shard, table))
+        parts = [self._call(shard, "Pull", {"table": table, "ids_bytes": 8 * (c.stop - c.start),
+                                            "create": create, "step": int(step)}, ids[c]) for c in chunks]
+
+        def combine(replies):
+            rows = [np.frombuffer(p, np.float32).reshape(-1, h["dim"]) for h, p in replies]
+            return rows[0].copy() if len(rows) == 1 else np.concatenate(rows)
+        return _Mapped(parts, combine)
+
+    def push(self, shard, table, ids, grads, *, step):
+        dim = grads.shape[1] if grads.ndim == 2 else 0
+        parts = []
+        for c in self._chunks(len(ids), 8 + 4 * max(dim, 1)):
+            g = np.ascontiguousarray(grads[c], np.float32)
+            header = {"table": table, "ids_bytes": 8 * (c.stop - c.start), "grads_bytes": g.nbytes, "dim": dim,
+                      "dtype": "float32", "codec": "raw", "step": int(step),
+                      "request_id": f"{self._client}-{next(self._seq)}"}
+            parts.append(self._call(shard, "Push", header, ids[c], g, retries=self.retries))
+        return _Mapped(parts, lambda _: None)
+
+    def save(self, shard, root, step):
+        return _Mapped([self._call(shard, "Save", {"root": str(root), "step": int(step)})], lambda r: r[0][0])
+
+    def load(self, shard, step_path):
+        return _Mapped([self._call(shard, "Load", {"path": str(step_path)})],
+                       lambda r: {k: v for k, v in r[0][0].items() if k != "incarnation"})
+
+    def stats(self, shard, digest=False):
+        return _Mapped([self._call(shard, "Stats", {"digest": digest})], lambda r: r[0][0]["stats"])
+
+    def health(self, shard):
+        return _Mapped([self._call(shard, "Stats", {})], lambda r: r[0][0]["health"])
+
+    def close(self):
+        for ch in self._channels:
+            ch.close()

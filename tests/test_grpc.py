@@ -1,0 +1,236 @@
+"""Parameter servers over gRPC: the same cases as in-process, a raw bad-request corpus, restarts,
+retries, message limits, and ``cardinal server`` as a real process."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import grpc
+import numpy as np
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from cardinal.embedding import TableConfig
+from cardinal.ps import PSClient, ShardStore, StoreConfig, embedded
+from cardinal.ps.server import READY, ServerOptions, ShardServer
+from cardinal.ps.servicer import SERVICE
+from cardinal.ps.transport import wire
+from cardinal.ps.transport.grpc_transport import GrpcTransport, ServerRestarted, ShardRequestError
+
+CONFIG = StoreConfig((TableConfig("user", 8, seed=1), TableConfig("item", 4, seed=2)), {"name": "adam", "lr": 0.01})
+JOB, TOKEN = "test-job", "s3cret"
+
+
+class Cluster:
+    """n in-process gRPC servers on 127.0.0.1 (ports picked by the OS) and a client; stop() always runs."""
+
+    def __init__(self, n, data_dir, max_message_mb=64, **options):
+        self.stores = [ShardStore(CONFIG, i, n) for i in range(n)]
+        self.data_dir = data_dir
+        opts = ServerOptions(max_message_mb=max_message_mb, **options)
+        self.servers = []
+        try:
+            for s in self.stores:
+                self.servers.append(ShardServer(s, data_dir, JOB, TOKEN, opts).start())
+        except BaseException:
+            self.stop()
+            raise
+        self.addresses = [f"127.0.0.1:{s.port}" for s in self.servers]
+        self.client = PSClient(GrpcTransport(self.addresses, JOB, TOKEN, timeout=20, max_message_mb=max_message_mb))
+
+    def stop(self):
+        for s in self.servers:
+            s.stop(0)
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    made = []
+
+    def make(n, **kwargs):
+        c = Cluster(n, tmp_path / "ps", **kwargs)
+        made.append(c)
+        return c
+    yield make
+    for c in made:
+        c.stop()
+
+
+def train(client, rng, steps=3, n=300):
+    for step in range(1, steps + 1):
+        for table, dim in (("user", 8), ("item", 4)):
+            ids = rng.integers(-2000, 2000, n).astype(np.int64)
+            client.pull(table, ids, step=step).wait()
+            client.push(table, ids, rng.standard_normal((n, dim)).astype(np.float32), step=step).wait()
+
+
+def test_grpc_tables_are_bitwise_equal_to_the_embedded_default(cluster):
+    remote, local = cluster(3).client, embedded(CONFIG, 1)
+    train(remote, np.random.default_rng(4))
+    train(local, np.random.default_rng(4))
+    for table in ("user", "item"):
+        assert remote.digest(table) == local.digest(table)
+
+
+def test_grpc_bad_requests_are_named_and_change_nothing(cluster):
+    c = cluster(2)
+    train(c.client, np.random.default_rng(1), steps=1)
+    before = c.client.digest("user")
+    ids = np.arange(10, dtype=np.int64)
+    with pytest.raises(ShardRequestError, match="unknown table 'nope'"):
+        c.client.pull("nope", ids).wait()
+    grads = np.ones((10, 8), np.float32)
+    grads[3, 1] = np.inf
+    with pytest.raises(ValueError, match="NaN or Inf"):
+        c.client.push("user", ids, grads).wait()
+    with pytest.raises(ValueError, match=r"\(len\(ids\), dim\)|INVALID_ARGUMENT"):
+        c.client.push("user", ids, np.ones((10, 5), np.float32)).wait()
+    assert c.client.digest("user") == before
+    for s in c.stores:
+        s.check()
+
+
+def test_grpc_checkpoint_reshards_into_the_embedded_default(cluster):
+    c = cluster(2)
+    train(c.client, np.random.default_rng(2))
+    root = c.data_dir / "ckpt"
+    c.client.save(str(root), step=3)
+    target = embedded(CONFIG, 3)
+    assert target.load(root)["step"] == 3
+    assert target.digest("user") == c.client.digest("user")
+    back = cluster(1)
+    back.client.load(str(root / "step-0000000003"))
+    assert back.client.digest("item") == c.client.digest("item")
+
+
+def test_a_path_outside_the_data_directory_is_refused(cluster):
+    c = cluster(1)
+    with pytest.raises(ShardRequestError, match="outside this server's data directory"):
+        c.client.save("/tmp/elsewhere", step=1)
+
+
+def _raw(address, method, message, metadata=(("x-cardinal-job", JOB), ("x-cardinal-token", TOKEN))):
+    with grpc.insecure_channel(address) as ch:
+        return ch.unary_unary(f"/{SERVICE}/{method}")(message, metadata=metadata, timeout=10)
+
+
+def _push(ids: bytes, grads: bytes, **header):
+    base = {"v": 1, "shard": 0, "n_shards": 1, "table": "user", "ids_bytes": len(ids), "grads_bytes": len(grads),
+            "dim": 8, "dtype": "float32", "codec": "raw", "step": 1, "request_id": os.urandom(6).hex()}
+    return wire.encode({**base, **header}, ids, grads)
+
+
+IDS = np.arange(4, dtype=np.int64).tobytes()
+GRADS = np.ones((4, 8), np.float32).tobytes()
+NAN = np.full((4, 8), np.nan, np.float32).tobytes()
+CORPUS = {
+    "empty message": ("Push", b"", grpc.StatusCode.INVALID_ARGUMENT, "too short"),
+    "header not json": ("Push", b"\x05\x00\x00\x00{oops", grpc.StatusCode.INVALID_ARGUMENT, "header"),
+    "ids not multiple of 8": ("Push", _push(IDS[:12], GRADS), grpc.StatusCode.INVALID_ARGUMENT, "ids_bytes"),
+    "grads length": ("Push", _push(IDS, GRADS[:-4]), grpc.StatusCode.INVALID_ARGUMENT, "grads_bytes"),
+    "unknown codec": ("Push", _push(IDS, GRADS, codec="zstd"), grpc.StatusCode.INVALID_ARGUMENT, "codec"),
+    "unknown dtype": ("Push", _push(IDS, GRADS, dtype="float16"), grpc.StatusCode.INVALID_ARGUMENT, "dtype"),
+    "wrong dim": ("Push", _push(IDS, np.ones((4, 5), np.float32).tobytes(), dim=5), grpc.StatusCode.INVALID_ARGUMENT, r"\(4, 8\)"),
+    "nan gradient": ("Push", _push(IDS, NAN), grpc.StatusCode.INVALID_ARGUMENT, "NaN"),
+    "unknown table": ("Push", _push(IDS, GRADS, table="x"), grpc.StatusCode.INVALID_ARGUMENT, "unknown table"),
+    "wrong protocol": ("Push", _push(IDS, GRADS, v=7), grpc.StatusCode.FAILED_PRECONDITION, "protocol version"),
+    "wrong shard": ("Push", _push(IDS, GRADS, shard=1, n_shards=2), grpc.StatusCode.FAILED_PRECONDITION, "shard"),
+    "no request id": ("Push", _push(IDS, GRADS, request_id=None), grpc.StatusCode.INVALID_ARGUMENT, "request_id"),
+    "bad step": ("Pull", wire.encode({"v": 1, "shard": 0, "n_shards": 1, "table": "user", "ids_bytes": 32, "step": -5}, IDS),
+                 grpc.StatusCode.INVALID_ARGUMENT, "step"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CORPUS))
+def test_raw_bad_request_corpus(cluster, case):
+    c = cluster(1)
+    train(c.client, np.random.default_rng(0), steps=1)
+    before = c.stores[0].tables["user"].digest()
+    method, message, code, text = CORPUS[case]
+    with pytest.raises(grpc.RpcError) as err:
+        _raw(c.addresses[0], method, message)
+    assert err.value.code() == code and __import__("re").search(text, err.value.details())
+    assert c.stores[0].tables["user"].digest() == before
+    c.stores[0].check()
+    with grpc.insecure_channel(c.addresses[0]) as ch:
+        status = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=SERVICE), timeout=5)
+    assert status.status == health_pb2.HealthCheckResponse.SERVING
+
+
+@pytest.mark.parametrize("metadata, code", [
+    ((), grpc.StatusCode.UNAUTHENTICATED),
+    ((("x-cardinal-job", "other"), ("x-cardinal-token", TOKEN)), grpc.StatusCode.PERMISSION_DENIED),
+    ((("x-cardinal-job", JOB), ("x-cardinal-token", "guess")), grpc.StatusCode.PERMISSION_DENIED),
+])
+def test_requests_of_another_job_or_with_a_wrong_token_are_refused(cluster, metadata, code):
+    c = cluster(1)
+    before = c.stores[0].tables["user"].digest()
+    with pytest.raises(grpc.RpcError) as err:
+        _raw(c.addresses[0], "Push", _push(IDS, GRADS), metadata=metadata)
+    assert err.value.code() == code
+    assert c.stores[0].tables["user"].digest() == before
+
+
+def test_a_retried_push_is_applied_once(cluster):
+    c = cluster(1)
+    message = _push(IDS, GRADS)
+    _raw(c.addresses[0], "Push", message)
+    once = c.stores[0].tables["user"].digest()
+    header, _ = wire.decode(_raw(c.addresses[0], "Push", message))
+    assert header["duplicate"] is True and c.stores[0].tables["user"].digest() == once
+
+
+def test_oversized_messages_are_refused_and_large_pulls_split(cluster):
+    c = cluster(1, max_message_mb=1)
+    ids = np.arange(100_000, dtype=np.int64)  # 0.8 MB of ids, 3.2 MB of rows back
+    rows = c.client.pull("user", ids).wait()
+    assert rows.shape == (100_000, 8)
+    with pytest.raises(grpc.RpcError) as err:
+        _raw(c.addresses[0], "Pull", wire.encode({"v": 1, "shard": 0, "n_shards": 1, "table": "user",
+                                                   "ids_bytes": 2 << 20}, np.zeros(1 << 18, np.int64)))
+    assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+def test_a_restarted_server_is_noticed(cluster, tmp_path):
+    c = cluster(2)
+    train(c.client, np.random.default_rng(0), steps=1)
+    port = c.servers[1].port
+    c.servers[1].stop(0)
+    fresh = ShardServer(ShardStore(CONFIG, 1, 2), tmp_path / "ps", JOB, TOKEN, ServerOptions(port=port)).start()
+    try:
+        ids = np.arange(200, dtype=np.int64)
+        with pytest.raises(ServerRestarted, match=f"shard 1 at 127.0.0.1:{port} restarted"):
+            c.client.pull("user", ids).wait()
+    finally:
+        fresh.stop(0)
+
+
+@pytest.mark.timeout(60)
+def test_server_process_reports_its_port_and_stops_cleanly_on_sigterm(tmp_path):
+    env = {**os.environ, "CARDINAL_TOKEN": TOKEN}
+    cmd = [sys.executable, "-m", "cardinal.cli", "server", "--shard", "0/1", "--data-dir", str(tmp_path),
+           "--set", f'ps.job="{JOB}"', "--set", "embedding.dim=4"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith(READY), line + proc.stderr.read()
+        fields = dict(part.split("=", 1) for part in line.split()[1:])
+        address = f"127.0.0.1:{fields['port']}"
+        client = PSClient(GrpcTransport([address], JOB, TOKEN, timeout=20))
+        assert client.pull("emb", np.arange(5, dtype=np.int64)).wait().shape == (5, 5)  # DeepFM: dim + 1
+        assert client.health()[0]["incarnation"] == fields["incarnation"]
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_server_refuses_to_start_without_a_token(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "CARDINAL_TOKEN"}
+    proc = subprocess.run([sys.executable, "-m", "cardinal.cli", "server", "--shard", "0/1", "--data-dir", str(tmp_path)],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "no job token" in proc.stderr
