@@ -85,6 +85,11 @@ def test_bad_recipe_values_are_named_errors(capsys):
     assert "recipe 'no_such_recipe' not found" in capsys.readouterr().err
 
 
+def test_switching_model_by_override_starts_from_its_defaults():
+    r = config.load("criteo_synthetic", ["model.top=[32]", 'model.name="dlrm"'])
+    assert r.model == {"name": "dlrm", "top": [32]}
+
+
 def test_shipped_recipes_load():
     for path in sorted(config.RECIPES.glob("*.toml")):
         config.load(path)

@@ -11,6 +11,7 @@
 
 An unknown section or key is an error that names it; ``--set section.key=value`` overrides
 one value (TOML syntax: ``--set model.hidden=[256,128]``, ``--set data.format=criteo``).
+``--set model.name=...`` naming another model starts that model from its own defaults.
 """
 
 import inspect
@@ -204,8 +205,12 @@ def load(path: str | Path | None = None, overrides: list[str] = ()) -> Recipe:
             shipped = sorted(q.stem for q in RECIPES.glob("*.toml"))
             raise ValueError(f"recipe {path!r} not found (a path, or one of {shipped})")
         raw = tomllib.loads(p.read_text())
-    for text in overrides:
-        keys, value = parse_override(text)
+    parsed = [parse_override(text) + (text,) for text in overrides]
+    # a new model name first: the recipe's settings for the old model do not carry over
+    parsed.sort(key=lambda p: p[0] != ["model", "name"])
+    for keys, value, text in parsed:
+        if keys == ["model", "name"] and raw.get("model", {}).get("name") != value:
+            raw["model"] = {}
         node = raw
         for k in keys[:-1]:
             node = node.setdefault(k, {})
