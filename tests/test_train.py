@@ -42,9 +42,9 @@ def test_a_run_writes_metrics_curves_summary_and_a_checkpoint(tmp_path):
         Trainer(recipe(tmp_path), run, progress=False).fit()
 
 
-@pytest.mark.parametrize("prefetch", [True, False])
-def test_resume_is_bitwise_equal_to_training_straight_through(tmp_path, prefetch):
-    flags = [f"embedding.prefetch={str(prefetch).lower()}", "train.epochs=3", "train.checkpoint_every=7"]
+@pytest.mark.parametrize("consistency", ["async", "sync"])
+def test_resume_is_bitwise_equal_to_training_straight_through(tmp_path, consistency):
+    flags = [f'embedding.consistency="{consistency}"', "train.epochs=3", "train.checkpoint_every=7"]
     straight = Trainer(recipe(tmp_path, *flags, "train.steps=17"), tmp_path / "a", progress=False)
     straight.fit()
     first = Trainer(recipe(tmp_path, *flags, "train.steps=7"), tmp_path / "b", progress=False)

@@ -3,7 +3,7 @@
     [data]              DataConfig         where batches come from
     [data.synthetic]    SyntheticConfig    the generated data set (format = "synthetic")
     [model]             name + that model's own arguments (checked against its signature)
-    [embedding]         EmbeddingConfig    tables, dim, pooling, prefetch
+    [embedding]         EmbeddingConfig    tables, dim, pooling, consistency
     [sparse_optimizer]  name + that optimizer's hyper-parameters (server side)
     [dense_optimizer]   DenseOptimizerConfig (worker side, torch.optim)
     [ps]                PSConfig           shards of the embedded parameter server
@@ -58,12 +58,17 @@ class EmbeddingConfig:
     shared: bool = True           # one table for all fields (ids never collide) or one per field
     init_scale: float = 0.01
     seed: int = 0
-    prefetch: bool = True
+    consistency: str = "async"    # sync: pulls see every earlier push; async: all but the last `staleness` steps'
+    staleness: int = 1            # async only: with 1, the next batch's pull overlaps this step (prefetch)
     max_in_flight: int = 4
 
     def __post_init__(self):
         if self.dim < 1:
             raise ValueError(f"embedding.dim must be >= 1, got {self.dim}")
+        if self.consistency not in ("sync", "async"):
+            raise ValueError(f"embedding.consistency must be 'sync' or 'async', got {self.consistency!r}")
+        if self.staleness < 0:
+            raise ValueError(f"embedding.staleness must be >= 0, got {self.staleness}")
         if self.pooling not in ("sum", "mean"):
             raise ValueError(f"embedding.pooling must be 'sum' or 'mean', got {self.pooling!r}")
 
@@ -85,6 +90,8 @@ class DenseOptimizerConfig:
 class PSConfig:
     shards: int = 4               # embedded shards (in this process)
     concurrent: bool = True       # one thread per embedded shard: pulls and pushes overlap compute
+    servers: list[str] = field(default_factory=list)  # host:port of each shard's server; empty: embedded
+    timeout_s: float = 20.0       # deadline of each call to a server
     job: str = "cardinal"         # servers answer only requests of this job...
     token_file: str = ""          # ...carrying this token (or $CARDINAL_TOKEN)
     tls_cert: str = ""            # server certificate and key (PEM): TLS when given

@@ -16,14 +16,16 @@ and pools over a leaf tensor of those rows (``pooling.py``, one call per table):
 
 Backward gives ``rows.grad`` (one row per unique id, summed over its uses); a hook hands it
 to a push thread, which routes and sends it with at most ``max_in_flight`` pushes
-unacknowledged. Before any later pull is sent, every earlier push has been queued at its
-shard, so a shard always sees this worker's requests in program order. Call ``flush()`` to
-wait for every push to be applied, e.g. before a checkpoint.
+unacknowledged. Call ``flush()`` to wait for every push to be applied (before a checkpoint).
 
-Prefetch: ``prefetch(next_sparse)`` sends the next batch's pulls while this one trains.
-Those pulls were sent before this batch's push, so rows used by both batches lag by one
-step (staleness <= 1). Without prefetch every pull sees every earlier push. In eval mode
-(``.eval()``) pulls never create rows (unknown ids read as zeros) and nothing is pushed.
+Consistency, for the rows a pull of step t sees of this worker's own pushes:
+  - ``staleness=None`` (sync): every earlier push is applied first;
+  - ``staleness=k`` (async): every push of steps <= t - 1 - k is applied first; with k = 1,
+    ``prefetch(next_sparse)`` sends the next batch's pulls while this one trains, so rows
+    used by two consecutive batches lag by one step.
+Both hold over any transport, since they wait for acknowledgements, not for queue order.
+In eval mode (``.eval()``) pulls never create rows (unknown ids read as zeros) and nothing
+is pushed.
 """
 
 import time
@@ -58,10 +60,13 @@ class _Lookup:
 
 class EmbeddingCollection(nn.Module):
     def __init__(self, client: PSClient, features: dict[str, str], pooling: str = "sum",
-                 max_in_flight: int = 4, timeout: float = DEFAULT_TIMEOUT):
+                 staleness: int | None = 1, max_in_flight: int = 4, timeout: float = DEFAULT_TIMEOUT):
         super().__init__()
         if pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
+        if staleness is not None and staleness < 0:
+            raise ValueError(f"staleness must be None (sync) or >= 0, got {staleness}")
+        self.staleness = staleness
         if not features:
             raise ValueError("an EmbeddingCollection needs at least one feature")
         self.client, self.features, self.pooling = client, dict(features), pooling
@@ -73,13 +78,14 @@ class EmbeddingCollection(nn.Module):
         self.max_in_flight, self.timeout = max_in_flight, timeout
         self.step = 0  # recorded with pulls and pushes as the rows' last step
         self._prefetched: tuple[int, dict[str, _Lookup]] | None = None
-        self._pushes: list[Handle] = []         # sent to the servers, not yet acknowledged
+        self._pushes: list[tuple[int, Handle]] = []  # (step, push) sent, not yet acknowledged
         self._sender = ThreadPoolExecutor(1, thread_name_prefix="cardinal-push")
         self._sending: list[Future] = []        # handed to the push thread, not yet sent
         self.timings: dict[str, float] = defaultdict(float)  # seconds: dedup, pull_wait, push
 
     def _lookup(self, sparse: dict[str, Bag], step: int) -> dict[str, _Lookup]:
-        self._drain()  # earlier pushes reach every shard's queue before these pulls do
+        # sync: every earlier push is applied before this pull; async: all but the last k steps'
+        self._settle(None if self.staleness is None else step - 1 - self.staleness)
         missing = [f for f in self.features if f not in sparse]
         if missing:
             raise ValueError(f"batch has no sparse field {missing[0]!r}; it has {sorted(sparse)}")
@@ -156,19 +162,19 @@ class EmbeddingCollection(nn.Module):
     def _send(self, table, unique, grad, step) -> None:
         """On the push thread: route and send one push, keeping at most max_in_flight unacknowledged."""
         while len(self._pushes) >= self.max_in_flight:
-            self._pushes.pop(0).wait(self.timeout)
-        self._pushes.append(self.client.push(table, unique, grad, step=step))
+            self._pushes.pop(0)[1].wait(self.timeout)
+        self._pushes.append((step, self.client.push(table, unique, grad, step=step)))
 
-    def _drain(self) -> None:
+    def _settle(self, up_to_step: int | None) -> None:
+        """Send every push handed over so far, and wait until those of steps <= ``up_to_step``
+        (all of them when None) are applied."""
         start_time = time.perf_counter()
         while self._sending:
             self._sending.pop(0).result(self.timeout)
+        while self._pushes and (up_to_step is None or self._pushes[0][0] <= up_to_step):
+            self._pushes.pop(0)[1].wait(self.timeout)
         self.timings["push"] += time.perf_counter() - start_time
 
     def flush(self) -> None:
         """Wait for every push so far to be applied (raises the first push error)."""
-        self._drain()
-        start_time = time.perf_counter()
-        while self._pushes:
-            self._pushes.pop(0).wait(self.timeout)
-        self.timings["push"] += time.perf_counter() - start_time
+        self._settle(None)

@@ -1,0 +1,52 @@
+"""This process's place among the workers, and the few collectives the trainer needs.
+
+Started by ``torchrun`` (or ``cardinal launch``), a worker finds RANK and WORLD_SIZE in its
+environment and joins a gloo process group; alone, it is rank 0 of 1 and every collective
+is a no-op. Dense parameters are data-parallel (DistributedDataParallel); embedding rows
+never travel this path, only the parameter servers'.
+"""
+
+import os
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+
+class Workers:
+    def __init__(self, timeout_s: float = 300.0):
+        self.world = int(os.environ.get("WORLD_SIZE", "1"))
+        if self.world > 1 and not dist.is_initialized():
+            dist.init_process_group("gloo", timeout=timedelta(seconds=timeout_s))
+        self.rank = dist.get_rank() if self.world > 1 else 0
+
+    @property
+    def leader(self) -> bool:
+        return self.rank == 0
+
+    def wrap(self, model: nn.Module) -> nn.Module:
+        return nn.parallel.DistributedDataParallel(model) if self.world > 1 else model
+
+    def barrier(self) -> None:
+        if self.world > 1:
+            dist.barrier()
+
+    def sum(self, *values: float) -> list[float]:
+        if self.world == 1:
+            return list(values)
+        t = torch.tensor(values, dtype=torch.float64)
+        dist.all_reduce(t)
+        return t.tolist()
+
+    def gather(self, t: torch.Tensor) -> torch.Tensor:
+        """Every worker's ``t`` (1-d, any length), concatenated in rank order, on every worker."""
+        if self.world == 1:
+            return t
+        parts = [None] * self.world
+        dist.all_gather_object(parts, t)
+        return torch.cat(parts)
+
+    def close(self) -> None:
+        if self.world > 1 and dist.is_initialized():
+            dist.destroy_process_group()
