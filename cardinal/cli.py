@@ -5,11 +5,13 @@
     cardinal generate OUT_DIR [--set key=value ...]        (keys of [data.synthetic])
     cardinal convert TSV [TSV ...] --out FILE.parquet [--strict]
     cardinal server [RECIPE] --shard I/N --data-dir DIR [--port P] [--host H] [--set ...]
+    cardinal launch --servers S --workers W -- [RECIPE] [--set ...] [--resume RUN_DIR]
 """
 
 import argparse
 import json
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -37,6 +39,10 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--host", default="127.0.0.1", help="address to listen on (default: this machine only)")
     s.add_argument("--data-dir", required=True, help="where this server writes and reads checkpoints")
     s.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override a recipe value")
+    lch = sub.add_parser("launch", help="run servers and workers of one job on this machine")
+    lch.add_argument("--servers", type=int, default=2)
+    lch.add_argument("--workers", type=int, default=1)
+    lch.add_argument("train_args", nargs=argparse.REMAINDER, help="-- then what `cardinal train` takes")
     c = sub.add_parser("convert", help="convert Criteo TSV files to Parquet")
     c.add_argument("tsv", nargs="+")
     c.add_argument("--out", required=True)
@@ -48,7 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
-        commands = {"train": train, "eval": evaluate, "generate": generate, "convert": convert, "server": server}
+        commands = {"train": train, "eval": evaluate, "generate": generate, "convert": convert, "server": server,
+                    "launch": launch}
         return commands[args.command](args)
     except ValueError as e:
         print(f"cardinal {args.command}: error: {e}", file=sys.stderr)
@@ -58,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
 def train(args) -> int:
     from cardinal.train import Trainer, config
 
+    shared_dir = os.environ.get("CARDINAL_RUN_DIR")  # set for every worker of a job
     if args.resume:
         run_dir = Path(args.resume)
         if not (run_dir / "recipe.json").exists():
@@ -65,10 +73,16 @@ def train(args) -> int:
         recipe = config.from_dict(_apply(json.loads((run_dir / "recipe.json").read_text()), args.set))
     else:
         recipe = config.load(args.recipe, args.set)
-        run_dir = Path(recipe.train.run_dir) / f"{recipe.train.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        if shared_dir:
+            run_dir = Path(shared_dir)
+        elif int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            raise ValueError("several workers need one run directory: set CARDINAL_RUN_DIR for all of them")
+        else:
+            run_dir = Path(recipe.train.run_dir) / f"{recipe.train.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     print(f"run directory: {run_dir}")
     summary = Trainer(recipe, run_dir).fit(resume=bool(args.resume))
-    _print_summary(summary)
+    if int(os.environ.get("RANK", "0")) == 0:
+        _print_summary(summary)
     return 0
 
 
@@ -116,6 +130,13 @@ def generate(args) -> int:
     print(f"teacher AUC on eval: {report['eval']['teacher_auc']:.4f} (logloss {report['eval']['teacher_logloss']:.4f}, "
           f"click rate {report['eval']['click_rate']:.3f}); files in {args.out_dir}")
     return 0
+
+
+def launch(args) -> int:
+    from cardinal.launch import launch as run
+
+    rest = args.train_args[1:] if args.train_args[:1] == ["--"] else args.train_args
+    return run(args.servers, args.workers, rest)
 
 
 def server(args) -> int:

@@ -18,39 +18,15 @@ from cardinal.ps.server import READY, ServerOptions, ShardServer
 from cardinal.ps.servicer import SERVICE
 from cardinal.ps.transport import wire
 from cardinal.ps.transport.grpc_transport import GrpcTransport, ServerRestarted, ShardRequestError
+from cluster import JOB, TOKEN, Cluster
 
 CONFIG = StoreConfig((TableConfig("user", 8, seed=1), TableConfig("item", 4, seed=2)), {"name": "adam", "lr": 0.01})
-JOB, TOKEN = "test-job", "s3cret"
-
-
-class Cluster:
-    """n in-process gRPC servers on 127.0.0.1 (ports picked by the OS) and a client; stop() always runs."""
-
-    def __init__(self, n, data_dir, max_message_mb=64, **options):
-        self.stores = [ShardStore(CONFIG, i, n) for i in range(n)]
-        self.data_dir = data_dir
-        opts = ServerOptions(max_message_mb=max_message_mb, **options)
-        self.servers = []
-        try:
-            for s in self.stores:
-                self.servers.append(ShardServer(s, data_dir, JOB, TOKEN, opts).start())
-        except BaseException:
-            self.stop()
-            raise
-        self.addresses = [f"127.0.0.1:{s.port}" for s in self.servers]
-        self.client = PSClient(GrpcTransport(self.addresses, JOB, TOKEN, timeout=20, max_message_mb=max_message_mb))
-
-    def stop(self):
-        for s in self.servers:
-            s.stop(0)
-
-
 @pytest.fixture
 def cluster(tmp_path):
     made = []
 
     def make(n, **kwargs):
-        c = Cluster(n, tmp_path / "ps", **kwargs)
+        c = Cluster(CONFIG, n, tmp_path / "ps", **kwargs)
         made.append(c)
         return c
     yield make

@@ -102,4 +102,5 @@ def test_no_new_cli_options():
     options = {name: sorted(o for a in p._actions for o in a.option_strings) for name, p in sub.choices.items()}
     assert options == {"train": ["--help", "--resume", "--set", "-h"], "eval": ["--checkpoint", "--help", "-h"],
                        "generate": ["--help", "--set", "-h"], "convert": ["--help", "--out", "--strict", "-h"],
-                       "server": ["--data-dir", "--help", "--host", "--port", "--set", "--shard", "-h"]}
+                       "server": ["--data-dir", "--help", "--host", "--port", "--set", "--shard", "-h"],
+                       "launch": ["--help", "--servers", "--workers", "-h"]}

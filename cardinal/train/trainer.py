@@ -56,7 +56,11 @@ class Trainer:
         if t.kernel_threads:
             parallel.set_threads(t.kernel_threads)
         torch.manual_seed(t.seed)
-        self.train_data, self.eval_data, self.data_info = make_readers(recipe.data, t.seed, progress)
+        if not self.workers.leader:
+            self.workers.barrier()  # worker 0 generates the data set first
+        self.train_data, self.eval_data, self.data_info = make_readers(recipe.data, t.seed, self.progress)
+        if self.workers.leader:
+            self.workers.barrier()
         self.fields = list(self.train_data.sparse_fields)
         assert self.fields == tables.sparse_fields(recipe)
         model_spec = dict(recipe.model)

@@ -1,0 +1,27 @@
+"""In-process gRPC servers for tests: 127.0.0.1, ports picked by the OS, always stopped."""
+
+from cardinal.ps import PSClient, ShardStore, StoreConfig
+from cardinal.ps.server import ServerOptions, ShardServer
+from cardinal.ps.transport.grpc_transport import GrpcTransport
+
+JOB, TOKEN = "test-job", "s3cret"
+
+
+class Cluster:
+    def __init__(self, config: StoreConfig, n: int, data_dir, max_message_mb: int = 64, **options):
+        self.stores = [ShardStore(config, i, n) for i in range(n)]
+        self.data_dir = data_dir
+        opts = ServerOptions(max_message_mb=max_message_mb, **options)
+        self.servers = []
+        try:
+            for s in self.stores:
+                self.servers.append(ShardServer(s, data_dir, JOB, TOKEN, opts).start())
+        except BaseException:
+            self.stop()
+            raise
+        self.addresses = [f"127.0.0.1:{s.port}" for s in self.servers]
+        self.client = PSClient(GrpcTransport(self.addresses, JOB, TOKEN, timeout=20, max_message_mb=max_message_mb))
+
+    def stop(self):
+        for s in self.servers:
+            s.stop(0)

@@ -1,0 +1,120 @@
+"""Training against parameter servers in other processes: equality with the embedded default,
+the launcher, and the faults a job must survive (real processes, bounded in time)."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from cardinal.train import Trainer, config, tables
+from cluster import JOB, TOKEN, Cluster
+
+
+def recipe(tmp_path, *extra):
+    return config.load(None, [f'data.cache_dir="{tmp_path / "data"}"', "data.synthetic.rows=4000",
+                              "data.synthetic.eval_rows=1000", "data.synthetic.vocab=300", "data.batch_size=250",
+                              "data.eval_batch_size=1000", "model.hidden=[16]", "embedding.dim=4",
+                              "train.log_every=2", *extra])
+
+
+def test_sync_worker_against_servers_is_bitwise_equal_to_the_embedded_default(tmp_path, monkeypatch):
+    monkeypatch.setenv("CARDINAL_TOKEN", TOKEN)
+    sync = ['embedding.consistency="sync"', "train.steps=10", "train.checkpoint_every=5"]
+    local = Trainer(recipe(tmp_path, *sync), tmp_path / "local", progress=False)
+    local.fit()
+    cluster = Cluster(tables.store_config(recipe(tmp_path)), 3, tmp_path)
+    try:
+        servers = "ps.servers=[" + ",".join(f'"{a}"' for a in cluster.addresses) + "]"
+        remote = Trainer(recipe(tmp_path, *sync, servers, f'ps.job="{JOB}"'), tmp_path / "remote", progress=False)
+        summary = remote.fit()
+        assert remote.client.digest("emb") == local.client.digest("emb")
+        for k, v in local.model.state_dict().items():
+            assert torch.equal(v, remote.model.state_dict()[k]), k
+        assert Path(summary["checkpoint"]).parent == (tmp_path / "remote" / "checkpoints").resolve()
+    finally:
+        cluster.stop()
+
+
+# --- the launcher, as a user runs it ------------------------------------------------------
+
+def launch_cmd(tmp_path, servers, workers, *sets, resume=None):
+    base = [f'data.cache_dir="{tmp_path / "data"}"', f'train.run_dir="{tmp_path / "runs"}"',
+            "data.synthetic.rows=6000", "data.synthetic.eval_rows=1000", "data.synthetic.vocab=300",
+            "data.batch_size=250", "model.hidden=[16]", "embedding.dim=4", "train.log_every=1", "ps.timeout_s=8", *sets]
+    args = sum((["--set", s] for s in base), [])
+    tail = ["--resume", str(resume)] if resume else []
+    return [sys.executable, "-m", "cardinal.cli", "launch", "--servers", str(servers), "--workers", str(workers),
+            "--", *args, *tail]
+
+
+def leftovers(marker: Path) -> list[str]:
+    out = subprocess.run(["pgrep", "-af", str(marker)], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if "pgrep" not in line]
+
+
+def run_launch(cmd, timeout=240):
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return proc.returncode, out
+
+
+@pytest.mark.timeout(300)
+def test_launch_two_servers_two_workers_trains_and_leaves_nothing_behind(tmp_path):
+    code, out = run_launch(launch_cmd(tmp_path, 2, 2))
+    assert code == 0, out
+    run_dir = Path(re.search(r"run directory (\S+)", out).group(1))
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["workers"] == 2 and summary["eval_auc"] > 0.55
+    assert (run_dir / "checkpoints").is_dir() and "[server 1]" in out and "[worker 1]" in out
+    assert leftovers(tmp_path) == []
+
+
+@pytest.mark.timeout(300)
+def test_a_killed_server_fails_the_job_naming_it_and_the_job_resumes_from_its_checkpoint(tmp_path):
+    cmd = launch_cmd(tmp_path, 2, 1, "train.epochs=50", "train.checkpoint_every=4")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        out = []
+        run_dir = None
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            out.append(line)
+            if m := re.search(r"run directory (\S+)", line):
+                run_dir = Path(m.group(1))
+            if run_dir and (run_dir / "checkpoints" / "step-0000000008" / "commit.json").exists():
+                break
+        assert run_dir is not None, "".join(out)
+        victim = [p for p in leftovers(tmp_path) if "--shard 1/2" in p]
+        assert victim, "server 1 not found"
+        killed_at = time.monotonic()
+        os.kill(int(victim[0].split()[0]), signal.SIGKILL)
+        rest, _ = proc.communicate(timeout=60)
+        out.append(rest)
+        text = "".join(out)
+        assert proc.returncode not in (0, None)
+        assert time.monotonic() - killed_at < 30
+        assert re.search(r"shard 1 at 127\.0\.0\.1:\d+", text), text[-3000:]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert leftovers(tmp_path) == []
+    code, out = run_launch(launch_cmd(tmp_path, 3, 1, "train.epochs=50", "train.checkpoint_every=4", "train.steps=14",
+                                      resume=run_dir))
+    assert code == 0, out
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["steps"] == 14  # went on from a checkpoint >= 8, resharded from 2 servers to 3
+    assert leftovers(tmp_path) == []
