@@ -210,3 +210,65 @@ def test_server_refuses_to_start_without_a_token(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "cardinal.cli", "server", "--shard", "0/1", "--data-dir", str(tmp_path)],
                           env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "no job token" in proc.stderr
+
+
+def test_calls_beyond_the_concurrency_limit_are_refused_and_change_nothing(cluster):
+    import concurrent.futures as cf
+
+    c = cluster(1, max_concurrency=1, threads=4)
+    ids = np.arange(200_000, dtype=np.int64)  # a 3.2 MB reply: under a plain channel's 4 MB limit
+    c.stores[0].pull("item", ids)
+    before = c.stores[0].tables["item"].digest()
+    message = wire.encode({"v": 1, "shard": 0, "n_shards": 1, "table": "item", "ids_bytes": ids.nbytes,
+                           "create": False}, ids)
+    codes = []
+
+    def call(_):
+        try:
+            _raw(c.addresses[0], "Pull", message)
+            return "OK"
+        except grpc.RpcError as e:
+            return e.code().name
+
+    with cf.ThreadPoolExecutor(8) as pool:
+        codes = list(pool.map(call, range(16)))
+    assert "RESOURCE_EXHAUSTED" in codes and "OK" in codes, codes
+    assert set(codes) <= {"OK", "RESOURCE_EXHAUSTED"}
+    assert c.stores[0].tables["item"].digest() == before
+
+
+@pytest.mark.skipif(__import__("shutil").which("openssl") is None, reason="openssl is needed to make test certificates")
+def test_a_client_backs_off_when_its_own_requests_exceed_the_limit(cluster):
+    c = cluster(1, max_concurrency=1, threads=4)
+    rows = c.client.pull("item", np.arange(600_000, dtype=np.int64)).wait()  # several chunks at once
+    assert rows.shape == (600_000, 4)
+
+
+@pytest.mark.skipif(__import__("shutil").which("openssl") is None, reason="openssl is needed to make test certificates")
+def test_tls_when_certificates_are_given(tmp_path):
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+                    "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
+                   check=True, capture_output=True)
+    store = ShardStore(CONFIG, 0, 1)
+    server = ShardServer(store, tmp_path, JOB, TOKEN, ServerOptions(tls_cert=str(cert), tls_key=str(key))).start()
+    try:
+        client = PSClient(GrpcTransport([f"127.0.0.1:{server.port}"], JOB, TOKEN, tls_ca=str(cert), timeout=20))
+        assert client.pull("user", np.arange(3, dtype=np.int64)).wait().shape == (3, 8)
+        plain = PSClient(GrpcTransport([f"127.0.0.1:{server.port}"], JOB, TOKEN, timeout=5))
+        with pytest.raises(Exception, match="shard 0 at 127.0.0.1"):
+            plain.pull("user", np.arange(3, dtype=np.int64)).wait()
+    finally:
+        server.stop(0)
+
+
+def test_a_frozen_server_is_named_within_the_deadline(cluster):
+    c = cluster(2)
+    slow = PSClient(GrpcTransport(c.addresses, JOB, TOKEN, timeout=1.5))
+    ids = np.arange(100, dtype=np.int64)
+    slow.pull("user", ids).wait()
+    c.servers[1].server.stop(None)  # stops answering, as a frozen process would look to a client
+    start = time.monotonic()
+    with pytest.raises(Exception, match=r"shard 1 at 127\.0\.0\.1:\d+"):
+        slow.pull("user", ids).wait()
+    assert time.monotonic() - start < 10

@@ -7,11 +7,13 @@ shards go out in parallel, and ``wait`` has a deadline. Errors name the shard an
     ShardUnavailable                  it did not answer, or answered with an internal error
     ServerRestarted                   its incarnation changed since this client first saw it:
                                       its rows are gone or older, so training must not go on
-Pushes carry request ids and are retried on UNAVAILABLE; the server applies each once.
-Requests larger than the message limit are split into several.
+Pushes carry request ids and are retried on UNAVAILABLE; the server applies each once. A
+call refused for the server's concurrency limit never ran, and is sent again after a
+backoff. Requests are split into messages of at most ``chunk_mb``, sent together.
 """
 
 import itertools
+import time
 import uuid
 from pathlib import Path
 
@@ -22,7 +24,7 @@ from cardinal.ps.servicer import SERVICE
 from cardinal.ps.transport import wire
 from cardinal.ps.transport.base import DEFAULT_TIMEOUT, Handle, Transport
 
-RETRYABLE = (grpc.StatusCode.UNAVAILABLE,)
+BUSY_RETRIES, BUSY_BACKOFF_S = 8, 0.05
 REFUSED = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.PERMISSION_DENIED,
            grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.RESOURCE_EXHAUSTED)
 
@@ -44,6 +46,7 @@ class _Call(Handle):
 
     def __init__(self, transport: "GrpcTransport", shard: int, method: str, message: bytes, retries: int):
         self.t, self.shard, self.method, self.message, self.retries = transport, shard, method, message, retries
+        self.busy = 0
         self.future = self._send()
 
     def _send(self):
@@ -59,14 +62,21 @@ class _Call(Handle):
             except grpc.FutureTimeoutError:
                 raise TimeoutError(f"{where}: no answer to {self.method} within {timeout} s") from None
             except grpc.RpcError as e:
-                code, details = e.code(), e.details()
-                if code in RETRYABLE and self.retries > 0:
+                code, details = e.code(), e.details() or ""
+                if code == grpc.StatusCode.UNAVAILABLE and self.retries > 0:  # pushes: the server dedups retries
                     self.retries -= 1
+                    self.future = self._send()
+                    continue
+                if code == grpc.StatusCode.RESOURCE_EXHAUSTED and "Concurrent RPC limit" in details \
+                        and self.busy < BUSY_RETRIES:  # refused before it ran: safe to send again, a little later
+                    time.sleep(BUSY_BACKOFF_S * 2 ** self.busy)
+                    self.busy += 1
                     self.future = self._send()
                     continue
                 if code in REFUSED:
                     raise ShardRequestError(f"{where} refused {self.method}: {code.name}: {details}") from None
                 raise ShardUnavailable(f"{where}: {self.method} failed: {code.name}: {details}") from None
+        self.t.bytes_received += len(reply)
         header, payload = wire.decode(reply)
         self.t._check_incarnation(self.shard, header["incarnation"])
         return header, payload
@@ -82,11 +92,12 @@ class _Mapped(Handle):
 
 class GrpcTransport(Transport):
     def __init__(self, addresses: list[str], job: str, token: str, *, timeout: float = DEFAULT_TIMEOUT,
-                 tls_ca: str | None = None, max_message_mb: int = 64, retries: int = 3):
+                 tls_ca: str | None = None, max_message_mb: int = 64, retries: int = 3, chunk_mb: float = 4.0):
         if not addresses:
             raise ValueError("a gRPC transport needs at least one server address")
         self.addresses, self.n_shards, self.timeout, self.retries = list(addresses), len(addresses), timeout, retries
         self.limit = max_message_mb << 20
+        self.chunk_bytes = int(chunk_mb * (1 << 20))
         options = [("grpc.max_receive_message_length", self.limit), ("grpc.max_send_message_length", self.limit)]
         creds = grpc.ssl_channel_credentials(Path(tls_ca).read_bytes()) if tls_ca else None
         self._channels = [grpc.secure_channel(a, creds, options) if creds else grpc.insecure_channel(a, options)
@@ -98,6 +109,7 @@ class GrpcTransport(Transport):
         self._client = uuid.uuid4().hex[:12]
         self._seq = itertools.count()
         self._dims: dict[str, int] = {}
+        self.bytes_sent = self.bytes_received = 0  # message bytes, for traffic figures
 
     def _check_incarnation(self, shard: int, incarnation: str) -> None:
         known = self._incarnations[shard]
@@ -109,7 +121,9 @@ class GrpcTransport(Transport):
 
     def _call(self, shard, method, header, *arrays, retries=0) -> _Call:
         header = {"v": wire.PROTOCOL, "shard": shard, "n_shards": self.n_shards, **header}
-        return _Call(self, shard, method, wire.encode(header, *arrays), retries)
+        message = wire.encode(header, *arrays)
+        self.bytes_sent += len(message)
+        return _Call(self, shard, method, message, retries)
 
     def _dim(self, shard: int, table: str) -> int:
         if table not in self._dims:
@@ -120,7 +134,8 @@ class GrpcTransport(Transport):
         return self._dims[table]
 
     def _chunks(self, n: int, bytes_per_id: int) -> list[slice]:
-        per = max(1, int(self.limit * 0.9 - 4096) // bytes_per_id)
+        """Requests of at most ``chunk_mb`` (and under the message limit), sent together."""
+        per = max(1, int(min(self.limit * 0.9, self.chunk_bytes) - 4096) // bytes_per_id)
         return [slice(a, min(a + per, n)) for a in range(0, max(n, 1), per)]
 
     # --- the six calls ---------------------------------------------------------------------

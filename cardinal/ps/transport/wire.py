@@ -29,8 +29,9 @@ class WireError(ValueError):
 
 
 def encode(header: dict, *payload: np.ndarray | bytes) -> bytes:
+    """One message; arrays are copied once, straight into it."""
     head = json.dumps(header, separators=(",", ":")).encode()
-    parts = [p if isinstance(p, bytes) else np.ascontiguousarray(p).tobytes() for p in payload]
+    parts = [p if isinstance(p, bytes) else memoryview(np.ascontiguousarray(p)).cast("B") for p in payload]
     return b"".join([_LEN.pack(len(head)), head, *parts])
 
 
