@@ -234,6 +234,10 @@ class Trainer:
 
     def _summary(self, final: dict, samples: int, train_time: float) -> dict:
         timings = {**self.timings, **self.embedding.timings}
+        transport = self.client.transport
+        if hasattr(transport, "bytes_sent"):  # network traffic, all workers together
+            sent, received = self.workers.sum(transport.bytes_sent, transport.bytes_received)
+            final = {**final, "bytes_sent": sent, "bytes_received": received}
         summary = {**final, "steps": self.step, "samples": samples, "train_seconds": train_time,
                    "samples_per_s": samples / train_time if train_time else 0.0, "timings_s": timings,
                    "bad_lines": getattr(self.train_data, "bad_lines", 0),
