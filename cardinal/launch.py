@@ -24,6 +24,14 @@ from cardinal.ps.server import READY
 
 GRACE_S = 10.0
 SERVER_START_S = 120.0
+_out = threading.Lock()
+
+
+def say(text: str, stream=None) -> None:
+    """One whole line to stdout (or ``stream``): the streaming threads and the launcher share it."""
+    with _out:
+        (stream or sys.stdout).write(text if text.endswith("\n") else text + "\n")
+        (stream or sys.stdout).flush()
 
 
 class Process:
@@ -41,8 +49,7 @@ class Process:
             if line.startswith(READY):
                 self.fields = dict(part.split("=", 1) for part in line.split()[1:])
                 self.ready.set()
-            sys.stdout.write(f"[{self.name}] {line}")
-            sys.stdout.flush()
+            say(f"[{self.name}] {line}")
 
     def alive(self) -> bool:
         return self.popen.poll() is None
@@ -103,10 +110,10 @@ def launch(n_servers: int, n_workers: int, train_args: list[str]) -> int:
         for p in processes:
             while not p.ready.wait(0.2):
                 if not p.alive() or interrupted.is_set() or time.monotonic() > deadline:
-                    print(f"cardinal launch: {p.name} did not start", file=sys.stderr)
+                    say(f"cardinal launch: {p.name} did not start", sys.stderr)
                     return 130 if interrupted.is_set() else 1
         addresses = [f"127.0.0.1:{p.fields['port']}" for p in processes]
-        print(f"cardinal launch: {n_servers} servers at {', '.join(addresses)}; run directory {run_dir}", flush=True)
+        say(f"cardinal launch: {n_servers} servers at {', '.join(addresses)}; run directory {run_dir}")
         threads = str(max(1, (os.cpu_count() or 1) // n_workers))  # as torchrun does: no oversubscription
         worker_env = {**env, "OMP_NUM_THREADS": env.get("OMP_NUM_THREADS", threads), "WORLD_SIZE": str(n_workers),
                       "MASTER_ADDR": "127.0.0.1",
@@ -126,18 +133,18 @@ def launch(n_servers: int, n_workers: int, train_args: list[str]) -> int:
 def _supervise(servers: list[Process], workers: list[Process], interrupted: threading.Event) -> int:
     while True:
         if interrupted.is_set():
-            print("cardinal launch: interrupted; stopping every process", file=sys.stderr)
+            say("cardinal launch: interrupted; stopping every process", sys.stderr)
             return 130
         codes = [w.popen.poll() for w in workers]
         failed = [(w, c) for w, c in zip(workers, codes) if c not in (None, 0)]
         if failed:
             w, code = failed[0]
-            print(f"cardinal launch: {w.name} exited with code {code}; stopping the rest", file=sys.stderr)
+            say(f"cardinal launch: {w.name} exited with code {code}; stopping the rest", sys.stderr)
             return code
         if all(c == 0 for c in codes):
             return 0
         for s in servers:
             if not s.alive():
-                print(f"cardinal launch: {s.name} exited with code {s.popen.returncode}", file=sys.stderr)
+                say(f"cardinal launch: {s.name} exited with code {s.popen.returncode}", sys.stderr)
                 servers.remove(s)  # the workers notice on their next call and exit, naming it
         time.sleep(0.2)

@@ -70,12 +70,7 @@ class EmbeddingTable:
         rows = np.empty(len(ids), np.int64)
         step = np.uint32(step)
         with self.lock:
-            cols, ix = self.storage.columns(), self.index
-            tags, slots = ix.tags.array, ix.slots.array
-            parallel.over_subs(len(ids), lambda lo, hi: RK.lookup(
-                tags, slots, ix.sub_off, ix.sub_cap, cols.ids, cols.data, cols.count, cols.last_step,
-                ids, rows, out, self.dim, step, create, lo, hi))
-            del cols, tags, slots
+            self._lookup(ids, rows, out, step, create)
             missing = np.flatnonzero(rows < 0)
             if create and len(missing):
                 new_rows = self._rows(ids[missing])
@@ -85,6 +80,15 @@ class EmbeddingTable:
                 RK.gather(cols.data, new_rows, self.dim, part)
                 out[missing] = part
         return out
+
+    def _lookup(self, ids, rows, out, step, seen) -> None:
+        """The fast path of a pull, in parallel by sub-table (lock held). The arena views are
+        locals: they are gone before anything may grow the arenas."""
+        cols, ix = self.storage.columns(), self.index
+        tags, slots = ix.tags.array, ix.slots.array
+        parallel.over_subs(len(ids), lambda lo, hi: RK.lookup(
+            tags, slots, ix.sub_off, ix.sub_cap, cols.ids, cols.data, cols.count, cols.last_step,
+            ids, rows, out, self.dim, step, seen, lo, hi))
 
     def push(self, ids: np.ndarray, grads: np.ndarray, *, step: int = 0) -> None:
         """Apply the optimizer to the rows of ``ids`` (n,), gradients (n, dim) float32.

@@ -9,16 +9,13 @@ from dataclasses import dataclass
 import numba as nb
 import numpy as np
 
-from cardinal.optim.adagrad import fill_state
-from cardinal.optim.base import OptimizerConfig, SparseOptimizer
+from cardinal.optim.adagrad import AdagradConfig, fill_state
+from cardinal.optim.base import SparseOptimizer
 
 
 @dataclass(frozen=True)
-class RowWiseAdagradConfig(OptimizerConfig):
-    lr: float = 0.05
-    eps: float = 1e-10
-    initial_accumulator: float = 0.0
-    weight_decay: float = 0.0
+class RowWiseAdagradConfig(AdagradConfig):
+    """The same hyper-parameters as element-wise Adagrad."""
 
 
 @nb.njit(nogil=True, cache=True)

@@ -3,7 +3,6 @@
 from dataclasses import dataclass
 
 import numba as nb
-import numpy as np
 
 from cardinal.optim.base import OptimizerConfig, SparseOptimizer
 
