@@ -18,8 +18,8 @@ class MetricsLog:
         return [json.loads(line) for line in self.path.read_text().splitlines() if line]
 
 
-def plot_curves(records: list[dict], out: Path, title: str) -> None:
-    """Training loss and evaluation AUC against steps."""
+def plot_curves(records: list[dict], out: Path, title: str, best_auc: float | None = None) -> None:
+    """Training loss and evaluation AUC against steps (and the best AUC possible, when known)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -30,7 +30,10 @@ def plot_curves(records: list[dict], out: Path, title: str) -> None:
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.8))
     a.plot([r["step"] for r in train], [r["loss"] for r in train], color="tab:blue")
     a.set(xlabel="step", ylabel="training logloss", title="loss")
-    b.plot([r["step"] for r in evals], [r["eval_auc"] for r in evals], "o-", color="tab:orange")
+    b.plot([r["step"] for r in evals], [r["eval_auc"] for r in evals], "o-", color="tab:orange", label="model")
+    if best_auc is not None:
+        b.axhline(best_auc, color="gray", linestyle="--", label=f"teacher {best_auc:.3f}")
+    b.legend(loc="best")
     b.set(xlabel="step", ylabel="AUC", title="evaluation AUC")
     for ax in (a, b):
         ax.grid(alpha=0.3)

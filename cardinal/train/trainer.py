@@ -246,7 +246,8 @@ class Trainer:
             summary["teacher_eval_auc"] = self.data_info["teacher"]["eval"]["teacher_auc"]
         if self.workers.leader:
             (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
-            plot_curves(self.metrics.read(), self.run_dir / "curves.png", self.recipe.train.name)
+            plot_curves(self.metrics.read(), self.run_dir / "curves.png", self.recipe.train.name,
+                        summary.get("teacher_eval_auc"))
         return summary
 
 
