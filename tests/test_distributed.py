@@ -81,26 +81,32 @@ def test_launch_two_servers_two_workers_trains_and_leaves_nothing_behind(tmp_pat
     assert leftovers(tmp_path) == []
 
 
+def wait_for_checkpoint(proc, step: int, out: list, limit_s: float = 180) -> Path | None:
+    """Read the launcher's output until checkpoint ``step`` is committed; returns the run directory."""
+    run_dir, deadline = None, time.monotonic() + limit_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        line = proc.stdout.readline()
+        out.append(line)
+        if m := re.search(r"run directory (\S+)", line):
+            run_dir = Path(m.group(1))
+        if run_dir and (run_dir / "checkpoints" / f"step-{step:010d}" / "commit.json").exists():
+            return run_dir
+    return None
+
+
 @pytest.mark.timeout(300)
-def test_a_killed_server_fails_the_job_naming_it_and_the_job_resumes_from_its_checkpoint(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSTOP], ids=["killed", "frozen"])
+def test_a_failed_server_fails_the_job_naming_it_and_the_job_resumes_from_its_checkpoint(tmp_path, sig):
     cmd = launch_cmd(tmp_path, 2, 1, "train.epochs=50", "train.checkpoint_every=4")
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         out = []
-        run_dir = None
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            out.append(line)
-            if m := re.search(r"run directory (\S+)", line):
-                run_dir = Path(m.group(1))
-            if run_dir and (run_dir / "checkpoints" / "step-0000000008" / "commit.json").exists():
-                break
+        run_dir = wait_for_checkpoint(proc, 8, out)
         assert run_dir is not None, "".join(out)
         victim = [p for p in leftovers(tmp_path) if "--shard 1/2" in p]
         assert victim, "server 1 not found"
         killed_at = time.monotonic()
-        os.kill(int(victim[0].split()[0]), signal.SIGKILL)
+        os.kill(int(victim[0].split()[0]), sig)
         rest, _ = proc.communicate(timeout=60)
         out.append(rest)
         text = "".join(out)
@@ -112,9 +118,76 @@ def test_a_killed_server_fails_the_job_naming_it_and_the_job_resumes_from_its_ch
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     assert leftovers(tmp_path) == []
+    if sig == signal.SIGSTOP:
+        return  # resuming is the same as after a kill
     code, out = run_launch(launch_cmd(tmp_path, 3, 1, "train.epochs=50", "train.checkpoint_every=4", "train.steps=14",
                                       resume=run_dir))
     assert code == 0, out
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["steps"] == 14  # went on from a checkpoint >= 8, resharded from 2 servers to 3
     assert leftovers(tmp_path) == []
+
+
+@pytest.mark.timeout(300)
+def test_a_server_dying_in_a_save_leaves_the_previous_checkpoint_and_the_job_resumes(tmp_path, monkeypatch):
+    monkeypatch.setenv("CARDINAL_FAILPOINTS", "save.before_shard_manifest=exit@2")  # the servers' second save
+    cmd = launch_cmd(tmp_path, 2, 1, "train.epochs=50", "train.checkpoint_every=4")
+    code, out = run_launch(cmd)
+    assert code != 0 and "shard" in out
+    run_dir = Path(re.search(r"run directory (\S+)", out).group(1))
+    assert config_steps(run_dir) == [4]  # step 8 was never committed
+    assert (run_dir / "checkpoints" / "step-0000000008").is_dir()  # ...though its files were begun
+    monkeypatch.delenv("CARDINAL_FAILPOINTS")
+    code, out = run_launch(launch_cmd(tmp_path, 1, 1, "train.epochs=50", "train.checkpoint_every=4", "train.steps=10",
+                                      resume=run_dir))
+    assert code == 0, out
+    assert json.loads((run_dir / "summary.json").read_text())["steps"] == 10
+    assert leftovers(tmp_path) == []
+
+
+def config_steps(run_dir: Path) -> list[int]:
+    from cardinal.ps import checkpoint
+
+    return checkpoint.committed_steps(run_dir / "checkpoints")
+
+
+@pytest.mark.timeout(240)
+def test_a_worker_killed_mid_training_leaves_the_servers_running_and_whole(tmp_path):
+    env = {**os.environ, "CARDINAL_TOKEN": TOKEN, "PYTHONUNBUFFERED": "1"}
+    sets = [f'ps.job="{JOB}"', "embedding.dim=4", 'model.hidden=[16]']
+    me = [sys.executable, "-m", "cardinal.cli"]
+    servers = [subprocess.Popen([*me, "server", "--shard", f"{i}/2", "--data-dir", str(tmp_path),
+                                 *sum((["--set", s] for s in sets), [])], env=env, stdout=subprocess.PIPE, text=True)
+               for i in range(2)]
+    worker = None
+    try:
+        ports = [dict(p.split("=", 1) for p in s.stdout.readline().split()[1:])["port"] for s in servers]
+        addresses = [f"127.0.0.1:{p}" for p in ports]
+        train_sets = [*sets, "ps.servers=[" + ",".join(f'"{a}"' for a in addresses) + "]",
+                      f'data.cache_dir="{tmp_path / "data"}"', "data.synthetic.rows=200000", "data.batch_size=500",
+                      "train.log_every=1"]
+        worker = subprocess.Popen([*me, "train", *sum((["--set", s] for s in train_sets), [])],
+                                  env={**env, "CARDINAL_RUN_DIR": str(tmp_path / "run")},
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        metrics = tmp_path / "run" / "metrics.jsonl"
+        deadline = time.monotonic() + 150
+        while time.monotonic() < deadline and not (metrics.exists() and len(metrics.read_text().splitlines()) >= 5):
+            time.sleep(0.1)
+        assert worker.poll() is None, "the worker ended before it could be killed"
+        worker.kill()  # in the middle of its pulls and pushes
+        worker.wait()
+        from cardinal.ps import PSClient
+        from cardinal.ps.transport.grpc_transport import GrpcTransport
+
+        client = PSClient(GrpcTransport(addresses, JOB, TOKEN, timeout=20))
+        stats = client.stats(check=True)  # every shard's invariants hold
+        assert sum(s["tables"]["emb"]["rows"] for s in stats) > 0
+        assert client.digest("emb") == client.digest("emb")  # nothing half-applied still moving
+        ids = __import__("numpy").arange(50, dtype="int64")
+        client.push("emb", ids, __import__("numpy").ones((50, 5), "float32"), step=1).wait()
+        assert all(s.poll() is None for s in servers)
+    finally:
+        for p in [*servers, *([worker] if worker else [])]:
+            if p.poll() is None:
+                p.kill()
+                p.wait()

@@ -96,8 +96,9 @@ class PSClient:
         return {"path": str(path), "step": info["step"], "extra": info["extra"],
                 "rows": {t: sum(r["rows"][t] for r in results) for t in results[0]["rows"]}}
 
-    def stats(self) -> list[dict]:
-        return [self.transport.stats(s).wait() for s in range(self.n_shards)]
+    def stats(self, check: bool = False) -> list[dict]:
+        """Every shard's stats; ``check=True`` verifies each shard's invariants first."""
+        return [self.transport.stats(s, check=check).wait() for s in range(self.n_shards)]
 
     def health(self) -> list[dict]:
         return [self.transport.health(s).wait() for s in range(self.n_shards)]

@@ -135,5 +135,9 @@ class ShardServicer:
         return self.store.load(str(self._inside(wire.field(header, "path", str)))), []
 
     def _stats(self, header, payload):
-        return {"stats": self.store.stats(digest=wire.field(header, "digest", bool, False)),
-                "health": self.store.health()}, []
+        try:
+            stats = self.store.stats(digest=wire.field(header, "digest", bool, False),
+                                     check=wire.field(header, "check", bool, False))
+        except AssertionError as e:
+            raise _Abort(grpc.StatusCode.DATA_LOSS, f"shard {self.store.shard} failed its check: {e}") from None
+        return {"stats": stats, "health": self.store.health()}, []

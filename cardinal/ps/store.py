@@ -85,7 +85,11 @@ class ShardStore:
         self.tables, self.step = fresh, info["step"]
         return {"step": info["step"], "rows": {n: len(t) for n, t in fresh.items()}}
 
-    def stats(self, digest: bool = False) -> dict:
+    def stats(self, digest: bool = False, check: bool = False) -> dict:
+        """Rows and bytes per table; with ``digest`` each table's digest, and with ``check``
+        the invariants are verified first (an AssertionError names the broken one)."""
+        if check:
+            self.check()
         tables = {}
         for name, t in self.tables.items():
             tables[name] = {"rows": len(t), "bytes": t.nbytes, "dim": t.dim, "optimizer": t.optimizer.name}

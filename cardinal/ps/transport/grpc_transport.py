@@ -168,8 +168,8 @@ class GrpcTransport(Transport):
         return _Mapped([self._call(shard, "Load", {"path": str(step_path)})],
                        lambda r: {k: v for k, v in r[0][0].items() if k != "incarnation"})
 
-    def stats(self, shard, digest=False):
-        return _Mapped([self._call(shard, "Stats", {"digest": digest})], lambda r: r[0][0]["stats"])
+    def stats(self, shard, digest=False, check=False):
+        return _Mapped([self._call(shard, "Stats", {"digest": digest, "check": check})], lambda r: r[0][0]["stats"])
 
     def health(self, shard):
         return _Mapped([self._call(shard, "Stats", {})], lambda r: r[0][0]["health"])

@@ -41,8 +41,8 @@ class InProcessTransport(Transport):
     def load(self, shard, step_path):
         return self._call(shard, "load", step_path)
 
-    def stats(self, shard, digest=False):
-        return self._call(shard, "stats", digest)
+    def stats(self, shard, digest=False, check=False):
+        return self._call(shard, "stats", digest, check)
 
     def health(self, shard):
         return self._call(shard, "health")
