@@ -117,3 +117,42 @@ def test_compiled_pooling_matches_embedding_bag_forward_and_backward(mode, rng):
     g_ours, = torch.autograd.grad((ours * weights).sum(), rows)
     g_theirs, = torch.autograd.grad((theirs * weights).sum(), rows)
     torch.testing.assert_close(g_ours, g_theirs)
+
+
+def test_geo_with_interval_one_and_sgd_matches_sync_sgd():
+    from cardinal.worker.geo import GeoCache
+
+    seq = [{"x": bag([[1, 2]]), "y": bag([[2]]), "z": bag([[7]])},
+           {"x": bag([[2, 3]]), "y": bag([[1]]), "z": bag([[7, 8]])},
+           {"x": bag([[1]]), "y": bag([[3]]), "z": bag([[8]])}]
+
+    def run(geo: bool):
+        client = embedded(CONFIG, 2)
+        cache = GeoCache(client, {"name": "sgd", "lr": 1.0}, 1, 20) if geo else None
+        emb = EmbeddingCollection(client, FEATURES, "sum", None, geo=cache)
+        for step, sparse in enumerate(seq, 1):
+            emb.step = step
+            out = emb(sparse)
+            sum((i + 1) * v.sum() for i, v in enumerate(out.values())).backward()
+        emb.flush()
+        return {t: rows_of(client, t, ids) for t, ids in (("a", [1, 2, 3]), ("b", [7, 8]))}
+
+    sync, geo = run(False), run(True)
+    for t in sync:
+        np.testing.assert_allclose(geo[t], sync[t], rtol=1e-6, atol=1e-6)
+
+
+def test_geo_pushes_changes_only_at_the_end_of_each_interval():
+    from cardinal.worker.geo import GeoCache
+
+    client = embedded(CONFIG, 2)
+    emb = EmbeddingCollection(client, FEATURES, "sum", None, geo=GeoCache(client, {"name": "sgd", "lr": 1.0}, 3, 20))
+    sparse = {"x": bag([[1]]), "y": bag([[2]]), "z": bag([[7]])}
+    start = client.pull("a", np.array([1], np.int64)).wait()  # the row as the servers create it
+    for step in (1, 2, 3):
+        emb.step = step
+        emb(sparse)["x"].sum().backward()
+        np.testing.assert_array_equal(rows_of(client, "a", [1]), start)  # still only on the worker
+    emb.step = 4
+    emb(sparse)  # a new interval begins: the three steps' change reaches the servers
+    np.testing.assert_allclose(rows_of(client, "a", [1]), start - 3.0, rtol=1e-6)

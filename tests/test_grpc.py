@@ -107,6 +107,7 @@ CORPUS = {
     "ids not multiple of 8": ("Push", _push(IDS[:12], GRADS), grpc.StatusCode.INVALID_ARGUMENT, "ids_bytes"),
     "grads length": ("Push", _push(IDS, GRADS[:-4]), grpc.StatusCode.INVALID_ARGUMENT, "grads_bytes"),
     "unknown codec": ("Push", _push(IDS, GRADS, codec="zstd"), grpc.StatusCode.INVALID_ARGUMENT, "codec"),
+    "unknown kind": ("Push", _push(IDS, GRADS, kind="sum"), grpc.StatusCode.INVALID_ARGUMENT, "kind"),
     "unknown dtype": ("Push", _push(IDS, GRADS, dtype="float16"), grpc.StatusCode.INVALID_ARGUMENT, "dtype"),
     "wrong dim": ("Push", _push(IDS, np.ones((4, 5), np.float32).tobytes(), dim=5), grpc.StatusCode.INVALID_ARGUMENT, r"\(4, 8\)"),
     "nan gradient": ("Push", _push(IDS, NAN), grpc.StatusCode.INVALID_ARGUMENT, "NaN"),

@@ -93,6 +93,7 @@ def _bad_requests(store):
         "list ids": (lambda: store.pull("user", [1, 2, 3]), "numpy int64 array"),
         "2-d ids": (lambda: store.pull("user", good_ids.reshape(3, 1)), "one-dimensional"),
         "negative step": (lambda: store.pull("user", good_ids, step=-1), "step"),
+        "unknown push kind": (lambda: store.push("user", good_ids, g, kind="sum"), "kind"),
     }
 
 
@@ -137,3 +138,16 @@ def test_stats_and_health():
     health = client.health()
     assert [h["shard"] for h in health] == [0, 1] and all(h["status"] == "serving" for h in health)
     assert health[0]["incarnation"] != health[1]["incarnation"]
+
+
+def test_a_delta_push_adds_to_the_values_and_leaves_optimizer_state_alone():
+    store = ShardStore(CONFIG)
+    ids = np.array([4, 4, 9], np.int64)
+    before = store.pull("user", ids, create=True)
+    state_before = store.tables["user"].export()["data"][:, 8:].copy()
+    delta = np.arange(24, dtype=np.float32).reshape(3, 8)
+    store.push("user", ids, delta, kind="delta")
+    after = store.pull("user", ids, create=False)
+    np.testing.assert_allclose(after[2], before[2] + delta[2])
+    np.testing.assert_allclose(after[0], before[0] + delta[0] + delta[1])  # duplicates summed
+    np.testing.assert_array_equal(store.tables["user"].export()["data"][:, 8:], state_before)

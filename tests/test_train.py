@@ -42,7 +42,7 @@ def test_a_run_writes_metrics_curves_summary_and_a_checkpoint(tmp_path):
         Trainer(recipe(tmp_path), run, progress=False).fit()
 
 
-@pytest.mark.parametrize("consistency", ["async", "sync"])
+@pytest.mark.parametrize("consistency", ["async", "sync", "geo"])
 def test_resume_is_bitwise_equal_to_training_straight_through(tmp_path, consistency):
     flags = [f'embedding.consistency="{consistency}"', "train.epochs=3", "train.checkpoint_every=7"]
     straight = Trainer(recipe(tmp_path, *flags, "train.steps=17"), tmp_path / "a", progress=False)

@@ -62,6 +62,18 @@ def lookup(tags, slots, sub_off, sub_cap, ids, data, count, last_step, keys, row
 
 
 @nb.njit(nogil=True, cache=True)
+def add_values(data, rows, deltas):
+    """data[rows[i], :dim] += deltas[i]: a GEO-SGD delta, no optimizer.
+
+    deltas,  # (u, dim) float32, rows unique
+    """
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        for j in range(deltas.shape[1]):
+            data[r, j] += deltas[i, j]
+
+
+@nb.njit(nogil=True, cache=True)
 def touch(count, last_step, rows, step, seen):
     """Metadata of a pull (``seen=True``: count += 1) or a push (``seen=False``)."""
     for i in range(rows.shape[0]):

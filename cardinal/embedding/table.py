@@ -81,6 +81,11 @@ class EmbeddingTable:
                 out[missing] = part
         return out
 
+    def has(self, ids: np.ndarray) -> np.ndarray:
+        """(n,) bool: which ids have a row. Changes nothing."""
+        with self.lock:
+            return self.index.find(self.storage.columns().ids, ids) >= 0
+
     def _lookup(self, ids, rows, out, step, seen) -> None:
         """The fast path of a pull, in parallel by sub-table (lock held). The arena views are
         locals: they are gone before anything may grow the arenas."""
@@ -90,8 +95,10 @@ class EmbeddingTable:
             tags, slots, ix.sub_off, ix.sub_cap, cols.ids, cols.data, cols.count, cols.last_step,
             ids, rows, out, self.dim, step, seen, lo, hi))
 
-    def push(self, ids: np.ndarray, grads: np.ndarray, *, step: int = 0) -> None:
-        """Apply the optimizer to the rows of ``ids`` (n,), gradients (n, dim) float32.
+    def push(self, ids: np.ndarray, grads: np.ndarray, *, step: int = 0, kind: str = "grad") -> None:
+        """Apply the optimizer to the rows of ``ids`` (n,), gradients (n, dim) float32; or,
+        with ``kind="delta"``, add the arrays to the rows' values (GEO-SGD: changes a worker
+        made locally), leaving optimizer state alone.
 
         Duplicate ids are summed in order of appearance first; unknown ids are created.
         """
@@ -100,7 +107,10 @@ class EmbeddingTable:
         with self.lock:
             rows = self._rows(unique)
             cols = self.storage.columns()
-            self.optimizer.apply(cols.data, rows, summed, self.dim)
+            if kind == "delta":
+                RK.add_values(cols.data, rows, summed)
+            else:
+                self.optimizer.apply(cols.data, rows, summed, self.dim)
             RK.touch(cols.count, cols.last_step, rows, np.uint32(step), False)
 
     def _rows(self, ids: np.ndarray) -> np.ndarray:

@@ -55,13 +55,15 @@ class PSClient:
             return out
         return Gathered(handles, combine)
 
-    def push(self, table: str, ids: np.ndarray, grads: np.ndarray, *, step: int = 0) -> Handle:
+    def push(self, table: str, ids: np.ndarray, grads: np.ndarray, *, step: int = 0, kind: str = "grad") -> Handle:
         validate.check_ids(ids)
         if not isinstance(grads, np.ndarray) or grads.ndim != 2 or len(grads) != len(ids):
             raise ValueError(f"gradients must be an array of shape (len(ids), dim) = ({len(ids)}, dim), "
                              f"got {getattr(grads, 'shape', type(grads).__name__)}")
         validate.check_grads(grads, len(ids), grads.shape[1], table)
-        handles = [self.transport.push(s, table, ids[pos], grads[pos], step=step) for s, pos in self._parts(ids)]
+        validate.check_kind(kind)
+        handles = [self.transport.push(s, table, ids[pos], grads[pos], step=step, kind=kind)
+                   for s, pos in self._parts(ids)]
         return Gathered(handles, lambda _: None)
 
     def save(self, root: str, step: int, *, keep: int = 1, extra: dict | None = None,

@@ -108,7 +108,7 @@ class ShardServicer:
                     raise _Abort(grpc.StatusCode.ABORTED, f"request_id: the first attempt of {request_id} failed; retry")
             return {"duplicate": True}, []
         try:
-            self.store.push(table, ids, grads, step=step)
+            self.store.push(table, ids, grads, step=step, kind=wire.field(header, "kind", str, "grad"))
         except BaseException:
             with self._seen_lock:
                 self._seen.pop(request_id, None)  # not applied: a retry may apply it

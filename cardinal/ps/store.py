@@ -51,11 +51,13 @@ class ShardStore:
         validate.check_step(step)
         return self.tables[table].pull(ids, create=create, step=step)
 
-    def push(self, table: str, ids: np.ndarray, grads: np.ndarray, *, step: int = 0) -> None:
+    def push(self, table: str, ids: np.ndarray, grads: np.ndarray, *, step: int = 0, kind: str = "grad") -> None:
+        """Gradients for the optimizer, or (``kind="delta"``) changes to add to the values."""
         self._check_ids(table, ids)
         validate.check_grads(grads, len(ids), self.tables[table].dim, table)
         validate.check_step(step)
-        self.tables[table].push(ids, grads, step=step)
+        validate.check_kind(kind)
+        self.tables[table].push(ids, grads, step=step, kind=kind)
         self.step = max(self.step, step)
 
     def _check_ids(self, table, ids):

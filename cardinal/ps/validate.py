@@ -35,6 +35,14 @@ def check_grads(grads, n: int, dim: int, table: str) -> None:
                          "lower the learning rate or clip gradients")
 
 
+PUSH_KINDS = ("grad", "delta")
+
+
+def check_kind(kind) -> None:
+    if kind not in PUSH_KINDS:
+        raise ValueError(f"kind: a push carries one of {PUSH_KINDS}, got {kind!r}")
+
+
 def check_step(step) -> None:
     if not isinstance(step, (int, np.integer)) or isinstance(step, bool) or not 0 <= step <= MAX_STEP:
         raise ValueError(f"step must be an integer in [0, {MAX_STEP}], got {step!r}")

@@ -58,15 +58,19 @@ class EmbeddingConfig:
     shared: bool = True           # one table for all fields (ids never collide) or one per field
     init_scale: float = 0.01
     seed: int = 0
-    consistency: str = "async"    # sync: pulls see every earlier push; async: all but the last `staleness` steps'
+    consistency: str = "async"    # sync: pulls see every earlier push; async: all but the last `staleness` steps';
+                                  # geo: rows train on the worker, changes pushed every `geo_interval` steps
     staleness: int = 1            # async only: with 1, the next batch's pull overlaps this step (prefetch)
+    geo_interval: int = 4         # geo only
     max_in_flight: int = 4
 
     def __post_init__(self):
         if self.dim < 1:
             raise ValueError(f"embedding.dim must be >= 1, got {self.dim}")
-        if self.consistency not in ("sync", "async"):
-            raise ValueError(f"embedding.consistency must be 'sync' or 'async', got {self.consistency!r}")
+        if self.consistency not in ("sync", "async", "geo"):
+            raise ValueError(f"embedding.consistency must be 'sync', 'async' or 'geo', got {self.consistency!r}")
+        if self.geo_interval < 1:
+            raise ValueError(f"embedding.geo_interval must be >= 1, got {self.geo_interval}")
         if self.staleness < 0:
             raise ValueError(f"embedding.staleness must be >= 0, got {self.staleness}")
         if self.pooling not in ("sum", "mean"):

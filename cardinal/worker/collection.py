@@ -42,6 +42,7 @@ from cardinal.data.batch import Bag
 from cardinal.embedding import unique_inverse
 from cardinal.ps.client import PSClient
 from cardinal.ps.transport.base import DEFAULT_TIMEOUT, Handle
+from cardinal.worker.geo import GeoCache
 from cardinal.worker.pooling import bag_pool
 
 POOLINGS = ("sum", "mean", "none")
@@ -60,13 +61,15 @@ class _Lookup:
 
 class EmbeddingCollection(nn.Module):
     def __init__(self, client: PSClient, features: dict[str, str], pooling: str = "sum",
-                 staleness: int | None = 1, max_in_flight: int = 4, timeout: float = DEFAULT_TIMEOUT):
+                 staleness: int | None = 1, max_in_flight: int = 4, timeout: float = DEFAULT_TIMEOUT,
+                 geo: GeoCache | None = None):
         super().__init__()
         if pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
         if staleness is not None and staleness < 0:
             raise ValueError(f"staleness must be None (sync) or >= 0, got {staleness}")
         self.staleness = staleness
+        self.geo = geo  # GEO-SGD: rows train here, their changes go to the servers every k steps
         if not features:
             raise ValueError("an EmbeddingCollection needs at least one feature")
         self.client, self.features, self.pooling = client, dict(features), pooling
@@ -86,6 +89,8 @@ class EmbeddingCollection(nn.Module):
     def _lookup(self, sparse: dict[str, Bag], step: int) -> dict[str, _Lookup]:
         # sync: every earlier push is applied before this pull; async: all but the last k steps'
         self._settle(None if self.staleness is None else step - 1 - self.staleness)
+        if self.geo is not None and self.training:
+            self.geo.sync_if_due(step)
         missing = [f for f in self.features if f not in sparse]
         if missing:
             raise ValueError(f"batch has no sparse field {missing[0]!r}; it has {sorted(sparse)}")
@@ -101,7 +106,8 @@ class EmbeddingCollection(nn.Module):
                 base += len(sparse[f].values)
             offsets = np.concatenate([*offsets, [base]])
             self.timings["dedup"] += time.perf_counter() - start_time
-            handle = self.client.pull(table, unique, create=self.training, step=step)
+            handle = None if self.geo is not None and self.training else \
+                self.client.pull(table, unique, create=self.training, step=step)
             out[table] = _Lookup(fields, unique, inverse, offsets, handle)
         return out
 
@@ -136,7 +142,8 @@ class EmbeddingCollection(nn.Module):
         out = {}
         for table, lk in lookups.items():
             start_time = time.perf_counter()
-            rows = torch.from_numpy(lk.handle.wait(self.timeout))
+            pulled = self.geo.rows(table, lk.unique, self.step) if lk.handle is None else lk.handle.wait(self.timeout)
+            rows = torch.from_numpy(pulled)
             self.timings["pull_wait"] += time.perf_counter() - start_time
             if self.training and torch.is_grad_enabled():
                 rows.requires_grad_(True)
@@ -156,6 +163,9 @@ class EmbeddingCollection(nn.Module):
 
         def push(grad: torch.Tensor) -> None:
             g = np.ascontiguousarray(grad.detach().numpy(), dtype=np.float32)
+            if self.geo is not None:
+                self.geo.apply(table, unique, g, step)
+                return
             self._sending.append(self._sender.submit(self._send, table, unique, g, step))
         return push
 
@@ -176,5 +186,8 @@ class EmbeddingCollection(nn.Module):
         self.timings["push"] += time.perf_counter() - start_time
 
     def flush(self) -> None:
-        """Wait for every push so far to be applied (raises the first push error)."""
+        """Wait for every push so far to be applied (raises the first push error); in GEO
+        mode, push every local change first."""
+        if self.geo is not None:
+            self.geo.sync(self.step)
         self._settle(None)

@@ -150,13 +150,13 @@ class GrpcTransport(Transport):
             return rows[0].copy() if len(rows) == 1 else np.concatenate(rows)
         return _Mapped(parts, combine)
 
-    def push(self, shard, table, ids, grads, *, step):
+    def push(self, shard, table, ids, grads, *, step, kind="grad"):
         dim = grads.shape[1] if grads.ndim == 2 else 0
         parts = []
         for c in self._chunks(len(ids), 8 + 4 * max(dim, 1)):
             g = np.ascontiguousarray(grads[c], np.float32)
             header = {"table": table, "ids_bytes": 8 * (c.stop - c.start), "grads_bytes": g.nbytes, "dim": dim,
-                      "dtype": "float32", "codec": "raw", "step": int(step),
+                      "dtype": "float32", "codec": "raw", "step": int(step), "kind": kind,
                       "request_id": f"{self._client}-{next(self._seq)}"}
             parts.append(self._call(shard, "Push", header, ids[c], g, retries=self.retries))
         return _Mapped(parts, lambda _: None)

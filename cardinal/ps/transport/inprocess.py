@@ -32,8 +32,8 @@ class InProcessTransport(Transport):
     def pull(self, shard, table, ids, *, create, step):
         return self._call(shard, "pull", table, ids, create=create, step=step)
 
-    def push(self, shard, table, ids, grads, *, step):
-        return self._call(shard, "push", table, ids, grads, step=step)
+    def push(self, shard, table, ids, grads, *, step, kind="grad"):
+        return self._call(shard, "push", table, ids, grads, step=step, kind=kind)
 
     def save(self, shard, root, step):
         return self._call(shard, "save", root, step)
