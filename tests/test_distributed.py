@@ -191,3 +191,33 @@ def test_a_worker_killed_mid_training_leaves_the_servers_running_and_whole(tmp_p
             if p.poll() is None:
                 p.kill()
                 p.wait()
+
+
+def final_state(run_dir: Path, recipe_obj):
+    """Table digest and dense tensors of a run's newest checkpoint, read back in this process."""
+    from cardinal.ps import checkpoint, embedded
+    from cardinal.train.state_io import load_tree
+
+    found = checkpoint.latest(run_dir / "checkpoints")
+    client = embedded(tables.store_config(recipe_obj), 1)
+    client.load(found)
+    return found.name, client.digest("emb"), load_tree(found / "dense")["model"]
+
+
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("restart_servers", [3, 1])
+def test_stopping_everything_after_a_save_and_restarting_is_bitwise_equal(tmp_path, restart_servers):
+    sync = ['embedding.consistency="sync"', "train.checkpoint_every=3", "train.epochs=5"]
+    code, out = run_launch(launch_cmd(tmp_path, 2, 1, *sync, "train.steps=9"))
+    assert code == 0, out
+    straight = Path(re.search(r"run directory (\S+)", out).group(1))
+    code, out = run_launch(launch_cmd(tmp_path, 2, 1, *sync, "train.steps=6"))
+    assert code == 0, out
+    stopped = Path(re.search(r"run directory (\S+)", out).group(1))
+    code, out = run_launch(launch_cmd(tmp_path, restart_servers, 1, *sync, "train.steps=9", resume=stopped))
+    assert code == 0, out
+    recipe_obj = config.load("criteo_synthetic", ["embedding.dim=4", "model.hidden=[16]"])
+    a, b = final_state(straight, recipe_obj), final_state(stopped, recipe_obj)
+    assert a[0] == b[0] == "step-0000000009" and a[1] == b[1]
+    assert all(torch.equal(a[2][k], b[2][k]) for k in a[2])
+    assert leftovers(tmp_path) == []
