@@ -6,11 +6,15 @@
     client.save("ckpt/", step=3)                         # every shard, then the commit marker
 
 The client routes ids to shards (``routing.split``, stable), sends one request per shard
-that has ids, and assembles the answers when waited on. A request is checked here in full
+that has ids, and assembles the answers when waited on. Every pull and push carries a
+request id; on a TransientError the client sends it again, and the store applies it once. A request is checked here in full
 before any shard sees it, and every shard checks the rest the same way, so a bad request is
 rejected everywhere or nowhere.
 """
 
+import itertools
+import time
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +22,28 @@ import numpy as np
 from cardinal.embedding import combine_digests
 from cardinal.ps import checkpoint, validate
 from cardinal.ps.routing import split
-from cardinal.ps.transport.base import DEFAULT_TIMEOUT, Handle, Transport
+from cardinal.ps.transport.base import DEFAULT_TIMEOUT, Handle, TransientError, Transport
+
+
+class Resending(Handle):
+    """One request; sent again (same request id) when it fails transiently, up to ``retries`` times."""
+
+    def __init__(self, send, retries: int):
+        self.send, self.left = send, retries
+        self.handle = send()
+
+    def wait(self, timeout: float | None = DEFAULT_TIMEOUT):
+        delay = 0.01
+        while True:
+            try:
+                return self.handle.wait(timeout)
+            except TransientError:
+                if self.left == 0:
+                    raise
+                self.left -= 1
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+                self.handle = self.send()
 
 
 class Gathered(Handle):
@@ -32,9 +57,14 @@ class Gathered(Handle):
 
 
 class PSClient:
-    def __init__(self, transport: Transport):
-        self.transport = transport
+    def __init__(self, transport: Transport, retries: int = 5):
+        self.transport, self.retries = transport, retries
         self.n_shards = transport.n_shards
+        self._client = uuid.uuid4().hex[:12]
+        self._seq = itertools.count()
+
+    def _request_id(self) -> str:
+        return f"{self._client}-{next(self._seq)}"
 
     def _parts(self, ids: np.ndarray):
         """(shard, positions) for each shard that has ids; shard 0 for an empty request."""
@@ -46,7 +76,8 @@ class PSClient:
     def pull(self, table: str, ids: np.ndarray, *, create: bool = True, step: int = 0) -> Handle:
         validate.check_ids(ids)
         parts = self._parts(ids)
-        handles = [self.transport.pull(s, table, ids[pos], create=create, step=step) for s, pos in parts]
+        handles = [self._resending(lambda s=s, pos=pos, rid=self._request_id(): self.transport.pull(
+            s, table, ids[pos], create=create, step=step, request_id=rid)) for s, pos in parts]
 
         def combine(results):
             out = np.empty((len(ids), results[0].shape[1]), np.float32)
@@ -62,9 +93,12 @@ class PSClient:
                              f"got {getattr(grads, 'shape', type(grads).__name__)}")
         validate.check_grads(grads, len(ids), grads.shape[1], table)
         validate.check_kind(kind)
-        handles = [self.transport.push(s, table, ids[pos], grads[pos], step=step, kind=kind)
-                   for s, pos in self._parts(ids)]
+        handles = [self._resending(lambda s=s, pos=pos, rid=self._request_id(): self.transport.push(
+            s, table, ids[pos], grads[pos], step=step, kind=kind, request_id=rid)) for s, pos in self._parts(ids)]
         return Gathered(handles, lambda _: None)
+
+    def _resending(self, send) -> Handle:
+        return Resending(send, self.retries)
 
     def save(self, root: str, step: int, *, keep: int = 1, extra: dict | None = None,
              before_commit=None, timeout: float | None = None) -> Path:

@@ -8,18 +8,17 @@ optimizers. Failures map to status codes that say what to change:
     UNAUTHENTICATED      no job id or token;  PERMISSION_DENIED: another job, a wrong token
     RESOURCE_EXHAUSTED   (from gRPC itself) oversized messages, more calls than the limit
 
-A push carries a request id; a retried push (same id) is acknowledged without being applied
-again. Ids are remembered in a bounded window (``dedup_memory`` pushes).
+A push carries a request id (a pull may): the store applies each request once
+(``request_log.py``), so a client may safely send again what it is unsure arrived.
 """
 
 import hmac
 import logging
-import threading
-from collections import OrderedDict
 from pathlib import Path
 
 import grpc
 
+from cardinal.ps.request_log import FirstAttemptFailed
 from cardinal.ps.store import ShardStore
 from cardinal.ps.transport import wire
 
@@ -34,12 +33,9 @@ class _Abort(Exception):
 
 
 class ShardServicer:
-    def __init__(self, store: ShardStore, data_dir: str | Path, job: str, token: str, dedup_memory: int = 100_000):
+    def __init__(self, store: ShardStore, data_dir: str | Path, job: str, token: str):
         self.store, self.data_dir = store, Path(data_dir).resolve()
         self.job, self.token = job, token
-        self.dedup_memory = dedup_memory
-        self._seen: OrderedDict[str, threading.Event] = OrderedDict()
-        self._seen_lock = threading.Lock()
 
     def handler(self) -> grpc.GenericRpcHandler:
         methods = {"Pull": self._pull, "Push": self._push, "Save": self._save, "Load": self._load, "Stats": self._stats}
@@ -58,6 +54,8 @@ class ShardServicer:
                 context.abort(e.code, e.message)
             except ValueError as e:  # the store's and the wire's validation errors
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+            except FirstAttemptFailed as e:
+                context.abort(grpc.StatusCode.ABORTED, str(e))
             except Exception as e:  # a bug: keep serving, say so
                 log.exception("shard %d: %s failed", self.store.shard, fn.__name__)
                 context.abort(grpc.StatusCode.INTERNAL, f"{type(e).__name__}: {e}")
@@ -86,39 +84,19 @@ class ShardServicer:
 
     def _pull(self, header, payload):
         ids, _ = wire.split_payload(header, payload, with_grads=False)
+        request_id = header.get("request_id")
+        if request_id is not None:
+            wire.field(header, "request_id", str)
         rows = self.store.pull(wire.field(header, "table", str), ids, create=wire.field(header, "create", bool, True),
-                               step=wire.field(header, "step", int, 0))
+                               step=wire.field(header, "step", int, 0), request_id=request_id)
         return {"dim": rows.shape[1]}, [rows]
 
     def _push(self, header, payload):
         ids, grads = wire.split_payload(header, payload, with_grads=True)
-        table, step = wire.field(header, "table", str), wire.field(header, "step", int, 0)
-        request_id = wire.field(header, "request_id", str)
-        with self._seen_lock:
-            done = self._seen.get(request_id)
-            if done is None:
-                self._seen[request_id] = done = threading.Event()
-                mine = True
-            else:
-                mine = False
-        if not mine:  # a retry: wait for the first attempt, apply nothing
-            done.wait()
-            with self._seen_lock:
-                if request_id not in self._seen:
-                    raise _Abort(grpc.StatusCode.ABORTED, f"request_id: the first attempt of {request_id} failed; retry")
-            return {"duplicate": True}, []
-        try:
-            self.store.push(table, ids, grads, step=step, kind=wire.field(header, "kind", str, "grad"))
-        except BaseException:
-            with self._seen_lock:
-                self._seen.pop(request_id, None)  # not applied: a retry may apply it
-            done.set()
-            raise
-        done.set()
-        with self._seen_lock:
-            while len(self._seen) > self.dedup_memory:
-                self._seen.popitem(last=False)
-        return {"duplicate": False}, []
+        self.store.push(wire.field(header, "table", str), ids, grads, step=wire.field(header, "step", int, 0),
+                        kind=wire.field(header, "kind", str, "grad"),
+                        request_id=wire.field(header, "request_id", str))
+        return {}, []
 
     def _inside(self, relative: str) -> Path:
         path = (self.data_dir / relative).resolve()

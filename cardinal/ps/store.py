@@ -15,6 +15,7 @@ import numpy as np
 from cardinal.embedding import EmbeddingTable, TableConfig
 from cardinal.optim import make_optimizer
 from cardinal.ps import checkpoint, validate
+from cardinal.ps.request_log import RequestLog
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,7 @@ class ShardStore:
         self.shard, self.n_shards = shard, n_shards
         self.incarnation = uuid.uuid4().hex
         self.step = 0
+        self.requests = RequestLog()
         self.tables = self._fresh_tables()
 
     def _fresh_tables(self) -> dict[str, EmbeddingTable]:
@@ -46,18 +48,24 @@ class ShardStore:
 
     # --- requests ----------------------------------------------------------------------
 
-    def pull(self, table: str, ids: np.ndarray, *, create: bool = True, step: int = 0) -> np.ndarray:
+    def pull(self, table: str, ids: np.ndarray, *, create: bool = True, step: int = 0,
+             request_id: str | None = None) -> np.ndarray:
+        """Rows of ``ids``; a pull resent with the same ``request_id`` counts no second sighting."""
         self._check_ids(table, ids)
         validate.check_step(step)
-        return self.tables[table].pull(ids, create=create, step=step)
+        t = self.tables[table]
+        return self.requests.run(request_id, lambda: t.pull(ids, create=create, step=step),
+                                 lambda: t.pull(ids, create=False))
 
-    def push(self, table: str, ids: np.ndarray, grads: np.ndarray, *, step: int = 0, kind: str = "grad") -> None:
-        """Gradients for the optimizer, or (``kind="delta"``) changes to add to the values."""
+    def push(self, table: str, ids: np.ndarray, grads: np.ndarray, *, step: int = 0, kind: str = "grad",
+             request_id: str | None = None) -> None:
+        """Gradients for the optimizer, or (``kind="delta"``) changes to add to the values; a
+        push resent with the same ``request_id`` is applied once."""
         self._check_ids(table, ids)
         validate.check_grads(grads, len(ids), self.tables[table].dim, table)
         validate.check_step(step)
         validate.check_kind(kind)
-        self.tables[table].push(ids, grads, step=step, kind=kind)
+        self.requests.run(request_id, lambda: self.tables[table].push(ids, grads, step=step, kind=kind), lambda: None)
         self.step = max(self.step, step)
 
     def _check_ids(self, table, ids):

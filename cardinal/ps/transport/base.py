@@ -15,6 +15,11 @@ import numpy as np
 DEFAULT_TIMEOUT = 60.0
 
 
+class TransientError(RuntimeError):
+    """A request that may not have arrived, or whose reply was lost: sending it again with the
+    same request id is safe, since stores apply each request id once."""
+
+
 class Handle(ABC):
     @abstractmethod
     def wait(self, timeout: float | None = DEFAULT_TIMEOUT) -> Any:
@@ -57,11 +62,12 @@ class Transport(ABC):
     n_shards: int
 
     @abstractmethod
-    def pull(self, shard: int, table: str, ids: np.ndarray, *, create: bool, step: int) -> Handle: ...
+    def pull(self, shard: int, table: str, ids: np.ndarray, *, create: bool, step: int,
+             request_id: str | None = None) -> Handle: ...
 
     @abstractmethod
     def push(self, shard: int, table: str, ids: np.ndarray, grads: np.ndarray, *, step: int,
-             kind: str = "grad") -> Handle: ...
+             kind: str = "grad", request_id: str | None = None) -> Handle: ...
 
     @abstractmethod
     def save(self, shard: int, root: str, step: int) -> Handle: ...

@@ -4,12 +4,13 @@ The same six calls as the in-process transport, each a future: requests to diffe
 shards go out in parallel, and ``wait`` has a deadline. Errors name the shard and address:
 
     ShardRequestError (a ValueError)  the server refused the request (INVALID_ARGUMENT, ...)
-    ShardUnavailable                  it did not answer, or answered with an internal error
+    ShardUnreachable (a TransientError) no connection: the client may send the request again
+    ShardUnavailable                  it did not answer in time, or answered with an internal error
     ServerRestarted                   its incarnation changed since this client first saw it:
                                       its rows are gone or older, so training must not go on
-Pushes carry request ids and are retried on UNAVAILABLE; the server applies each once. A
-call refused for the server's concurrency limit never ran, and is sent again after a
-backoff. Requests are split into messages of at most ``chunk_mb``, sent together.
+Requests carry ids (``PSClient`` resends on a TransientError; the server applies each id
+once). A call refused for the server's concurrency limit never ran, and is sent again after
+a backoff. Requests are split into messages of at most ``chunk_mb``, sent together.
 """
 
 import itertools
@@ -22,7 +23,7 @@ import numpy as np
 
 from cardinal.ps.servicer import SERVICE
 from cardinal.ps.transport import wire
-from cardinal.ps.transport.base import DEFAULT_TIMEOUT, Handle, Transport
+from cardinal.ps.transport.base import DEFAULT_TIMEOUT, Handle, TransientError, Transport
 
 BUSY_RETRIES, BUSY_BACKOFF_S = 8, 0.05
 REFUSED = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.PERMISSION_DENIED,
@@ -37,6 +38,10 @@ class ShardUnavailable(RuntimeError):
     pass
 
 
+class ShardUnreachable(TransientError):
+    """No answer (connection refused, reset), or the first attempt of a duplicate failed."""
+
+
 class ServerRestarted(RuntimeError):
     pass
 
@@ -44,8 +49,8 @@ class ServerRestarted(RuntimeError):
 class _Call(Handle):
     """One request to one shard; ``wait`` decodes the reply and checks the incarnation."""
 
-    def __init__(self, transport: "GrpcTransport", shard: int, method: str, message: bytes, retries: int):
-        self.t, self.shard, self.method, self.message, self.retries = transport, shard, method, message, retries
+    def __init__(self, transport: "GrpcTransport", shard: int, method: str, message: bytes):
+        self.t, self.shard, self.method, self.message = transport, shard, method, message
         self.busy = 0
         self.future = self._send()
 
@@ -63,16 +68,14 @@ class _Call(Handle):
                 raise TimeoutError(f"{where}: no answer to {self.method} within {timeout} s") from None
             except grpc.RpcError as e:
                 code, details = e.code(), e.details() or ""
-                if code == grpc.StatusCode.UNAVAILABLE and self.retries > 0:  # pushes: the server dedups retries
-                    self.retries -= 1
-                    self.future = self._send()
-                    continue
                 if code == grpc.StatusCode.RESOURCE_EXHAUSTED and "Concurrent RPC limit" in details \
                         and self.busy < BUSY_RETRIES:  # refused before it ran: safe to send again, a little later
                     time.sleep(BUSY_BACKOFF_S * 2 ** self.busy)
                     self.busy += 1
                     self.future = self._send()
                     continue
+                if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.ABORTED):
+                    raise ShardUnreachable(f"{where}: {self.method} failed: {code.name}: {details}") from None
                 if code in REFUSED:
                     raise ShardRequestError(f"{where} refused {self.method}: {code.name}: {details}") from None
                 raise ShardUnavailable(f"{where}: {self.method} failed: {code.name}: {details}") from None
@@ -92,10 +95,10 @@ class _Mapped(Handle):
 
 class GrpcTransport(Transport):
     def __init__(self, addresses: list[str], job: str, token: str, *, timeout: float = DEFAULT_TIMEOUT,
-                 tls_ca: str | None = None, max_message_mb: int = 64, retries: int = 3, chunk_mb: float = 4.0):
+                 tls_ca: str | None = None, max_message_mb: int = 64, chunk_mb: float = 4.0):
         if not addresses:
             raise ValueError("a gRPC transport needs at least one server address")
-        self.addresses, self.n_shards, self.timeout, self.retries = list(addresses), len(addresses), timeout, retries
+        self.addresses, self.n_shards, self.timeout = list(addresses), len(addresses), timeout
         self.limit = max_message_mb << 20
         self.chunk_bytes = int(chunk_mb * (1 << 20))
         options = [("grpc.max_receive_message_length", self.limit), ("grpc.max_send_message_length", self.limit)]
@@ -119,11 +122,11 @@ class GrpcTransport(Transport):
             raise ServerRestarted(f"shard {shard} at {self.addresses[shard]} restarted (incarnation {known[:8]} -> "
                                   f"{incarnation[:8]}): its rows are gone or older; restart from the last checkpoint")
 
-    def _call(self, shard, method, header, *arrays, retries=0) -> _Call:
+    def _call(self, shard, method, header, *arrays) -> _Call:
         header = {"v": wire.PROTOCOL, "shard": shard, "n_shards": self.n_shards, **header}
         message = wire.encode(header, *arrays)
         self.bytes_sent += len(message)
-        return _Call(self, shard, method, message, retries)
+        return _Call(self, shard, method, message)
 
     def _dim(self, shard: int, table: str) -> int:
         if table not in self._dims:
@@ -140,25 +143,28 @@ class GrpcTransport(Transport):
 
     # --- the six calls ---------------------------------------------------------------------
 
-    def pull(self, shard, table, ids, *, create, step):
+    def pull(self, shard, table, ids, *, create, step, request_id=None):
         chunks = self._chunks(len(ids), 8 + 4 * self._dim(shard, table))
-        parts = [self._call(shard, "Pull", {"table": table, "ids_bytes": 8 * (c.stop - c.start),
-                                            "create": create, "step": int(step)}, ids[c]) for c in chunks]
+        rid = request_id or f"{self._client}-{next(self._seq)}"
+        parts = [self._call(shard, "Pull", {"table": table, "ids_bytes": 8 * (c.stop - c.start), "create": create,
+                                            "step": int(step), "request_id": f"{rid}.{k}"}, ids[c])
+                 for k, c in enumerate(chunks)]
 
         def combine(replies):
             rows = [np.frombuffer(p, np.float32).reshape(-1, h["dim"]) for h, p in replies]
             return rows[0].copy() if len(rows) == 1 else np.concatenate(rows)
         return _Mapped(parts, combine)
 
-    def push(self, shard, table, ids, grads, *, step, kind="grad"):
+    def push(self, shard, table, ids, grads, *, step, kind="grad", request_id=None):
         dim = grads.shape[1] if grads.ndim == 2 else 0
+        rid = request_id or f"{self._client}-{next(self._seq)}"
         parts = []
-        for c in self._chunks(len(ids), 8 + 4 * max(dim, 1)):
+        for k, c in enumerate(self._chunks(len(ids), 8 + 4 * max(dim, 1))):
             g = np.ascontiguousarray(grads[c], np.float32)
             header = {"table": table, "ids_bytes": 8 * (c.stop - c.start), "grads_bytes": g.nbytes, "dim": dim,
                       "dtype": "float32", "codec": "raw", "step": int(step), "kind": kind,
-                      "request_id": f"{self._client}-{next(self._seq)}"}
-            parts.append(self._call(shard, "Push", header, ids[c], g, retries=self.retries))
+                      "request_id": f"{rid}.{k}"}
+            parts.append(self._call(shard, "Push", header, ids[c], g))
         return _Mapped(parts, lambda _: None)
 
     def save(self, shard, root, step):

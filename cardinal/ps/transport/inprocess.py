@@ -29,11 +29,11 @@ class InProcessTransport(Transport):
             return Completed.run(fn, *args, **kwargs)
         return FutureHandle(self._lanes[shard].submit(fn, *args, **kwargs), f"{method} on in-process shard {shard}")
 
-    def pull(self, shard, table, ids, *, create, step):
-        return self._call(shard, "pull", table, ids, create=create, step=step)
+    def pull(self, shard, table, ids, *, create, step, request_id=None):
+        return self._call(shard, "pull", table, ids, create=create, step=step, request_id=request_id)
 
-    def push(self, shard, table, ids, grads, *, step, kind="grad"):
-        return self._call(shard, "push", table, ids, grads, step=step, kind=kind)
+    def push(self, shard, table, ids, grads, *, step, kind="grad", request_id=None):
+        return self._call(shard, "push", table, ids, grads, step=step, kind=kind, request_id=request_id)
 
     def save(self, shard, root, step):
         return self._call(shard, "save", root, step)
