@@ -56,7 +56,7 @@ class _Lookup:
     unique: np.ndarray     # (U,) int64
     inverse: np.ndarray    # (nnz of all those fields,) int64: positions in unique
     offsets: np.ndarray    # (n_fields * B + 1,) int64: the bags of every field, one after another
-    handle: Handle         # the pull, (U, dim) float32 when waited on
+    handle: Handle | None  # the pull, (U, dim) float32 when waited on; None: the GEO cache serves it
 
 
 class EmbeddingCollection(nn.Module):
@@ -74,10 +74,10 @@ class EmbeddingCollection(nn.Module):
             raise ValueError("an EmbeddingCollection needs at least one feature")
         self.client, self.features, self.pooling = client, dict(features), pooling
         self.tables = sorted(set(self.features.values()))
-        per_table: dict[str, list[str]] = {t: [] for t in self.tables}
+        self._fields: dict[str, list[str]] = {t: [] for t in self.tables}  # table -> its fields, in order
         for f, t in self.features.items():
-            per_table[t].append(f)
-        self._column = {f: per_table[t].index(f) for f, t in self.features.items()}
+            self._fields[t].append(f)
+        self._column = {f: self._fields[t].index(f) for f, t in self.features.items()}
         self.max_in_flight, self.timeout = max_in_flight, timeout
         self.step = 0  # recorded with pulls and pushes as the rows' last step
         self._prefetched: tuple[int, dict[str, _Lookup]] | None = None
@@ -95,8 +95,7 @@ class EmbeddingCollection(nn.Module):
         if missing:
             raise ValueError(f"batch has no sparse field {missing[0]!r}; it has {sorted(sparse)}")
         out = {}
-        for table in self.tables:
-            fields = [f for f in self.features if self.features[f] == table]
+        for table, fields in self._fields.items():
             start_time = time.perf_counter()
             values = np.concatenate([sparse[f].values for f in fields])
             unique, inverse = unique_inverse(values)
