@@ -129,14 +129,19 @@ def test_a_failed_server_fails_the_job_naming_it_and_the_job_resumes_from_its_ch
 
 
 @pytest.mark.timeout(300)
-def test_a_server_dying_in_a_save_leaves_the_previous_checkpoint_and_the_job_resumes(tmp_path, monkeypatch):
-    monkeypatch.setenv("CARDINAL_FAILPOINTS", "save.before_shard_manifest=exit@2")  # the servers' second save
-    cmd = launch_cmd(tmp_path, 2, 1, "train.epochs=50", "train.checkpoint_every=4")
-    code, out = run_launch(cmd)
-    assert code != 0 and "shard" in out
+@pytest.mark.parametrize("point, committed", [
+    ("save.shard_file_written=exit@5", [4]),     # a server, in the first file of its second save
+    ("save.before_shard_manifest=exit@2", [4]),  # a server, before its second shard manifest
+    ("save.before_commit=exit@2", [4]),          # worker 0, with every shard of step 8 written
+    ("save.before_cleanup=exit@2", [4, 8]),      # worker 0, step 8 committed, step 4 not yet removed
+])
+def test_a_crash_at_each_step_of_a_save_leaves_a_loadable_checkpoint_and_the_job_resumes(
+        tmp_path, monkeypatch, point, committed):
+    monkeypatch.setenv("CARDINAL_FAILPOINTS", point)
+    code, out = run_launch(launch_cmd(tmp_path, 2, 1, "train.epochs=50", "train.checkpoint_every=4"))
+    assert code != 0, out
     run_dir = Path(re.search(r"run directory (\S+)", out).group(1))
-    assert config_steps(run_dir) == [4]  # step 8 was never committed
-    assert (run_dir / "checkpoints" / "step-0000000008").is_dir()  # ...though its files were begun
+    assert config_steps(run_dir) == committed
     monkeypatch.delenv("CARDINAL_FAILPOINTS")
     code, out = run_launch(launch_cmd(tmp_path, 1, 1, "train.epochs=50", "train.checkpoint_every=4", "train.steps=10",
                                       resume=run_dir))
@@ -220,4 +225,20 @@ def test_stopping_everything_after_a_save_and_restarting_is_bitwise_equal(tmp_pa
     a, b = final_state(straight, recipe_obj), final_state(stopped, recipe_obj)
     assert a[0] == b[0] == "step-0000000009" and a[1] == b[1]
     assert all(torch.equal(a[2][k], b[2][k]) for k in a[2])
+    assert leftovers(tmp_path) == []
+
+
+@pytest.mark.timeout(900)
+def test_two_servers_two_workers_reach_the_embedded_default_auc_on_the_default_recipe(tmp_path):
+    """The whole job: the default recipe as shipped (3M rows), sync consistency across workers."""
+    sets = [f'data.cache_dir="{tmp_path / "data"}"', "train.eval_every=0"]
+    alone = Trainer(config.load("criteo_synthetic", sets), tmp_path / "embedded", progress=False).fit()
+    args = sum((["--set", s] for s in [*sets, f'train.run_dir="{tmp_path / "runs"}"', 'embedding.consistency="sync"']), [])
+    code, out = run_launch([sys.executable, "-m", "cardinal.cli", "launch", "--servers", "2", "--workers", "2", "--",
+                            *args], timeout=800)
+    assert code == 0, out[-3000:]
+    run_dir = Path(re.search(r"run directory (\S+)", out).group(1))
+    together = json.loads((run_dir / "summary.json").read_text())
+    assert together["workers"] == 2
+    assert abs(together["eval_auc"] - alone["eval_auc"]) < 0.01, (together["eval_auc"], alone["eval_auc"])
     assert leftovers(tmp_path) == []
