@@ -15,13 +15,11 @@ import torch
 
 from cardinal.train import Trainer, config, tables
 from cluster import JOB, TOKEN, Cluster
+from conftest import tiny_recipe
 
 
 def recipe(tmp_path, *extra):
-    return config.load(None, [f'data.cache_dir="{tmp_path / "data"}"', "data.synthetic.rows=4000",
-                              "data.synthetic.eval_rows=1000", "data.synthetic.vocab=300", "data.batch_size=250",
-                              "data.eval_batch_size=1000", "model.hidden=[16]", "embedding.dim=4",
-                              "train.log_every=2", *extra])
+    return tiny_recipe(tmp_path, "data.synthetic.rows=4000", "data.batch_size=250", *extra)
 
 
 def test_sync_worker_against_servers_is_bitwise_equal_to_the_embedded_default(tmp_path, monkeypatch):

@@ -7,14 +7,12 @@ import torch
 from cardinal.ps import PSClient
 from cardinal.ps.transport import TransientError
 from cardinal.ps.transport.faulty import FaultyTransport
-from cardinal.train import Trainer, config
+from cardinal.train import Trainer
+from conftest import tiny_recipe
 
 
 def recipe(tmp_path, *extra):
-    return config.load(None, [f'data.cache_dir="{tmp_path / "data"}"', "data.synthetic.rows=3000",
-                              "data.synthetic.eval_rows=500", "data.synthetic.vocab=300", "data.batch_size=250",
-                              "model.hidden=[16]", "embedding.dim=4", "ps.shards=3", "train.steps=8",
-                              'embedding.consistency="sync"', *extra])
+    return tiny_recipe(tmp_path, "ps.shards=3", "train.steps=8", 'embedding.consistency="sync"', *extra)
 
 
 def test_sync_training_through_faults_ends_bitwise_where_it_does_without_them(tmp_path):

@@ -7,13 +7,11 @@ import torch
 
 from cardinal import cli
 from cardinal.train import Trainer, config
+from conftest import tiny_recipe
 
 
 def recipe(tmp_path, *extra):
-    return config.load(None, [f'data.cache_dir="{tmp_path / "data"}"', "data.synthetic.rows=3000",
-                              "data.synthetic.eval_rows=1000", "data.synthetic.vocab=300", "data.batch_size=256",
-                              "data.eval_batch_size=1000", "model.hidden=[16]", "embedding.dim=4", "ps.shards=3",
-                              "train.log_every=2", *extra])
+    return tiny_recipe(tmp_path, "ps.shards=3", *extra)
 
 
 def state(trainer):

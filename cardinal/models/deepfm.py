@@ -1,29 +1,14 @@
-"""DeepFM (Guo et al. 2017): first-order weights + factorisation machine + MLP, one logit.
+"""DeepFM (Guo et al. 2017): Wide&Deep plus a factorisation machine over the sparse fields.
 
-The FM term pairs the sparse fields' embeddings; dense features enter the linear part and
-the MLP.
+    logit = wide (first-order weights + linear dense part) + MLP (as Wide&Deep)
+          + FM: the sum over field pairs of <emb_i, emb_j>
 """
 
-import torch
-from torch import nn
-
-from cardinal.models.base import CTRModel, mlp
+from cardinal.models.wide_deep import WideDeep
 
 
-class DeepFM(CTRModel):
-    uses_wide = True
-
-    def __init__(self, n_dense: int, n_fields: int, dim: int, hidden: list[int] = (400, 400, 400)):
-        super().__init__(n_dense, n_fields, dim)
-        self.dense_linear = nn.Linear(n_dense, 1) if n_dense else None
-        self.deep = mlp([n_fields * dim + n_dense, *hidden, 1], last_activation=False)
-
+class DeepFM(WideDeep):
     def forward(self, dense, emb, wide):
-        dense = self.dense_norm(dense)
-        first = wide.sum(1)
-        if self.dense_linear is not None:
-            first = first + self.dense_linear(dense).squeeze(1)
         total = emb.sum(1)
         second = 0.5 * (total * total - (emb * emb).sum(1)).sum(1)
-        deep = self.deep(torch.cat([emb.flatten(1), dense], 1)).squeeze(1)
-        return first + second + deep
+        return super().forward(dense, emb, wide) + second
