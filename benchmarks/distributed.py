@@ -2,7 +2,8 @@
 
     python benchmarks/distributed.py [--rows N]
 
-The default recipe (DeepFM, dim 16, batch 4096) on the same generated data, one epoch:
+The default recipe (DeepFM, dim 16, batch 4096; 3M generated rows unless ``--rows``) on the
+same generated data, one epoch:
   - embedded: one process, 4 in-process shards (the default);
   - 1 x 1:    ``cardinal launch --servers 1 --workers 1``;
   - 2 x 2:    ``cardinal launch --servers 2 --workers 2``.
@@ -26,9 +27,9 @@ from cardinal.train import Trainer, config  # noqa: E402
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--rows", type=int, default=0, help="generated rows (default: the recipe's)")
     args = parser.parse_args()
-    sets = [f"data.synthetic.rows={args.rows}", "data.synthetic.eval_rows=50000"]
+    sets = [f"data.synthetic.rows={args.rows}"] if args.rows else []
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         recipe = config.load("criteo_synthetic", sets)
@@ -43,7 +44,7 @@ def main():
             run_dir = Path(re.search(r"run directory (\S+)", out.stdout).group(1))
             rows.append(_row(f"{servers} server x {workers} worker", json.loads((run_dir / "summary.json").read_text()), base))
     write("distributed", "Parameter servers as processes vs the embedded default (DeepFM, batch 4096)", rows, [
-        f"{args.rows:,} generated rows, one epoch; servers and workers share this machine's cores",
+        f"{recipe.data.synthetic.rows:,} generated rows, one epoch; servers and workers share this machine's cores",
         "traffic: gRPC message bytes (requests + replies) per training sample",
         "reproduce: python benchmarks/distributed.py"])
 

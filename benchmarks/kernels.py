@@ -6,7 +6,8 @@ For each id distribution and dim, a stream of batches (65,536 draws each, de-dup
 worker sends them) goes through ``EmbeddingTable``:
   - pull/create: first pass on an empty table (hash index inserts, row initialisation);
   - pull/existing: the same stream again (lookups only) -- its bound is ``torch.index_select``
-    on a pre-sized dense table, with the same ids already remapped to 0..n-1;
+    on a pre-sized dense table, with the same ids already remapped to 0..n-1 in the order the
+    table first saw them (Cardinal's own row layout, so only the hashing differs);
   - push: row-wise Adagrad and Adam (store-side de-duplication included) -- the bound is
     the same optimizer kernel run directly on the dense table's remapped rows.
 Rates are rows per second; "x bound" is Cardinal / bound, measured side by side.
@@ -51,7 +52,9 @@ def timed(fn, batches) -> float:
 def bench(dist: str, dim: int, universe: int, n_batches: int, rng) -> list[dict]:
     batches = id_stream(dist, universe, n_batches, rng)
     rows = sum(len(b) for b in batches)
-    distinct, remapped = np.unique(np.concatenate(batches), return_inverse=True)
+    # The bound's dense table holds the rows in the order Cardinal's table creates them (first
+    # seen first), so both read and write memory in the same layout; only hashing differs.
+    distinct, remapped = unique_inverse(np.concatenate(batches))
     dense_batches, pos = [], 0
     for b in batches:
         dense_batches.append(remapped[pos:pos + len(b)].astype(np.int64))

@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -103,13 +104,11 @@ def test_a_failed_server_fails_the_job_naming_it_and_the_job_resumes_from_its_ch
         assert run_dir is not None, "".join(out)
         victim = [p for p in leftovers(tmp_path) if "--shard 1/2" in p]
         assert victim, "server 1 not found"
-        killed_at = time.monotonic()
         os.kill(int(victim[0].split()[0]), sig)
-        rest, _ = proc.communicate(timeout=60)
+        rest, _ = proc.communicate(timeout=60)  # the deadline: a hung job raises TimeoutExpired here
         out.append(rest)
         text = "".join(out)
         assert proc.returncode not in (0, None)
-        assert time.monotonic() - killed_at < 30
         assert re.search(r"shard 1 at 127\.0\.0\.1:\d+", text), text[-3000:]
     finally:
         if proc.poll() is None:
@@ -185,9 +184,15 @@ def test_a_worker_killed_mid_training_leaves_the_servers_running_and_whole(tmp_p
         client = PSClient(GrpcTransport(addresses, JOB, TOKEN, timeout=20))
         stats = client.stats(check=True)  # every shard's invariants hold
         assert sum(s["tables"]["emb"]["rows"] for s in stats) > 0
-        assert client.digest("emb") == client.digest("emb")  # nothing half-applied still moving
-        ids = __import__("numpy").arange(50, dtype="int64")
-        client.push("emb", ids, __import__("numpy").ones((50, 5), "float32"), step=1).wait()
+        before = client.digest("emb")
+        time.sleep(1.0)  # any request of the dead worker still on its way would land in this second
+        assert client.digest("emb") == before  # nothing half-applied still moving
+        ids = np.arange(50, dtype=np.int64)
+        rows = client.pull("emb", ids, step=1).wait()
+        client.push("emb", ids, np.ones((50, 5), np.float32), step=1).wait()
+        after = client.pull("emb", ids, create=False).wait()
+        assert (after < rows).all()  # the servers still apply updates: every value stepped down
+        assert client.digest("emb") != before
         assert all(s.poll() is None for s in servers)
     finally:
         for p in [*servers, *([worker] if worker else [])]:
