@@ -18,14 +18,13 @@ Resharding: a store of shard s of N loads, from every saved shard, the rows whos
 routes to s under N (``routing.route``). With the same N, it reads only its own files.
 """
 
-import json
 import os
 import shutil
-import zlib
 from pathlib import Path
 
 import numpy as np
 
+from cardinal.durable import crc32_file, load_array as _load_array, read_json, verify_file, write_array, write_json
 from cardinal.embedding.hashing import ROUTING_NAME
 from cardinal.failpoints import failpoint
 from cardinal.ps.routing import route
@@ -169,88 +168,6 @@ def _check_compatible(name, table, manifest, step_path):
     if saved["optimizer"]["name"] != table.optimizer.name:
         raise ValueError(f"{where}: table {name!r} was trained with {saved['optimizer']['name']!r}, "
                          f"the store uses {table.optimizer.name!r} (their state does not carry over)")
-
-
-# --- files --------------------------------------------------------------------------------
-
-class _ChecksumWriter:
-    """A file object that fsyncs on close and keeps the crc32 and size of what went through."""
-
-    def __init__(self, path: Path):
-        self.file = open(path, "wb")
-        self.crc = 0
-        self.size = 0
-
-    def write(self, data) -> int:
-        view = memoryview(data).cast("B")
-        self.crc = zlib.crc32(view, self.crc)
-        self.size += view.nbytes
-        return self.file.write(view)
-
-    def close(self):
-        self.file.flush()
-        os.fsync(self.file.fileno())
-        self.file.close()
-
-
-def write_array(path: Path, array: np.ndarray) -> dict:
-    writer = _ChecksumWriter(path)
-    try:
-        np.lib.format.write_array(writer, np.ascontiguousarray(array), allow_pickle=False)
-    finally:
-        writer.close()
-    _fsync_dir(path.parent)
-    return {"file": path.name, "bytes": writer.size, "crc32": writer.crc}
-
-
-def write_json(path: Path, obj: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=1, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
-
-
-def _load_array(path: Path) -> np.ndarray:
-    try:
-        return np.load(path, allow_pickle=False, mmap_mode="r")
-    except (OSError, ValueError) as e:
-        raise ValueError(f"checkpoint file unreadable: {path} ({e})") from None
-
-
-def read_json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise ValueError(f"checkpoint file unreadable: {path} ({e})") from None
-
-
-def verify_file(path: Path, entry: dict) -> None:
-    if not path.is_file():
-        raise ValueError(f"checkpoint file missing: {path}")
-    size = path.stat().st_size
-    if size != entry["bytes"]:
-        raise ValueError(f"checkpoint file truncated or grown: {path} has {size} bytes, manifest says {entry['bytes']}")
-    if crc32_file(path) != entry["crc32"]:
-        raise ValueError(f"checkpoint file corrupt (checksum mismatch): {path}")
-
-
-def crc32_file(path: Path) -> int:
-    crc = 0
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 22):
-            crc = zlib.crc32(chunk, crc)
-    return crc
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _step_of(path: Path) -> int:

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from cardinal.ps.checkpoint import read_json, verify_file, write_array, write_json
+from cardinal.durable import read_json, verify_file, write_array, write_json
 
 
 def save_tree(out: Path, tree) -> None:
