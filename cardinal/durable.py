@@ -56,7 +56,8 @@ class _ChecksumWriter:
 def write_array(path: Path, array: np.ndarray) -> dict:
     writer = _ChecksumWriter(path)
     try:
-        np.lib.format.write_array(writer, np.ascontiguousarray(array), allow_pickle=False)
+        # np.asarray keeps a 0-d array 0-d (np.ascontiguousarray would make it (1,))
+        np.lib.format.write_array(writer, np.asarray(array, order="C"), allow_pickle=False)
     finally:
         writer.close()
     fsync_dir(path.parent)
@@ -73,9 +74,9 @@ def write_json(path: Path, obj: dict) -> None:
     fsync_dir(path.parent)
 
 
-def load_array(path: Path) -> np.ndarray:
+def load_array(path: Path, mmap: bool = True) -> np.ndarray:
     try:
-        return np.load(path, allow_pickle=False, mmap_mode="r")
+        return np.load(path, allow_pickle=False, mmap_mode="r" if mmap else None)
     except (OSError, ValueError) as e:
         raise ValueError(f"checkpoint file unreadable: {path} ({e})") from None
 

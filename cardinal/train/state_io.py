@@ -70,10 +70,10 @@ def load_tree(out: Path, entry: dict):
     def tensor(name):
         if not isinstance(name, str) or name not in files:
             raise ValueError(f"{index}: tensor file {name!r} is not listed in its 'files' (nothing unlisted is read)")
-        array = load_array(out / name)
+        array = load_array(out / name, mmap=False)  # a memory map would make 0-d arrays 1-d
         if array.dtype.kind == "f" and not np.isfinite(array).all():
             raise ValueError(f"checkpoint file {out / name}: holds NaN or Inf")
-        return torch.from_numpy(np.array(array))
+        return torch.from_numpy(array)
 
     try:
         return decode(meta["tree"])
