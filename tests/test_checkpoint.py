@@ -166,3 +166,26 @@ def test_failpoint_spec_errors_are_named(monkeypatch):
     monkeypatch.setenv(failpoints.ENV, "save.before_commit=explode")
     with pytest.raises(ValueError, match="explode"):
         failpoints.failpoint("save.before_commit")
+
+
+def test_load_phases_stage_off_to_the_side_until_committed(tmp_path, rng):
+    source = trained(1, rng)
+    source.save(tmp_path, 3)
+    saved = values(source, source.seen)
+    store = ShardStore(CONFIG)
+    step_path = str(checkpoint.step_dir(tmp_path, 3))
+    first = store.load(step_path, "prepare")
+    assert len(store.tables["user"]) == 0 and store.step == 0  # prepared, not visible
+    assert store.load(step_path, "abort", first["token"]) == {"aborted": True}
+    with pytest.raises(ValueError, match="no load prepared"):
+        store.load(step_path, "commit", first["token"])  # aborted: nothing to commit
+    older, newer = store.load(step_path, "prepare")["token"], store.load(step_path, "prepare")["token"]
+    with pytest.raises(ValueError, match="no load prepared"):
+        store.load(step_path, "commit", older)  # replaced by the newer prepare
+    assert len(store.tables["user"]) == 0
+    assert store.load(step_path, "commit", newer)["step"] == 3
+    with pytest.raises(ValueError, match="phase must be"):
+        store.load(step_path, "swap")
+    target = embedded(CONFIG, 1)
+    target.transport.stores[0] = store
+    assert_same_values(values(target, source.seen), saved)
