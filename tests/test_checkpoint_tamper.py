@@ -31,6 +31,13 @@ def commit_drop_shard(step):
     reseal(step)
 
 
+def commit_unlist_manifest(step):
+    edit_json(step / "commit.json", lambda c: c.get("files", {}).pop(f"{SHARD1}/manifest.json", None))
+    edit_json(step / SHARD1 / "manifest.json",  # unlisted, then edited where no other check looks
+              lambda m: m["tables"]["user"].update(init_scale=0.5))
+    reseal(step)
+
+
 def commit_edited_unsealed(step):
     edit_json(step / "commit.json", lambda c: c["extra"].update(note="edited"))
 
@@ -103,7 +110,8 @@ def truncate(step):
 
 
 CASES = {  # edit -> what the error names
-    commit_n_shards: "commit.json", commit_drop_shard: "commit.json", commit_edited_unsealed: "commit.json",
+    commit_n_shards: "commit.json", commit_drop_shard: "commit.json", commit_unlist_manifest: "commit.json",
+    commit_edited_unsealed: "commit.json",
     broadcast_data: "user.data.npy", swap_shards: "user.ids.npy", nan_row: "user.data.npy",
     duplicate_id: "user.ids.npy", wrong_width: "user.data.npy", point_outside: "manifest.json",
     absolute_path: "manifest.json", rename_file: "manifest.json", manifest_step: "manifest.json",
