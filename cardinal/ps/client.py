@@ -146,8 +146,13 @@ class PSClient:
             s, e = failed[0]
             message = f"checkpoint {path} not loaded, no shard changed: shard {s} refused it: {e}"
             raise (ValueError if isinstance(e, ValueError) else RuntimeError)(message) from e
-        results = [self.transport.load(s, str(path), "commit", prepared[s]["token"]).wait(timeout)
-                   for s in range(self.n_shards)]
+        results = []
+        for s in range(self.n_shards):  # a commit only swaps tables in: it fails only if the shard is gone
+            try:
+                results.append(self.transport.load(s, str(path), "commit", prepared[s]["token"]).wait(timeout))
+            except Exception as e:
+                raise RuntimeError(f"checkpoint {path}: shard {s} did not commit it ({e}), shards "
+                                   f"{list(range(s))} did: load it again") from e
         return {"path": str(path), "step": info["step"], "extra": info["extra"],
                 "rows": {t: sum(r["rows"][t] for r in results) for t in results[0]["rows"]}}
 
