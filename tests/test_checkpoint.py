@@ -11,15 +11,18 @@ import pytest
 from cardinal import failpoints
 from cardinal.embedding import TableConfig
 from cardinal.ps import ShardStore, StoreConfig, checkpoint, embedded
+from checkpoint_edit import reseal
 
 CONFIG = StoreConfig((TableConfig("user", 4), TableConfig("item", 3)), {"name": "adagrad"})
 
 
 def trained(n_shards, rng, steps=3):
     client = embedded(CONFIG, n_shards)
+    client.seen = {"user": set(), "item": set()}  # every id trained, to pull back after a load
     for step in range(1, steps + 1):
         for table, dim in (("user", 4), ("item", 3)):
             ids = rng.integers(-3000, 3000, 500).astype(np.int64)
+            client.seen[table].update(ids.tolist())
             client.pull(table, ids, step=step).wait()
             client.push(table, ids, rng.standard_normal((500, dim)).astype(np.float32), step=step).wait()
     return client
@@ -29,13 +32,27 @@ def digests(client):
     return {t: client.digest(t) for t in ("user", "item")}
 
 
+def values(client, ids_by_table):
+    """Every listed id's row, pulled without creating anything, as raw bits."""
+    return {t: client.pull(t, np.array(sorted(ids), np.int64), create=False).wait().view(np.uint32)
+            for t, ids in ids_by_table.items()}
+
+
+def assert_same_values(a, b):
+    assert a.keys() == b.keys()
+    for t in a:
+        np.testing.assert_array_equal(a[t], b[t])
+
+
 @pytest.mark.parametrize("saved, loaded", [(2, 2), (2, 3), (2, 1), (1, 4)])
 def test_round_trip_into_any_shard_count(tmp_path, rng, saved, loaded):
     source = trained(saved, rng)
+    before = values(source, source.seen)
     path = source.save(tmp_path, step=3, extra={"note": "hi"})
     target = embedded(CONFIG, loaded)
     info = target.load(tmp_path)
     assert info["step"] == 3 and info["extra"] == {"note": "hi"} and info["path"] == str(path)
+    assert_same_values(values(target, source.seen), before)  # every row, on the shard that serves it
     assert digests(target) == digests(source)
     for store in target.transport.stores:
         store.check()
@@ -83,19 +100,13 @@ def test_load_refuses_damaged_files_naming_them_and_changes_nothing(tmp_path, rn
         victim.write_text(victim.read_text().replace('"dim": 4', '"dim": 5'))
     elif damage == "pickle":  # an object array with a manifest that matches it: still refused
         np.save(victim, np.array([{"x": 1}], dtype=object), allow_pickle=True)
-        manifest_path = victim.parent / "manifest.json"
-        manifest = json.loads(manifest_path.read_text())
-        manifest["tables"]["user"]["files"]["data"].update(
-            bytes=victim.stat().st_size, crc32=checkpoint.crc32_file(victim))
-        checkpoint.write_json(manifest_path, manifest)
-        commit = json.loads((victim.parent.parent / "commit.json").read_text())
-        commit["shards"][victim.parent.name]["manifest_crc32"] = checkpoint.crc32_file(manifest_path)
-        checkpoint.write_json(victim.parent.parent / "commit.json", commit)
+        reseal(victim.parent.parent)
     target = trained(3, np.random.default_rng(1), steps=1)
-    before = digests(target)
+    before, rows = digests(target), values(target, target.seen)
     with pytest.raises(ValueError, match=str(victim.name)):
         target.load(tmp_path)
     assert digests(target) == before
+    assert_same_values(values(target, target.seen), rows)
 
 
 def test_load_refuses_a_different_table_layout(tmp_path, rng):
@@ -155,3 +166,26 @@ def test_failpoint_spec_errors_are_named(monkeypatch):
     monkeypatch.setenv(failpoints.ENV, "save.before_commit=explode")
     with pytest.raises(ValueError, match="explode"):
         failpoints.failpoint("save.before_commit")
+
+
+def test_load_phases_stage_off_to_the_side_until_committed(tmp_path, rng):
+    source = trained(1, rng)
+    source.save(tmp_path, 3)
+    saved = values(source, source.seen)
+    store = ShardStore(CONFIG)
+    step_path = str(checkpoint.step_dir(tmp_path, 3))
+    first = store.load(step_path, "prepare")
+    assert len(store.tables["user"]) == 0 and store.step == 0  # prepared, not visible
+    assert store.load(step_path, "abort", first["token"]) == {"aborted": True}
+    with pytest.raises(ValueError, match="no load prepared"):
+        store.load(step_path, "commit", first["token"])  # aborted: nothing to commit
+    older, newer = store.load(step_path, "prepare")["token"], store.load(step_path, "prepare")["token"]
+    with pytest.raises(ValueError, match="no load prepared"):
+        store.load(step_path, "commit", older)  # replaced by the newer prepare
+    assert len(store.tables["user"]) == 0
+    assert store.load(step_path, "commit", newer)["step"] == 3
+    with pytest.raises(ValueError, match="phase must be"):
+        store.load(step_path, "swap")
+    target = embedded(CONFIG, 1)
+    target.transport.stores[0] = store
+    assert_same_values(values(target, source.seen), saved)

@@ -203,13 +203,14 @@ def test_a_worker_killed_mid_training_leaves_the_servers_running_and_whole(tmp_p
 
 def final_state(run_dir: Path, recipe_obj):
     """Table digest and dense tensors of a run's newest checkpoint, read back in this process."""
-    from cardinal.ps import checkpoint, embedded
+    from cardinal.ps import checkpoint, checkpoint_load, embedded
     from cardinal.train.state_io import load_tree
 
     found = checkpoint.latest(run_dir / "checkpoints")
     client = embedded(tables.store_config(recipe_obj), 1)
     client.load(found)
-    return found.name, client.digest("emb"), load_tree(found / "dense")["model"]
+    dense_entry = checkpoint_load.read_commit(found)["files"]["dense/state.json"]
+    return found.name, client.digest("emb"), load_tree(found / "dense", dense_entry)["model"]
 
 
 @pytest.mark.timeout(400)

@@ -18,6 +18,7 @@ from cardinal.ps.server import READY, ServerOptions, ShardServer
 from cardinal.ps.servicer import SERVICE
 from cardinal.ps.transport import wire
 from cardinal.ps.transport.grpc_transport import GrpcTransport, ServerRestarted, ShardRequestError
+from checkpoint_edit import reseal
 from cluster import JOB, TOKEN, Cluster
 
 CONFIG = StoreConfig((TableConfig("user", 8, seed=1), TableConfig("item", 4, seed=2)), {"name": "adam", "lr": 0.01})
@@ -68,17 +69,49 @@ def test_grpc_bad_requests_are_named_and_change_nothing(cluster):
         s.check()
 
 
+def _values(client):
+    """Every id train() can touch, pulled without creating rows, as raw bits."""
+    ids = np.arange(-2000, 2000, dtype=np.int64)
+    return {t: client.pull(t, ids, create=False).wait().view(np.uint32) for t in ("user", "item")}
+
+
 def test_grpc_checkpoint_reshards_into_the_embedded_default(cluster):
     c = cluster(2)
     train(c.client, np.random.default_rng(2))
+    saved = _values(c.client)
     root = c.data_dir / "ckpt"
     c.client.save(str(root), step=3)
     target = embedded(CONFIG, 3)
     assert target.load(root)["step"] == 3
+    for t, rows in _values(target).items():
+        np.testing.assert_array_equal(rows, saved[t])
     assert target.digest("user") == c.client.digest("user")
-    back = cluster(1)
-    back.client.load(str(root / "step-0000000003"))
-    assert back.client.digest("item") == c.client.digest("item")
+    for n in (1, 2):  # resharded, and the same layout
+        back = cluster(n)
+        back.client.load(str(root / "step-0000000003"))
+        for t, rows in _values(back.client).items():
+            np.testing.assert_array_equal(rows, saved[t])
+        assert back.client.digest("item") == c.client.digest("item")
+
+
+def test_grpc_load_of_a_checkpoint_one_shard_refuses_changes_no_shard(cluster):
+    c = cluster(2)
+    train(c.client, np.random.default_rng(2))
+    root = c.data_dir / "ckpt"
+    c.client.save(str(root), step=3)
+    step = root / "step-0000000003"
+    ids = np.load(step / "shard-00001-of-00002" / "user.ids.npy")
+    np.save(step / "shard-00001-of-00002" / "user.ids.npy", np.concatenate([ids[:-1], ids[:1]]))  # a duplicate
+    reseal(step)
+    train(c.client, np.random.default_rng(5), steps=1)
+    before, digests = _values(c.client), [c.client.digest(t) for t in ("user", "item")]
+    with pytest.raises(ValueError, match=r"shard 1 refused it: .*user\.ids\.npy.*duplicate ids"):
+        c.client.load(str(step))
+    assert [c.client.digest(t) for t in ("user", "item")] == digests
+    for t, rows in _values(c.client).items():
+        np.testing.assert_array_equal(rows, before[t])
+    for s in c.stores:
+        assert s._staged is None  # the prepared shard 0 aborted: no second copy left behind
 
 
 def test_a_path_outside_the_data_directory_is_refused(cluster):

@@ -5,34 +5,30 @@
             user.ids.npy  user.data.npy  user.count.npy  user.last_step.npy  ...
             manifest.json     the shard's files, sizes and crc32s; written after them
         shard-00001-of-00002/ ...
-        commit.json           written last: the checkpoint exists once this file does
+        dense/state.json ...  the trainer's dense state (``train/state_io.py``), if any
+        commit.json           written last: the checkpoint exists once this file does; lists
+                              every manifest and state.json (size, crc32) and checks itself
 
 A save writes each file, fsyncs it and its directory, writes the shard manifest, then
 (once every shard is written) the commit marker; only then are older checkpoints removed.
 A crash at any point leaves the previous committed checkpoint whole, and an uncommitted
-directory is never loaded. A load verifies every size and checksum before it changes any
-state, and names the file at fault. Arrays are ``.npy`` read with ``allow_pickle=False``;
-manifests are JSON.
-
-Resharding: a store of shard s of N loads, from every saved shard, the rows whose id
-routes to s under N (``routing.route``). With the same N, it reads only its own files.
+directory is never loaded. Loading (verification first, then a swap) is in
+``checkpoint_load.py``. Arrays are ``.npy`` read with ``allow_pickle=False``; manifests
+are JSON.
 """
 
-import json
 import os
 import shutil
-import zlib
 from pathlib import Path
 
-import numpy as np
-
+from cardinal.durable import crc32_json, file_entry, write_array, write_json
 from cardinal.embedding.hashing import ROUTING_NAME
 from cardinal.failpoints import failpoint
-from cardinal.ps.routing import route
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: commit.json checks itself and lists every top-level file
 COMMIT = "commit.json"
 MANIFEST = "manifest.json"
+STATE = "state.json"  # the index of a directory of dense state (train/state_io.py)
 COLUMNS = ("ids", "data", "count", "last_step")
 
 
@@ -69,16 +65,31 @@ def save_shard(step_path: Path, shard: int, n_shards: int, step: int, tables: di
 
 
 def commit(step_path: Path, step: int, n_shards: int, extra: dict | None = None) -> None:
-    """Write the commit marker after checking that every shard's manifest is in place."""
-    shards = {}
+    """Write the commit marker after checking that every shard's manifest is in place.
+
+    The marker lists every other top-level file of the checkpoint with its size and crc32:
+    each shard's manifest and any ``<dir>/state.json`` written beside them (the trainer's
+    dense state), and carries the crc32 of its own canonical JSON, so that no file of a
+    committed checkpoint can be edited unnoticed.
+    """
+    files = {}
     for s in range(n_shards):
         path = shard_dir(step_path, s, n_shards) / MANIFEST
         if not path.exists():
             raise RuntimeError(f"cannot commit {step_path}: shard {s} wrote no manifest ({path})")
-        shards[path.parent.name] = {"manifest_crc32": crc32_file(path)}
+        files[f"{path.parent.name}/{MANIFEST}"] = file_entry(path)
+    for child in sorted(step_path.iterdir()):
+        if child.is_dir() and not child.name.startswith("shard-") and (child / STATE).is_file():
+            files[f"{child.name}/{STATE}"] = file_entry(child / STATE)
     failpoint("save.before_commit")
-    write_json(step_path / COMMIT, {"format_version": FORMAT_VERSION, "step": step,
-                                     "n_shards": n_shards, "shards": shards, "extra": extra or {}})
+    marker = {"format_version": FORMAT_VERSION, "kind": "cardinal.commit", "step": step, "n_shards": n_shards,
+              "routing": ROUTING_NAME, "shards": shard_names(n_shards), "files": files, "extra": extra or {}}
+    write_json(step_path / COMMIT, {**marker, "crc32": crc32_json(marker)})
+
+
+def shard_names(n_shards: int) -> list[str]:
+    """The shard directories a checkpoint of ``n_shards`` holds, exactly."""
+    return [shard_dir(Path(), s, n_shards).name for s in range(n_shards)]
 
 
 def remove_older(root: str | os.PathLike, keep: int) -> None:
@@ -93,7 +104,7 @@ def remove_older(root: str | os.PathLike, keep: int) -> None:
             shutil.rmtree(path)
 
 
-# --- finding and verifying ----------------------------------------------------------------
+# --- finding -----------------------------------------------------------------------------
 
 def committed_steps(root: str | os.PathLike) -> list[int]:
     root = Path(root)
@@ -106,151 +117,6 @@ def latest(root: str | os.PathLike) -> Path | None:
     """The newest committed checkpoint under ``root``, or None."""
     steps = committed_steps(root)
     return step_dir(root, steps[-1]) if steps else None
-
-
-def read_commit(step_path: Path) -> dict:
-    """The commit marker, with every shard manifest and file verified (sizes and crc32)."""
-    marker = step_path / COMMIT
-    if not marker.is_file():
-        raise ValueError(f"{step_path} is not a committed checkpoint: {COMMIT} is missing")
-    info = read_json(marker)
-    if info.get("format_version") != FORMAT_VERSION:
-        raise ValueError(f"{marker}: format version {info.get('format_version')} is not {FORMAT_VERSION}")
-    info["manifests"] = {}
-    for name, entry in info["shards"].items():
-        path = step_path / name / MANIFEST
-        if not path.is_file():
-            raise ValueError(f"checkpoint file missing: {path}")
-        if crc32_file(path) != entry["manifest_crc32"]:
-            raise ValueError(f"checkpoint file corrupt (checksum mismatch): {path}")
-        manifest = read_json(path)
-        if manifest.get("routing") != ROUTING_NAME:
-            raise ValueError(f"{path}: saved with routing {manifest.get('routing')!r}, this build routes by {ROUTING_NAME!r}")
-        for table in manifest["tables"].values():
-            for entry in table["files"].values():
-                verify_file(path.parent / entry["file"], entry)
-        info["manifests"][name] = manifest
-    return info
-
-
-def load_shard_rows(step_path: Path, info: dict, shard: int, n_shards: int, tables: dict) -> dict:
-    """Rows for shard ``shard`` of ``n_shards``: {table: {column: array}}, from a verified ``info``.
-
-    ``tables`` (name -> EmbeddingTable) is checked against the saved tables first.
-    """
-    manifests = list(info["manifests"].values())
-    for name, table in tables.items():
-        for m in manifests:
-            _check_compatible(name, table, m, step_path)
-    same_layout = info["n_shards"] == n_shards
-    out = {}
-    for name in tables:
-        parts = {c: [] for c in COLUMNS}
-        for m in manifests:
-            if same_layout and m["shard"] != shard:
-                continue
-            entry = m["tables"][name]
-            base = shard_dir(step_path, m["shard"], m["n_shards"])
-            cols = {c: _load_array(base / entry["files"][c]["file"]) for c in COLUMNS}
-            keep = slice(None) if same_layout else route(np.asarray(cols["ids"]), n_shards) == shard
-            for c in COLUMNS:
-                parts[c].append(np.asarray(cols[c][keep]))
-        out[name] = {c: np.concatenate(parts[c]) for c in COLUMNS}
-    return out
-
-
-def _check_compatible(name, table, manifest, step_path):
-    saved = manifest["tables"].get(name)
-    where = f"checkpoint {step_path.name}, shard {manifest['shard']}"
-    if saved is None:
-        raise ValueError(f"{where} has no table {name!r}; it has {sorted(manifest['tables'])}")
-    if saved["dim"] != table.dim:
-        raise ValueError(f"{where}: table {name!r} has dim {saved['dim']}, the store expects {table.dim}")
-    if saved["optimizer"]["name"] != table.optimizer.name:
-        raise ValueError(f"{where}: table {name!r} was trained with {saved['optimizer']['name']!r}, "
-                         f"the store uses {table.optimizer.name!r} (their state does not carry over)")
-
-
-# --- files --------------------------------------------------------------------------------
-
-class _ChecksumWriter:
-    """A file object that fsyncs on close and keeps the crc32 and size of what went through."""
-
-    def __init__(self, path: Path):
-        self.file = open(path, "wb")
-        self.crc = 0
-        self.size = 0
-
-    def write(self, data) -> int:
-        view = memoryview(data).cast("B")
-        self.crc = zlib.crc32(view, self.crc)
-        self.size += view.nbytes
-        return self.file.write(view)
-
-    def close(self):
-        self.file.flush()
-        os.fsync(self.file.fileno())
-        self.file.close()
-
-
-def write_array(path: Path, array: np.ndarray) -> dict:
-    writer = _ChecksumWriter(path)
-    try:
-        np.lib.format.write_array(writer, np.ascontiguousarray(array), allow_pickle=False)
-    finally:
-        writer.close()
-    _fsync_dir(path.parent)
-    return {"file": path.name, "bytes": writer.size, "crc32": writer.crc}
-
-
-def write_json(path: Path, obj: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=1, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
-
-
-def _load_array(path: Path) -> np.ndarray:
-    try:
-        return np.load(path, allow_pickle=False, mmap_mode="r")
-    except (OSError, ValueError) as e:
-        raise ValueError(f"checkpoint file unreadable: {path} ({e})") from None
-
-
-def read_json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise ValueError(f"checkpoint file unreadable: {path} ({e})") from None
-
-
-def verify_file(path: Path, entry: dict) -> None:
-    if not path.is_file():
-        raise ValueError(f"checkpoint file missing: {path}")
-    size = path.stat().st_size
-    if size != entry["bytes"]:
-        raise ValueError(f"checkpoint file truncated or grown: {path} has {size} bytes, manifest says {entry['bytes']}")
-    if crc32_file(path) != entry["crc32"]:
-        raise ValueError(f"checkpoint file corrupt (checksum mismatch): {path}")
-
-
-def crc32_file(path: Path) -> int:
-    crc = 0
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 22):
-            crc = zlib.crc32(chunk, crc)
-    return crc
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _step_of(path: Path) -> int:

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from cardinal.embedding import combine_digests
-from cardinal.ps import checkpoint, validate
+from cardinal.ps import checkpoint, checkpoint_load, validate
 from cardinal.ps.routing import split
 from cardinal.ps.transport.base import DEFAULT_TIMEOUT, Handle, TransientError, Transport
 
@@ -120,15 +120,39 @@ class PSClient:
         return path
 
     def load(self, path: str, *, timeout: float | None = None) -> dict:
-        """Load a checkpoint (a step directory, or the newest committed one under a root)."""
+        """Load a checkpoint (a step directory, or the newest committed one under a root), all or
+        nothing: every shard prepares (verifies, stages its rows); only if all succeed does any
+        commit. When one refuses, every prepared shard aborts and a ValueError names the shard."""
         path = Path(path)
         if not path.name.startswith("step-"):
             found = checkpoint.latest(path)
             if found is None:
                 raise ValueError(f"no committed checkpoint in {path}")
             path = found
-        info = checkpoint.read_commit(path)  # verify once before any shard changes
-        results = [self.transport.load(s, str(path)).wait(timeout) for s in range(self.n_shards)]
+        info = checkpoint_load.read_commit(path)  # the commit and manifests, checked before any shard works
+        handles = [self.transport.load(s, str(path), "prepare") for s in range(self.n_shards)]
+        prepared, failed = {}, []
+        for s, h in enumerate(handles):
+            try:
+                prepared[s] = h.wait(timeout)
+            except Exception as e:  # noqa: BLE001 - any failure of any shard aborts the load
+                failed.append((s, e))
+        if failed:
+            for s, result in prepared.items():
+                try:
+                    self.transport.load(s, str(path), "abort", result["token"]).wait(timeout)
+                except Exception:  # noqa: BLE001 - staged rows of an unreachable shard are replaced by its next prepare
+                    pass
+            s, e = failed[0]
+            message = f"checkpoint {path} not loaded, no shard changed: shard {s} refused it: {e}"
+            raise (ValueError if isinstance(e, ValueError) else RuntimeError)(message) from e
+        results = []
+        for s in range(self.n_shards):  # a commit only swaps tables in: it fails only if the shard is gone
+            try:
+                results.append(self.transport.load(s, str(path), "commit", prepared[s]["token"]).wait(timeout))
+            except Exception as e:
+                raise RuntimeError(f"checkpoint {path}: shard {s} did not commit it ({e}), shards "
+                                   f"{list(range(s))} did: load it again") from e
         return {"path": str(path), "step": info["step"], "extra": info["extra"],
                 "rows": {t: sum(r["rows"][t] for r in results) for t in results[0]["rows"]}}
 

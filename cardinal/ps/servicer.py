@@ -110,7 +110,11 @@ class ShardServicer:
         return {"rows": {t: m["rows"] for t, m in manifest["tables"].items()}}, []
 
     def _load(self, header, payload):
-        return self.store.load(str(self._inside(wire.field(header, "path", str)))), []
+        token = header.get("token")
+        if token is not None:
+            wire.field(header, "token", str)
+        return self.store.load(str(self._inside(wire.field(header, "path", str))),
+                               wire.field(header, "phase", str, "load"), token), []
 
     def _stats(self, header, payload):
         try:

@@ -6,6 +6,7 @@ Every request is checked in full before anything changes (``validate.py``), so a
 request leaves the store as it was.
 """
 
+import threading
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,7 +15,7 @@ import numpy as np
 
 from cardinal.embedding import EmbeddingTable, TableConfig
 from cardinal.optim import make_optimizer
-from cardinal.ps import checkpoint, validate
+from cardinal.ps import checkpoint, checkpoint_load, validate
 from cardinal.ps.request_log import RequestLog
 
 
@@ -42,6 +43,8 @@ class ShardStore:
         self.step = 0
         self.requests = RequestLog()
         self.tables = self._fresh_tables()
+        self._staged: tuple[str, dict, int] | None = None  # (token, tables, step) of a prepared load
+        self._staging_lock = threading.Lock()
 
     def _fresh_tables(self) -> dict[str, EmbeddingTable]:
         return {t.name: EmbeddingTable(t, make_optimizer(self.config.optimizer)) for t in self.config.tables}
@@ -81,19 +84,45 @@ class ShardStore:
             raise ValueError(f"a committed checkpoint for step {step} already exists in {root}")
         return checkpoint.save_shard(path, self.shard, self.n_shards, step, self.tables)
 
-    def load(self, step_path: str) -> dict:
-        """Replace every table with its rows from a committed checkpoint, verified first.
+    def load(self, step_path: str, phase: str = "load", token: str | None = None) -> dict:
+        """Load a committed checkpoint (of any shard count), all or nothing, in phases:
 
-        Works from a checkpoint of any shard count. On any error nothing changes.
+        ``prepare``: verify the checkpoint and build this shard's tables from it off to the
+            side; returns {"token", "step", "rows"}. Nothing visible changes. While a load is
+            prepared the store holds a second copy of its tables (the staged ones).
+        ``commit`` (with the token): swap the staged tables in; nothing is left to fail.
+        ``abort`` (with the token): drop them.  ``load``: prepare and commit at once.
+
+        A client loading several shards prepares every one before it commits any
+        (``PSClient.load``), so a checkpoint one shard refuses changes no shard.
         """
-        path = Path(step_path)
-        info = checkpoint.read_commit(path)
-        fresh = self._fresh_tables()
-        rows = checkpoint.load_shard_rows(path, info, self.shard, self.n_shards, fresh)
-        for name, columns in rows.items():
-            fresh[name].import_rows(**columns)
-        self.tables, self.step = fresh, info["step"]
-        return {"step": info["step"], "rows": {n: len(t) for n, t in fresh.items()}}
+        if phase == "load":
+            return self.load(step_path, "commit", self.load(step_path, "prepare")["token"])
+        if phase == "prepare":
+            path = Path(step_path)
+            info = checkpoint_load.read_commit(path)
+            fresh = self._fresh_tables()
+            rows = checkpoint_load.load_shard_rows(path, info, self.shard, self.n_shards, fresh)
+            for name, columns in rows.items():
+                fresh[name].import_rows(**columns)
+            token = uuid.uuid4().hex
+            with self._staging_lock:
+                self._staged = (token, fresh, info["step"])  # a newer prepare replaces an older one
+            return {"token": token, "step": info["step"], "rows": {n: len(t) for n, t in fresh.items()}}
+        if phase not in ("commit", "abort"):
+            raise ValueError(f"phase must be 'load', 'prepare', 'commit' or 'abort', got {phase!r}")
+        with self._staging_lock:
+            if self._staged is None or self._staged[0] != token:
+                if phase == "abort":
+                    return {"aborted": False}
+                raise ValueError(f"no load prepared with token {token!r} on shard {self.shard} "
+                                 "(never prepared, already committed or aborted, or replaced by a newer prepare)")
+            _, fresh, step = self._staged
+            self._staged = None
+        if phase == "abort":
+            return {"aborted": True}
+        self.tables, self.step = fresh, step
+        return {"step": step, "rows": {n: len(t) for n, t in fresh.items()}}
 
     def stats(self, digest: bool = False, check: bool = False) -> dict:
         """Rows and bytes per table; with ``digest`` each table's digest, and with ``check``

@@ -9,12 +9,16 @@ and crc32. Integer dict keys (as in optimizer state) survive the round trip.
                     "files": {"t0.npy": {"bytes": ..., "crc32": ...}, ...}}
 """
 
+import re
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from cardinal.ps.checkpoint import read_json, verify_file, write_array, write_json
+from cardinal.durable import check_name, load_array, read_json, verify_file, write_array, write_json
+
+STATE = "state.json"  # what checkpoint.commit lists, so commit.json covers it
+_TENSOR_FILE = re.compile(r"t[0-9]+\.npy")
 
 
 def save_tree(out: Path, tree) -> None:
@@ -35,22 +39,43 @@ def save_tree(out: Path, tree) -> None:
         raise TypeError(f"cannot save a {type(x).__name__} in dense state")
 
     tree_json = encode(tree)
-    write_json(out / "state.json", {"tree": tree_json, "files": files})
+    write_json(out / STATE, {"tree": tree_json, "files": files})
 
 
-def load_tree(out: Path):
-    """The saved tree, every file verified (size, crc32) before any is read."""
-    meta = read_json(out / "state.json")
-    for name, entry in meta["files"].items():
-        verify_file(out / name, entry)
+def load_tree(out: Path, entry: dict):
+    """The saved tree, verified before any tensor is read: ``state.json`` against ``entry``
+    (its size and crc32 as the checkpoint's commit.json lists them), then every file it
+    names. A tensor must be a plain file name listed in ``files``; float tensors must be finite."""
+    index = out / STATE
+    verify_file(index, entry)
+    meta = read_json(index)
+    files = meta.get("files")
+    if not isinstance(files, dict) or "tree" not in meta:
+        raise ValueError(f"{index}: must hold 'tree' and 'files'")
+    for name, file_entry in files.items():
+        check_name(name, str(index), _TENSOR_FILE)
+        verify_file(out / name, file_entry)
 
     def decode(x):
         if isinstance(x, dict):
             if "__tensor__" in x:
-                return torch.from_numpy(np.load(out / x["__tensor__"], allow_pickle=False).copy())
+                return tensor(x["__tensor__"])
             if "__dict__" in x:
                 return {k: decode(v) for k, v in x["__dict__"]}
-            return [decode(v) for v in x["__list__"]]
+            if "__list__" in x:
+                return [decode(v) for v in x["__list__"]]
+            raise ValueError(f"{index}: unknown node with keys {sorted(x)}")
         return x
 
-    return decode(meta["tree"])
+    def tensor(name):
+        if not isinstance(name, str) or name not in files:
+            raise ValueError(f"{index}: tensor file {name!r} is not listed in its 'files' (nothing unlisted is read)")
+        array = load_array(out / name, mmap=False)  # a memory map would make 0-d arrays 1-d
+        if array.dtype.kind == "f" and not np.isfinite(array).all():
+            raise ValueError(f"checkpoint file {out / name}: holds NaN or Inf")
+        return torch.from_numpy(array)
+
+    try:
+        return decode(meta["tree"])
+    except (TypeError, KeyError) as e:  # a malformed tree: name the file, not the Python error
+        raise ValueError(f"{index}: malformed tree ({type(e).__name__}: {e})") from None

@@ -218,22 +218,46 @@ class Trainer:
         return self.step
 
     def load(self, path: str | Path) -> dict:
-        """Restore tables, dense state and data position from a checkpoint (or the newest under a root)."""
+        """Restore tables, dense state and data position from a checkpoint (or the newest under a root).
+
+        All or nothing: the commit marker, the dense state (against the model's parameter names
+        and shapes) and every shard's rows are verified before any shard or parameter changes."""
+        from cardinal.ps.checkpoint_load import read_commit  # kept local: this method is the trainer's only use
+
         path = Path(path).resolve()
         found = path if (path / checkpoint.COMMIT).exists() else checkpoint.latest(path)
         if found is None:
             raise ValueError(f"no committed checkpoint in {path}")
-        dense = load_tree(found / "dense")  # verified before anything changes
+        marker = read_commit(found)
+        dense_entry = marker["files"].get(f"dense/{checkpoint.STATE}")
+        if dense_entry is None:
+            raise ValueError(f"{found / checkpoint.COMMIT} lists no dense/{checkpoint.STATE}: not a trainer checkpoint")
+        dense = load_tree(found / "dense", dense_entry)
+        self._check_dense(found / "dense" / checkpoint.STATE, dense)
         if self.workers.leader:
             info = self.client.load(found)
         self.workers.barrier()  # no worker pulls before the servers hold the checkpoint
         if not self.workers.leader:
-            info = {"extra": checkpoint.read_json(found / checkpoint.COMMIT)["extra"]}
+            info = {"extra": marker["extra"]}
         self.model.load_state_dict(dense["model"])
         self.optimizer.load_state_dict(dense["optimizer"])
         extra = info["extra"]
         self.step, self.epoch, self.batch_in_epoch = extra["step"], extra["epoch"], extra["batch_in_epoch"]
         return info
+
+    def _check_dense(self, where: Path, dense) -> None:
+        """The saved dense state fits this model (names, shapes), so loading it cannot fail halfway."""
+        if not isinstance(dense, dict) or not isinstance(dense.get("model"), dict) \
+                or not isinstance(dense.get("optimizer"), dict):
+            raise ValueError(f"{where}: must hold 'model' and 'optimizer' state")
+        expected = {k: tuple(v.shape) for k, v in self.model.state_dict().items()}
+        saved = {k: tuple(v.shape) if isinstance(v, torch.Tensor) else None for k, v in dense["model"].items()}
+        if saved != expected:
+            wrong = sorted(set(saved.items()) ^ set(expected.items()), key=str)[:3]
+            raise ValueError(f"{where}: the model's parameters differ from this recipe's model (e.g. {wrong})")
+        groups = dense["optimizer"].get("param_groups")
+        if not isinstance(groups, list) or len(groups) != len(self.optimizer.param_groups):
+            raise ValueError(f"{where}: the optimizer state has other parameter groups than this recipe's optimizer")
 
     def _summary(self, final: dict, samples: int, train_time: float) -> dict:
         timings = {**self.timings, **self.embedding.timings}

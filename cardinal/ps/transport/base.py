@@ -73,7 +73,8 @@ class Transport(ABC):
     def save(self, shard: int, root: str, step: int) -> Handle: ...
 
     @abstractmethod
-    def load(self, shard: int, step_path: str) -> Handle: ...
+    def load(self, shard: int, step_path: str, phase: str = "load", token: str | None = None) -> Handle:
+        """``ShardStore.load``: phases prepare / commit / abort (with the prepare's token), or load."""
 
     @abstractmethod
     def stats(self, shard: int, digest: bool = False, check: bool = False) -> Handle: ...

@@ -73,8 +73,8 @@ class FaultyTransport(Transport):
     def save(self, shard, root, step):
         return self.inner.save(shard, root, step)
 
-    def load(self, shard, step_path):
-        return self.inner.load(shard, step_path)
+    def load(self, shard, step_path, phase="load", token=None):
+        return self.inner.load(shard, step_path, phase, token)
 
     def stats(self, shard, digest=False, check=False):
         return self.inner.stats(shard, digest, check)

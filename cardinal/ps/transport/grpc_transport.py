@@ -170,8 +170,8 @@ class GrpcTransport(Transport):
     def save(self, shard, root, step):
         return _Mapped([self._call(shard, "Save", {"root": str(root), "step": int(step)})], lambda r: r[0][0])
 
-    def load(self, shard, step_path):
-        return _Mapped([self._call(shard, "Load", {"path": str(step_path)})],
+    def load(self, shard, step_path, phase="load", token=None):
+        return _Mapped([self._call(shard, "Load", {"path": str(step_path), "phase": phase, "token": token})],
                        lambda r: {k: v for k, v in r[0][0].items() if k != "incarnation"})
 
     def stats(self, shard, digest=False, check=False):

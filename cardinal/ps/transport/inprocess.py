@@ -38,8 +38,8 @@ class InProcessTransport(Transport):
     def save(self, shard, root, step):
         return self._call(shard, "save", root, step)
 
-    def load(self, shard, step_path):
-        return self._call(shard, "load", step_path)
+    def load(self, shard, step_path, phase="load", token=None):
+        return self._call(shard, "load", step_path, phase, token)
 
     def stats(self, shard, digest=False, check=False):
         return self._call(shard, "stats", digest, check)

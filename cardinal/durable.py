@@ -1,0 +1,130 @@
+"""Durable files: written with fsync and a crc32, read back only once verified.
+
+Shared by shard checkpoints (``ps/checkpoint.py``) and the trainer's dense state
+(``train/state_io.py``), so both follow one rule for what a checkpoint file is:
+
+    write_array(path, a) -> {"file": "user.ids.npy", "bytes": 1234, "crc32": 987654}
+    verify_file(path, entry)        size and crc32 against that entry, or ValueError naming path
+    load_array(path)                ``.npy`` without pickle
+
+and one rule for the names a manifest may give (``check_name``): plain file names inside
+the checkpoint's directory, so a tampered manifest can never make a load read elsewhere.
+"""
+
+import json
+import os
+import re
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+_PLAIN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+
+
+def check_name(name, where: str, pattern: re.Pattern | None = None) -> str:
+    """``name`` if it is a plain file name (no separators, no '..', not absolute, no NUL) that
+    matches ``pattern`` when one is given; otherwise a ValueError naming ``where``."""
+    if not isinstance(name, str) or not _PLAIN.fullmatch(name) or ".." in name:
+        raise ValueError(f"{where}: file name {name!r} is not a plain file name inside the checkpoint "
+                         f"(letters, digits, '_', '-', '.'; no path separators or '..')")
+    if pattern is not None and not pattern.fullmatch(name):
+        raise ValueError(f"{where}: file name {name!r} is not the expected {pattern.pattern!r}")
+    return name
+
+
+class _ChecksumWriter:
+    """A file object that fsyncs on close and keeps the crc32 and size of what went through."""
+
+    def __init__(self, path: Path):
+        self.file = open(path, "wb")
+        self.crc = 0
+        self.size = 0
+
+    def write(self, data) -> int:
+        view = memoryview(data).cast("B")
+        self.crc = zlib.crc32(view, self.crc)
+        self.size += view.nbytes
+        return self.file.write(view)
+
+    def close(self):
+        self.file.flush()
+        os.fsync(self.file.fileno())
+        self.file.close()
+
+
+def write_array(path: Path, array: np.ndarray) -> dict:
+    writer = _ChecksumWriter(path)
+    try:
+        # np.asarray keeps a 0-d array 0-d (np.ascontiguousarray would make it (1,))
+        np.lib.format.write_array(writer, np.asarray(array, order="C"), allow_pickle=False)
+    finally:
+        writer.close()
+    fsync_dir(path.parent)
+    return {"file": path.name, "bytes": writer.size, "crc32": writer.crc}
+
+
+def write_json(path: Path, obj: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def load_array(path: Path, mmap: bool = True) -> np.ndarray:
+    try:
+        return np.load(path, allow_pickle=False, mmap_mode="r" if mmap else None)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"checkpoint file unreadable: {path} ({e})") from None
+
+
+def read_json(path: Path) -> dict:
+    try:
+        obj = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"checkpoint file unreadable: {path} ({e})") from None
+    if not isinstance(obj, dict):
+        raise ValueError(f"checkpoint file unreadable: {path} holds a JSON {type(obj).__name__}, not an object")
+    return obj
+
+
+def file_entry(path: Path) -> dict:
+    """The {"bytes", "crc32"} a manifest records for an existing file."""
+    return {"bytes": path.stat().st_size, "crc32": crc32_file(path)}
+
+
+def verify_file(path: Path, entry) -> None:
+    if not isinstance(entry, dict) or not isinstance(entry.get("bytes"), int) \
+            or not isinstance(entry.get("crc32"), int):
+        raise ValueError(f"checkpoint manifest entry for {path} must hold integer 'bytes' and 'crc32', got {entry!r}")
+    if not path.is_file():
+        raise ValueError(f"checkpoint file missing: {path}")
+    size = path.stat().st_size
+    if size != entry["bytes"]:
+        raise ValueError(f"checkpoint file truncated or grown: {path} has {size} bytes, manifest says {entry['bytes']}")
+    if crc32_file(path) != entry["crc32"]:
+        raise ValueError(f"checkpoint file corrupt (checksum mismatch): {path}")
+
+
+def crc32_file(path: Path) -> int:
+    crc = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            crc = zlib.crc32(chunk, crc)
+    return crc
+
+
+def crc32_json(obj: dict) -> int:
+    """crc32 of ``obj``'s canonical JSON (sorted keys, no spaces): how a JSON file checks itself."""
+    return zlib.crc32(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode())
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,186 @@
+"""Reading a checkpoint back: every byte verified, every claim checked, before any state changes.
+
+A load trusts nothing it reads. In order:
+
+    commit.json       its own crc32; format, routing; shard list == shard-00000-of-N .. (N-1)-of-N
+    files it lists    each shard manifest (and dense state.json) by size and crc32
+    each manifest     shard, n_shards, step, routing agree with the commit; same tables, dims,
+                      widths and optimizer in every shard; file names exactly "<table>.<column>.npy"
+    each array        size and crc32 from its manifest; exact dtype and shape (no broadcasting);
+                      unique ids, each routing to the shard that saved it; finite values
+
+Each failure is a ValueError naming the file and what is wrong. Resharding: a store of
+shard s of N keeps, from every saved shard, the rows whose id routes to s under N
+(``routing.route``); with the same N it reads only its own files. A swapped, renamed or
+edited file is caught whichever way it loads.
+"""
+
+import re
+from pathlib import Path
+
+import numpy as np
+
+from cardinal.durable import check_name, crc32_json, load_array, read_json, verify_file
+from cardinal.embedding.hashing import ROUTING_NAME
+from cardinal.ps.checkpoint import COLUMNS, COMMIT, FORMAT_VERSION, MANIFEST, STATE, shard_dir, shard_names
+from cardinal.ps.routing import route
+
+DTYPES = {"ids": np.dtype(np.int64), "data": np.dtype(np.float32), "count": np.dtype(np.uint32),
+          "last_step": np.dtype(np.uint32)}
+_TABLE = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def read_commit(step_path: Path) -> dict:
+    """The commit marker, with the files it lists verified and every shard manifest checked:
+    {"step", "n_shards", "extra", "files", "manifests": {shard dir name: manifest}}."""
+    marker = step_path / COMMIT
+    if not marker.is_file():
+        raise ValueError(f"{step_path} is not a committed checkpoint: {COMMIT} is missing")
+    info = read_json(marker)
+    if info.get("format_version") != FORMAT_VERSION:
+        raise ValueError(f"{marker}: format version {info.get('format_version')!r} is not {FORMAT_VERSION}")
+    body = {k: v for k, v in info.items() if k != "crc32"}
+    if info.get("crc32") != crc32_json(body):
+        raise ValueError(f"{marker}: its crc32 does not match its contents (edited or corrupt)")
+    _expect(marker, info, "kind", "cardinal.commit")
+    _expect(marker, info, "routing", ROUTING_NAME)
+    step, n = info.get("step"), info.get("n_shards")
+    if not _is_int(step) or step < 0 or not _is_int(n) or n < 1:
+        raise ValueError(f"{marker}: step {step!r} and n_shards {n!r} must be integers >= 0 and >= 1")
+    if info.get("shards") != shard_names(n):
+        raise ValueError(f"{marker}: shard list {info.get('shards')!r} is not the {n} shards its n_shards says")
+    files = info.get("files")
+    manifests = {f"{name}/{MANIFEST}" for name in shard_names(n)}
+    if not isinstance(files, dict) or not manifests <= set(files):
+        raise ValueError(f"{marker}: 'files' must list every shard manifest ({sorted(manifests)})")
+    for rel, entry in files.items():
+        parts = rel.split("/") if isinstance(rel, str) else [rel]
+        if len(parts) != 2 or (rel not in manifests and parts[1] != STATE):
+            raise ValueError(f"{marker}: file {rel!r} is neither a shard manifest nor a <dir>/{STATE}")
+        check_name(parts[0], str(marker))
+        verify_file(step_path / parts[0] / parts[1], entry)
+    if not isinstance(info.get("extra"), dict):
+        raise ValueError(f"{marker}: 'extra' must be a JSON object")
+    info["manifests"] = {}
+    for s, name in enumerate(shard_names(n)):
+        path = step_path / name / MANIFEST
+        info["manifests"][name] = _check_manifest(path, read_json(path), s, n, step)
+    _check_same_tables(step_path, list(info["manifests"].values()))
+    return info
+
+
+def _check_manifest(path: Path, m: dict, shard: int, n_shards: int, step: int) -> dict:
+    _expect(path, m, "format_version", FORMAT_VERSION)
+    _expect(path, m, "kind", "cardinal.shard")
+    _expect(path, m, "shard", shard)
+    _expect(path, m, "n_shards", n_shards)
+    _expect(path, m, "step", step)
+    _expect(path, m, "routing", ROUTING_NAME)
+    tables = m.get("tables")
+    if not isinstance(tables, dict) or not tables:
+        raise ValueError(f"{path}: 'tables' must be a non-empty object")
+    for name, t in tables.items():
+        where = f"{path}, table {name!r}"
+        if not _TABLE.fullmatch(name):
+            raise ValueError(f"{where}: not a table name (letters, digits, '_', '-')")
+        if not isinstance(t, dict):
+            raise ValueError(f"{where}: must be an object")
+        for key in ("dim", "width", "rows"):
+            if not _is_int(t.get(key)) or t[key] < (0 if key == "rows" else 1):
+                raise ValueError(f"{where}: {key} must be a positive integer, got {t.get(key)!r}")
+        if not isinstance(t.get("optimizer"), dict) or not isinstance(t["optimizer"].get("name"), str):
+            raise ValueError(f"{where}: 'optimizer' must be an object with a name")
+        files = t.get("files")
+        if not isinstance(files, dict) or set(files) != set(COLUMNS):
+            raise ValueError(f"{where}: 'files' must hold exactly {list(COLUMNS)}")
+        for column, entry in files.items():
+            expected = re.compile(re.escape(f"{name}.{column}.npy"))
+            check_name(entry.get("file") if isinstance(entry, dict) else None, where, expected)
+    return m
+
+
+def _check_same_tables(step_path: Path, manifests: list[dict]) -> None:
+    first = manifests[0]["tables"]
+    for m in manifests[1:]:
+        where = f"checkpoint {step_path.name}, shard {m['shard']}"
+        if set(m["tables"]) != set(first):
+            raise ValueError(f"{where}: tables {sorted(m['tables'])} differ from shard 0's {sorted(first)}")
+        for name, t in m["tables"].items():
+            for key in ("dim", "width", "optimizer"):
+                if t[key] != first[name][key]:
+                    raise ValueError(f"{where}: table {name!r} has {key} {t[key]!r}, shard 0 has {first[name][key]!r}")
+
+
+def check_compatible(step_path: Path, info: dict, tables: dict) -> None:
+    """The saved tables are exactly the store's (names, dims, widths, optimizer)."""
+    saved = next(iter(info["manifests"].values()))["tables"]
+    where = f"checkpoint {step_path.name}"
+    if set(saved) != set(tables):
+        raise ValueError(f"{where} has tables {sorted(saved)}, the store has {sorted(tables)}")
+    for name, table in tables.items():
+        s = saved[name]
+        if s["dim"] != table.dim:
+            raise ValueError(f"{where}: table {name!r} has dim {s['dim']}, the store expects {table.dim}")
+        if s["optimizer"]["name"] != table.optimizer.name:
+            raise ValueError(f"{where}: table {name!r} was trained with {s['optimizer']['name']!r}, "
+                             f"the store uses {table.optimizer.name!r} (their state does not carry over)")
+        if s["width"] != table.storage.width:
+            raise ValueError(f"{where}: table {name!r} has rows of width {s['width']}, "
+                             f"the store's are {table.storage.width} wide")
+
+
+def load_shard_rows(step_path: Path, info: dict, shard: int, n_shards: int, tables: dict) -> dict:
+    """Rows for shard ``shard`` of ``n_shards``: {table: {column: array}}, from ``read_commit``'s
+    ``info``; every array read is verified and checked first. ``tables``: name -> EmbeddingTable."""
+    check_compatible(step_path, info, tables)
+    same_layout = info["n_shards"] == n_shards
+    out = {}
+    for name in tables:
+        parts = {c: [] for c in COLUMNS}
+        for m in info["manifests"].values():
+            if same_layout and m["shard"] != shard:
+                continue
+            cols = _read_table(shard_dir(step_path, m["shard"], m["n_shards"]), m, name)
+            keep = slice(None) if same_layout else route(cols["ids"], n_shards) == shard
+            for c in COLUMNS:
+                parts[c].append(np.asarray(cols[c][keep]))
+        out[name] = {c: np.concatenate(parts[c]) for c in COLUMNS}
+    return out
+
+
+def _read_table(base: Path, manifest: dict, name: str) -> dict:
+    """One saved shard's columns of table ``name``, each file verified and checked."""
+    entry = manifest["tables"][name]
+    n, width = entry["rows"], entry["width"]
+    shapes = {"ids": (n,), "data": (n, width), "count": (n,), "last_step": (n,)}
+    cols = {}
+    for c in COLUMNS:
+        path = base / entry["files"][c]["file"]
+        verify_file(path, entry["files"][c])
+        array = load_array(path)
+        if array.dtype != DTYPES[c] or array.shape != shapes[c]:
+            raise ValueError(f"checkpoint file {path}: holds {array.dtype} {array.shape}, "
+                             f"its manifest needs {DTYPES[c]} {shapes[c]}")
+        cols[c] = np.asarray(array)
+    ids = cols["ids"]
+    if len(np.unique(ids)) != len(ids):
+        raise ValueError(f"checkpoint file {base / entry['files']['ids']['file']}: holds duplicate ids")
+    wrong = np.flatnonzero(route(ids, manifest["n_shards"]) != manifest["shard"])
+    if len(wrong):
+        raise ValueError(f"checkpoint file {base / entry['files']['ids']['file']}: {len(wrong)} ids (e.g. "
+                         f"{ids[wrong[0]]}) do not route to shard {manifest['shard']} of {manifest['n_shards']}, "
+                         f"which saved them (a file from another shard?)")
+    if not np.isfinite(cols["data"]).all():
+        bad = int(np.flatnonzero(~np.isfinite(cols["data"]).all(axis=1))[0])
+        raise ValueError(f"checkpoint file {base / entry['files']['data']['file']}: row {bad} "
+                         f"(id {ids[bad]}) holds NaN or Inf")
+    return cols
+
+
+def _expect(path: Path, obj: dict, key: str, value) -> None:
+    if obj.get(key) != value or type(obj.get(key)) is not type(value):
+        raise ValueError(f"{path}: {key} is {obj.get(key)!r}, expected {value!r}")
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
