@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         commands = {"train": train, "eval": evaluate, "generate": generate, "convert": convert, "server": server,
                     "launch": launch}
         return commands[args.command](args)
-    except ValueError as e:
+    except (ValueError, TypeError) as e:  # what the user can change; anything else is a traceback (exit 1)
         print(f"cardinal {args.command}: error: {e}", file=sys.stderr)
         return 2
 
