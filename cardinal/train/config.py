@@ -32,7 +32,8 @@ DENSE_OPTIMIZERS = {"adam": "Adam", "adagrad": "Adagrad", "sgd": "SGD"}
 @dataclass(frozen=True)
 class DataConfig:
     format: str = "synthetic"
-    train: list[str] = field(default_factory=list)  # files (criteo, parquet) or a directory (movielens)
+    train: list[str] = field(default_factory=list)  # files (criteo, parquet) or a directory (movielens);
+                                                    # a plain string is a list of one
     eval: list[str] = field(default_factory=list)
     batch_size: int = 4096
     eval_batch_size: int = 16384
