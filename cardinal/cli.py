@@ -6,6 +6,10 @@
     cardinal convert TSV [TSV ...] --out FILE.parquet [--strict]
     cardinal server [RECIPE] --shard I/N --data-dir DIR [--port P] [--host H] [--set ...]
     cardinal launch --servers S --workers W -- [RECIPE] [--set ...] [--resume RUN_DIR]
+
+Every command's exit status says whether it succeeded: 0 when it did; 2 for an error the user
+can fix (bad recipe or data, a run that diverged or trained nothing), named on one line of
+stderr; 1 (a traceback) for anything else; ``launch`` exits with its first failing worker's code.
 """
 
 import argparse
@@ -57,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         commands = {"train": train, "eval": evaluate, "generate": generate, "convert": convert, "server": server,
                     "launch": launch}
         return commands[args.command](args)
-    except ValueError as e:
+    except (ValueError, TypeError) as e:  # what the user can change; anything else is a traceback (exit 1)
         print(f"cardinal {args.command}: error: {e}", file=sys.stderr)
         return 2
 

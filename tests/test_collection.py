@@ -86,11 +86,26 @@ def test_prefetched_pulls_lag_by_one_push_and_match_otherwise():
 
 def test_eval_mode_creates_nothing_and_pushes_nothing():
     client = embedded(CONFIG, 2)
+    trained = EmbeddingCollection(client, FEATURES, "sum")
+    sum(v.sum() for v in trained({"x": bag([[1]]), "y": bag([[4]]), "z": bag([[9]])}).values()).backward()
+    trained.flush()  # rows a:1, a:4, b:9 exist and were trained once
+    everything = (("a", [1, 2, 3, 4]), ("b", [9, 10]))
+    before = {t: rows_of(client, t, ids) for t, ids in everything}
+    digests = {t: client.digest(t) for t in ("a", "b")}
+
     emb = EmbeddingCollection(client, FEATURES, "sum").eval()
-    with torch.no_grad():
-        out = emb(SPARSE)
-    assert all((v == 0).all() for v in out.values())
-    assert sum(s["tables"]["a"]["rows"] for s in client.stats()) == 0
+    weight = torch.ones((), requires_grad=True)  # something to differentiate, so backward really runs
+    out = emb(SPARSE)
+    sum((weight * v).sum() for v in out.values()).backward()
+    emb.flush()
+    assert weight.grad is not None
+    np.testing.assert_array_equal(out["z"][0].detach().numpy(), before["b"][0])  # known id: its row
+    assert (out["z"][2] == 0).all()  # unknown id 10: zeros
+    for t, ids in everything:  # nothing pushed: every row bitwise as it was
+        np.testing.assert_array_equal(rows_of(client, t, ids), before[t])
+    assert {t: client.digest(t) for t in ("a", "b")} == digests
+    rows = {t: sum(s["tables"][t]["rows"] for s in client.stats()) for t in ("a", "b")}
+    assert rows == {"a": 2, "b": 1}  # nothing created in either table
 
 
 def test_configuration_errors_are_named():

@@ -142,15 +142,25 @@ def test_missing_files_are_named(tmp_path):
 
 @pytest.mark.skipif(not MOVIELENS.is_dir(), reason="shared MovieLens data not present")
 def test_movielens_splits_by_time_and_encodes_fields():
+    """The reader's own rows: the oldest 80% train (shuffled), the newest 20% evaluate."""
     train = MovieLensReader(MOVIELENS, "train", 4096)
     evaluation = MovieLensReader(MOVIELENS, "eval", 4096)
     assert len(train.labels) + len(evaluation.labels) == 100836
-    assert 0.4 < train.labels.mean() < 0.6
+    assert len(train.labels) == int(100836 * 0.8) and 0.4 < train.labels.mean() < 0.6
+    # the time of each rating the reader yields, found by its (user, movie) pair (unique in the file)
     import pyarrow.csv as pcsv
-    ts = pcsv.read_csv(MOVIELENS / "ratings.csv")["timestamp"].to_numpy()
-    order = np.sort(ts)
-    cut = order[len(train.labels) - 1]
-    assert (np.sort(ts)[len(train.labels):] >= cut).all()
+    ratings = pcsv.read_csv(MOVIELENS / "ratings.csv")
+    keys = (ratings["userId"].to_numpy().astype(np.int64) << 32) | ratings["movieId"].to_numpy()
+    by_key = np.argsort(keys)
+    assert len(np.unique(keys)) == len(keys)
+    times = ratings["timestamp"].to_numpy()[by_key]
+
+    def time_of(reader):
+        return times[np.searchsorted(keys[by_key], (reader.user << 32) | reader.movie)]
+
+    train_times, eval_times = time_of(train), time_of(evaluation)
+    assert train_times.max() <= eval_times.min()  # every training rating is older than every eval one
+    assert not (np.diff(train_times) >= 0).all()  # ...and training order is shuffled
     batch = next(iter(train))
     assert set(batch.sparse) == {"user", "movie", "genres", "year"} and batch.dense.shape == (4096, 0)
     sizes = np.diff(batch.sparse["genres"].offsets)

@@ -6,10 +6,12 @@ a few chunks whatever the file size. Features become:
   - sparse ``C1..C26``: id ``(j << 32) | value`` for field Cj, so fields never collide and
     can share one table; a missing value is an empty bag.
 A bad line (wrong column count, bad label, non-numeric integer, bad hex) is skipped, counted
-and reported with its file and line number; with ``strict=True`` it stops the run instead.
+and reported with its file and line number; with ``strict=True`` it stops the run instead, and
+so does a share of bad lines above ``max_bad_fraction`` (``bad_rows.BadRows``). The value rules
+(labels 0/1; integers of at most 18 digits; categorical values below 2**32, so the field bits
+above them stay intact) are ``LABELS``, ``INT_LIMIT`` and ``CAT_LIMIT``, shared with Parquet.
 """
 
-import logging
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,11 +19,13 @@ import numpy as np
 import torch
 
 from cardinal.data import tsv_kernels as K
+from cardinal.data.bad_rows import BadRows
 from cardinal.data.batch import Batch, single_hot
 
 DENSE = [f"I{i}" for i in range(1, K.N_INT + 1)]
 SPARSE = [f"C{i}" for i in range(1, K.N_CAT + 1)]
-log = logging.getLogger(__name__)
+INT_LIMIT = 10**18   # |integer| < this: the TSV parser takes at most 18 digits
+CAT_LIMIT = 1 << 32  # categorical values: 0 <= value < this (8 hex digits); the field sits above
 
 
 class Rows:
@@ -64,7 +68,7 @@ class CriteoReader:
     dense_fields, sparse_fields = DENSE, SPARSE
 
     def __init__(self, paths: list[str | Path], batch_size: int, strict: bool = False,
-                 chunk_bytes: int = 8 << 20, keep_examples: int = 10):
+                 chunk_bytes: int = 8 << 20, keep_examples: int = 10, max_bad_fraction: float = 1.0):
         self.paths = [Path(p) for p in paths]
         for p in self.paths:
             if not p.is_file():
@@ -72,9 +76,15 @@ class CriteoReader:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.batch_size, self.strict, self.chunk_bytes = batch_size, strict, chunk_bytes
-        self.keep_examples = keep_examples
-        self.bad_lines = 0
-        self.bad_examples: list[str] = []
+        self.bad = BadRows(strict, max_bad_fraction, keep_examples)
+
+    @property
+    def bad_lines(self) -> int:
+        return self.bad.bad
+
+    @property
+    def bad_examples(self) -> list[str]:
+        return self.bad.examples
 
     def chunks(self) -> Iterator[Rows]:
         """Parsed rows, a chunk of the files at a time."""
@@ -99,29 +109,29 @@ class CriteoReader:
 
     def _parse(self, path: Path, buf: bytes, line_base: int) -> Rows:
         rows, bad_line, bad_reason = parse_buffer(buf)
-        if len(bad_line):
-            where = [f"{path}:{line_base + int(i) + 1}: {K.REASONS[int(r)]}" for i, r in zip(bad_line, bad_reason)]
-            if self.strict:
-                raise ValueError(f"bad input line (strict mode): {where[0]}")
-            self.bad_lines += len(bad_line)
-            self.bad_examples += where[: self.keep_examples - len(self.bad_examples)]
+        where = [f"{path}:{line_base + int(i) + 1}: {K.REASONS[int(r)]}" for i, r in zip(bad_line, bad_reason)]
+        self.bad.add(where, len(rows) + len(where))
         return rows
 
     def __iter__(self) -> Iterator[Batch]:
-        self.bad_lines, self.bad_examples = 0, []
-        pending: list[Rows] = []
-        have = 0
-        for rows in self.chunks():
-            pending.append(rows)
-            have += len(rows)
-            if have < self.batch_size:
-                continue
-            merged = Rows.concat(pending)
-            full = have // self.batch_size * self.batch_size
-            for start in range(0, full, self.batch_size):
-                yield merged[start:start + self.batch_size].to_batch()
-            pending, have = [merged[full:]], have - full
-        if have:
-            yield Rows.concat(pending).to_batch()
-        if self.bad_lines:
-            log.warning("skipped %d bad lines; first: %s", self.bad_lines, "; ".join(self.bad_examples[:3]))
+        self.bad.reset()
+        yield from batches(self.chunks(), self.batch_size)
+        self.bad.finish()
+
+
+def batches(chunks: Iterator[Rows], batch_size: int) -> Iterator[Batch]:
+    """Batches of ``batch_size`` rows (the last one may be smaller) from chunks of any size."""
+    pending: list[Rows] = []
+    have = 0
+    for rows in chunks:
+        pending.append(rows)
+        have += len(rows)
+        if have < batch_size:
+            continue
+        merged = Rows.concat(pending)
+        full = have // batch_size * batch_size
+        for start in range(0, full, batch_size):
+            yield merged[start:start + batch_size].to_batch()
+        pending, have = [merged[full:]], have - full
+    if have:
+        yield Rows.concat(pending).to_batch()

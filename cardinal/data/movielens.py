@@ -5,6 +5,11 @@ A rating of 4 or more is a click. Sparse fields: ``user``, ``movie``, ``genres``
 Ids are ``(field << 40) | value`` so fields never collide. Split by time: the earliest
 ``1 - eval_fraction`` of ratings train, the latest evaluate; training order is shuffled
 with ``seed``.
+
+Rows are checked as the TSV reader checks lines (``bad_rows.BadRows``): a missing column or
+a column of text is a ValueError naming the file and the column; a rating outside 0.5..5
+(or missing), an id outside [0, 2**40) (it would spill into the field bits) or a missing
+timestamp makes a bad row, skipped and counted or, with ``strict``, the end of the run.
 """
 
 import re
@@ -12,20 +17,27 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.csv as pcsv
 import torch
 
+from cardinal.data.bad_rows import BadRows
 from cardinal.data.batch import Batch, Bag, single_hot
 
 SPARSE = ["user", "movie", "genres", "year"]
 _YEAR = re.compile(r"\((\d{4})\)\s*$")
+ID_LIMIT = 1 << 40   # ids sit below the field bits
+RATINGS = (0.5, 5.0)
+COLUMNS = {"ratings.csv": {"userId": "int", "movieId": "int", "rating": "num", "timestamp": "num"},
+           "movies.csv": {"movieId": "int", "title": "str", "genres": "str"}}
 
 
 class MovieLensReader:
     dense_fields: list[str] = []
     sparse_fields = SPARSE
 
-    def __init__(self, path: str | Path, split: str, batch_size: int, eval_fraction: float = 0.2, seed: int = 0):
+    def __init__(self, path: str | Path, split: str, batch_size: int, eval_fraction: float = 0.2, seed: int = 0,
+                 strict: bool = False, max_bad_fraction: float = 1.0):
         path = Path(path)
         for name in ("ratings.csv", "movies.csv"):
             if not (path / name).is_file():
@@ -34,26 +46,36 @@ class MovieLensReader:
             raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
         if not 0 < eval_fraction < 1:
             raise ValueError(f"eval_fraction must be in (0, 1), got {eval_fraction}")
-        ratings = pcsv.read_csv(path / "ratings.csv")
-        movies = pcsv.read_csv(path / "movies.csv")
-        order = np.argsort(ratings["timestamp"].to_numpy(), kind="stable")
+        self.bad = BadRows(strict, max_bad_fraction)
+        ratings, good = _read(path / "ratings.csv", self.bad, {
+            "userId": lambda v: (v >= 0) & (v < ID_LIMIT), "movieId": lambda v: (v >= 0) & (v < ID_LIMIT),
+            "rating": lambda v: (v >= RATINGS[0]) & (v <= RATINGS[1]), "timestamp": np.isfinite})
+        movies, movie_ok = _read(path / "movies.csv", self.bad, {"movieId": lambda v: (v >= 0) & (v < ID_LIMIT)})
+        self.bad.finish()
+        good = np.flatnonzero(good)
+        order = good[np.argsort(ratings["timestamp"][good], kind="stable")]
         cut = int(len(order) * (1 - eval_fraction))
         rows = order[:cut] if split == "train" else order[cut:]
         if split == "train":
             rows = np.random.default_rng(seed).permutation(rows)
-        self.user = ratings["userId"].to_numpy()[rows].astype(np.int64)
-        self.movie = ratings["movieId"].to_numpy()[rows].astype(np.int64)
-        self.labels = (ratings["rating"].to_numpy()[rows] >= 4.0).astype(np.float32)
-        self._movie_info(movies)
+        self.user = ratings["userId"][rows].astype(np.int64)
+        self.movie = ratings["movieId"][rows].astype(np.int64)
+        self.labels = (ratings["rating"][rows] >= 4.0).astype(np.float32)
+        self._movie_info({k: v[movie_ok] for k, v in movies.items()})
         self.batch_size = batch_size
 
+    @property
+    def bad_lines(self) -> int:
+        return self.bad.bad
+
     def _movie_info(self, movies):
-        genre_names = sorted({g for gs in movies["genres"].to_pylist() for g in gs.split("|")})
+        genres = [gs or "" for gs in movies["genres"]]
+        genre_names = sorted({g for gs in genres for g in gs.split("|")})
         code = {g: i for i, g in enumerate(genre_names)}
         self.genres_of, self.year_of = {}, {}
-        for mid, title, gs in zip(movies["movieId"].to_pylist(), movies["title"].to_pylist(), movies["genres"].to_pylist()):
+        for mid, title, gs in zip(movies["movieId"].tolist(), movies["title"], genres):
             self.genres_of[mid] = [code[g] for g in gs.split("|")]
-            m = _YEAR.search(title)
+            m = _YEAR.search(title or "")
             self.year_of[mid] = int(m.group(1)) if m else -1
 
     def __iter__(self) -> Iterator[Batch]:
@@ -70,3 +92,35 @@ class MovieLensReader:
                       "genres": Bag(genre_ids, offsets),
                       "year": single_hot(years | (4 << 40), years >= 0)}
             yield Batch(torch.zeros(len(user), 0), sparse, torch.from_numpy(self.labels[s]))
+
+
+def _read(path: Path, bad: BadRows, rules: dict) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Columns of a CSV file as arrays (text: object arrays of str | None) and which rows are good;
+    each bad row is reported to ``bad`` as ``file:line: reason``."""
+    try:
+        table = pcsv.read_csv(path)
+    except (pa.ArrowException, OSError) as e:
+        raise ValueError(f"{path}: not a readable CSV file ({e})") from e
+    columns, good = {}, np.ones(table.num_rows, bool)
+    reason = np.full(table.num_rows, None, object)
+    for name, kind in COLUMNS[path.name].items():
+        if name not in table.column_names:
+            raise ValueError(f"{path}: no column {name!r}; it needs {list(COLUMNS[path.name])}")
+        col = table[name]
+        numeric = pa.types.is_integer(col.type) or (kind == "num" and pa.types.is_floating(col.type))
+        if kind != "str" and not numeric and not pa.types.is_null(col.type):
+            raise ValueError(f"{path}: column {name!r} holds {col.type}; it must hold "
+                             f"{'integers' if kind == 'int' else 'numbers'}")
+        if kind == "str":
+            columns[name] = np.array(col.to_pylist(), object)
+            continue
+        present = col.is_valid().to_numpy(zero_copy_only=False)
+        values = col.fill_null(0).to_numpy(zero_copy_only=False) if not pa.types.is_null(col.type) \
+            else np.zeros(table.num_rows, np.int64)
+        ok = present & rules.get(name, lambda v: np.ones(len(v), bool))(values)
+        for i in np.flatnonzero(~ok & good):
+            reason[i] = f"bad {name} ({values[i].item() if present[i] else 'missing'})"
+        good &= ok
+        columns[name] = values
+    bad.add([f"{path}:{i + 2}: {reason[i]}" for i in np.flatnonzero(~good)], table.num_rows)
+    return columns, good

@@ -11,8 +11,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from cardinal.data.bad_rows import BadRows
 from cardinal.data.batch import Batch
-from cardinal.data.criteo import DENSE, SPARSE, CriteoReader, Rows
+from cardinal.data.criteo import CAT_LIMIT, DENSE, INT_LIMIT, SPARSE, CriteoReader, Rows, batches
 
 
 def convert(tsv_paths: list[str | Path], out: str | Path, strict: bool = False, progress=None) -> dict:
@@ -29,33 +30,115 @@ def convert(tsv_paths: list[str | Path], out: str | Path, strict: bool = False, 
             rows += len(chunk)
             if progress:
                 progress(len(chunk))
+    if rows == 0:
+        Path(out).unlink(missing_ok=True)
+        raise ValueError(f"no good rows in {', '.join(map(str, tsv_paths))} ({reader.bad_lines} bad lines; "
+                         f"first: {'; '.join(reader.bad_examples[:3]) or 'none'})")
     return {"rows": rows, "bad_lines": reader.bad_lines, "bad_examples": reader.bad_examples}
 
 
 class ParquetReader:
-    """Yields ``Batch``es of ``batch_size`` rows from Parquet files written by ``convert``."""
+    """Yields ``Batch``es of ``batch_size`` rows from Parquet files in the layout ``convert`` writes.
+
+    Files written by other tools are checked as the TSV reader checks text: every column must
+    be there with a numeric type (else a ValueError naming the file and the column), and a row
+    whose label is not 0/1, whose integer is not finite, whole and below 10**18, or whose
+    categorical value is outside [0, 2**32) is bad (skipped and counted, or stops the run).
+    """
 
     dense_fields, sparse_fields = DENSE, SPARSE
 
-    def __init__(self, paths: list[str | Path], batch_size: int):
+    def __init__(self, paths: list[str | Path], batch_size: int, strict: bool = False,
+                 max_bad_fraction: float = 1.0, keep_examples: int = 10):
         self.paths = [Path(p) for p in paths]
         for p in self.paths:
             if not p.is_file():
                 raise ValueError(f"data file not found: {p}")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.batch_size = batch_size
+        self.bad = BadRows(strict, max_bad_fraction, keep_examples)
+
+    @property
+    def bad_lines(self) -> int:
+        return self.bad.bad
+
+    @property
+    def bad_examples(self) -> list[str]:
+        return self.bad.examples
+
+    def chunks(self) -> Iterator[Rows]:
+        """The good rows of each record batch of each file."""
+        for path in self.paths:
+            try:
+                file = pq.ParquetFile(path)
+            except (pa.ArrowException, OSError) as e:
+                raise ValueError(f"{path}: not a readable Parquet file ({e})") from e
+            _check_schema(path, file.schema_arrow)
+            first = 0
+            for record in file.iter_batches(batch_size=self.batch_size, columns=COLUMNS):
+                rows, where = _rows(record, path, first)
+                self.bad.add(where, record.num_rows)
+                first += record.num_rows
+                yield rows
 
     def __iter__(self) -> Iterator[Batch]:
-        for path in self.paths:
-            for record in pq.ParquetFile(path).iter_batches(batch_size=self.batch_size):
-                yield _rows(record).to_batch()
+        self.bad.reset()
+        yield from batches(self.chunks(), self.batch_size)
+        self.bad.finish()
 
 
-def _rows(record: pa.RecordBatch) -> Rows:
-    def column(name, dtype):
-        col = record.column(name)
-        return col.fill_null(0).to_numpy().astype(dtype), col.is_valid().to_numpy(zero_copy_only=False)
+COLUMNS = ["label", *DENSE, *SPARSE]
 
-    ints, int_ok = zip(*(column(n, np.int64) for n in DENSE))
-    cats, cat_ok = zip(*(column(n, np.int64) for n in SPARSE))
-    labels = record.column("label").to_numpy().astype(np.float32)
-    return Rows(labels, np.stack(ints, 1), np.stack(int_ok, 1), np.stack(cats, 1), np.stack(cat_ok, 1))
+
+def _check_schema(path: Path, schema: pa.Schema) -> None:
+    for name in COLUMNS:
+        if schema.get_field_index(name) < 0:
+            raise ValueError(f"{path}: no column {name!r}; the Criteo layout has label, I1..I13, C1..C26 "
+                             f"(write it with `cardinal convert`)")
+        t = schema.field(name).type
+        if name in SPARSE:
+            ok, kind = pa.types.is_integer(t), "integers"
+        else:
+            ok, kind = pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t), "numbers"
+        if not ok:
+            raise ValueError(f"{path}: column {name!r} holds {t}; it must hold {kind}")
+
+
+def _values(record: pa.RecordBatch, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """(values, present) of one column; null values read as 0."""
+    col = record.column(name)
+    return col.fill_null(0).to_numpy(zero_copy_only=False), col.is_valid().to_numpy(zero_copy_only=False)
+
+
+def _rows(record: pa.RecordBatch, path: Path, first: int) -> tuple[Rows, list[str]]:
+    """The good rows of ``record`` and ``file:row: reason`` of each bad one (rows count from 1)."""
+    n = record.num_rows
+    reason = np.full(n, None, object)
+
+    def mark(bad: np.ndarray, text: str, values: np.ndarray) -> None:
+        for i in np.flatnonzero(bad & (reason == None)):  # noqa: E711 (elementwise)
+            value = values[i]
+            reason[i] = f"{text} ({value.item() if isinstance(value, np.generic) else value!r})"
+
+    label, present = _values(record, "label")
+    mark(~present | ~((label == 0) | (label == 1)), "bad label", np.where(present, label, None))
+    ints, int_ok = np.zeros((n, len(DENSE)), np.int64), np.zeros((n, len(DENSE)), np.bool_)
+    for j, name in enumerate(DENSE):
+        v, present = _values(record, name)
+        good = (v > -INT_LIMIT) & (v < INT_LIMIT) if v.dtype.kind in "iub" else \
+            np.isfinite(v) & (np.abs(np.nan_to_num(v)) < INT_LIMIT) & (np.nan_to_num(v) == np.round(np.nan_to_num(v)))
+        mark(present & ~good, f"bad integer {name}", v)
+        int_ok[:, j] = present & good
+        ints[:, j] = np.where(int_ok[:, j], v, 0).astype(np.int64)
+    cats, cat_ok = np.zeros((n, len(SPARSE)), np.int64), np.zeros((n, len(SPARSE)), np.bool_)
+    for j, name in enumerate(SPARSE):
+        v, present = _values(record, name)
+        good = (v >= 0) & (v < CAT_LIMIT) if v.dtype.kind == "i" else v < CAT_LIMIT
+        mark(present & ~good, f"categorical {name} outside [0, 2**32)", v)
+        cat_ok[:, j] = present & good
+        cats[:, j] = np.where(cat_ok[:, j], v, 0).astype(np.int64)
+    keep = reason == None  # noqa: E711
+    where = [f"{path}:{first + int(i) + 1}: {reason[i]}" for i in np.flatnonzero(~keep)]
+    rows = Rows(label[keep].astype(np.float32), ints[keep], int_ok[keep], cats[keep], cat_ok[keep])
+    return rows, where

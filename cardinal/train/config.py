@@ -32,15 +32,20 @@ DENSE_OPTIMIZERS = {"adam": "Adam", "adagrad": "Adagrad", "sgd": "SGD"}
 @dataclass(frozen=True)
 class DataConfig:
     format: str = "synthetic"
-    train: list[str] = field(default_factory=list)  # files (criteo, parquet) or a directory (movielens)
+    train: list[str] = field(default_factory=list)  # files (criteo, parquet) or a directory (movielens);
+                                                    # a plain string is a list of one
     eval: list[str] = field(default_factory=list)
     batch_size: int = 4096
     eval_batch_size: int = 16384
     strict: bool = False          # stop at the first bad input line instead of skipping it
+    max_bad_fraction: float = 0.01  # stop the run when more of the lines read are bad than this share
     cache_dir: str = "data"       # where generated data sets are kept
     synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
 
     def __post_init__(self):
+        for name in ("train", "eval"):  # a plain string is a list of one file
+            if isinstance(getattr(self, name), str):
+                object.__setattr__(self, name, [getattr(self, name)])
         if self.format not in FORMATS:
             raise ValueError(f"data.format must be one of {FORMATS}, got {self.format!r}")
         if self.format in ("criteo", "parquet") and not (self.train and self.eval):
@@ -49,6 +54,8 @@ class DataConfig:
             raise ValueError("data.format = 'movielens' needs data.train = [directory of ratings.csv]")
         if self.batch_size < 1 or self.eval_batch_size < 1:
             raise ValueError("data.batch_size and data.eval_batch_size must be >= 1")
+        if not 0 <= self.max_bad_fraction <= 1:
+            raise ValueError(f"data.max_bad_fraction must be in [0, 1], got {self.max_bad_fraction}")
 
 
 @dataclass(frozen=True)
@@ -179,6 +186,8 @@ def build(cls, values: dict, where: str):
         if is_dataclass(nested):
             value = build(type(nested), value, f"{where}.{key}")
         else:
+            if f.type == list[str] and isinstance(value, str):
+                value = [value]  # `--set data.train=day_0.tsv`: a list of one
             _check_type(f.type, value, f"{where}.{key}")
         kwargs[key] = value
     return cls(**kwargs)

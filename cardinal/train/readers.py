@@ -28,23 +28,26 @@ def ensure_synthetic(cfg: DataConfig, progress: bool = True) -> dict:
 
 
 def make_readers(cfg: DataConfig, seed: int = 0, progress: bool = True):
-    """(train reader, eval reader, info): info has 'train_steps' per epoch when known, and
-    'teacher' for synthetic data."""
-    info: dict = {"train_steps": None}
+    """(train reader, eval reader, info): info has 'train_steps' per epoch when known,
+    'train_files' and 'eval_files' (to name in errors), and 'teacher' for synthetic data."""
+    info: dict = {"train_steps": None, "train_files": cfg.train, "eval_files": cfg.eval}
+    checks = {"strict": cfg.strict, "max_bad_fraction": cfg.max_bad_fraction}
     if cfg.format == "synthetic":
         info["teacher"] = ensure_synthetic(cfg, progress)
         d = synthetic_dir(cfg)
-        train = CriteoReader([d / "train.tsv"], cfg.batch_size, cfg.strict)
-        evaluation = CriteoReader([d / "eval.tsv"], cfg.eval_batch_size, cfg.strict)
+        train = CriteoReader([d / "train.tsv"], cfg.batch_size, **checks)
+        evaluation = CriteoReader([d / "eval.tsv"], cfg.eval_batch_size, **checks)
         info["train_steps"] = math.ceil(cfg.synthetic.rows / cfg.batch_size)
+        info["train_files"], info["eval_files"] = [str(d / "train.tsv")], [str(d / "eval.tsv")]
     elif cfg.format == "criteo":
-        train = CriteoReader(cfg.train, cfg.batch_size, cfg.strict)
-        evaluation = CriteoReader(cfg.eval, cfg.eval_batch_size, cfg.strict)
+        train = CriteoReader(cfg.train, cfg.batch_size, **checks)
+        evaluation = CriteoReader(cfg.eval, cfg.eval_batch_size, **checks)
     elif cfg.format == "parquet":
-        train = ParquetReader(cfg.train, cfg.batch_size)
-        evaluation = ParquetReader(cfg.eval, cfg.eval_batch_size)
+        train = ParquetReader(cfg.train, cfg.batch_size, **checks)
+        evaluation = ParquetReader(cfg.eval, cfg.eval_batch_size, **checks)
     else:
-        train = MovieLensReader(cfg.train[0], "train", cfg.batch_size, seed=seed)
-        evaluation = MovieLensReader(cfg.train[0], "eval", cfg.eval_batch_size, seed=seed)
+        train = MovieLensReader(cfg.train[0], "train", cfg.batch_size, seed=seed, **checks)
+        evaluation = MovieLensReader(cfg.train[0], "eval", cfg.eval_batch_size, seed=seed, **checks)
         info["train_steps"] = math.ceil(len(train.labels) / cfg.batch_size)
+        info["eval_files"] = [f"{cfg.train[0]} (the latest ratings)"]
     return train, evaluation, info

@@ -15,11 +15,17 @@ A checkpoint is a barrier: pushes are flushed, and the batch after it is pulled 
 the save. So a run resumed from step k is bitwise equal, tables and dense weights, to a run
 that saved at step k and went on (one worker). The checkpoint holds every shard, the dense
 model and optimizer state, the step and the data position (epoch, batches read in it).
+
+A run that learns nothing fails loudly rather than reporting an untrained model: zero
+training steps, a non-finite loss, a checkpoint that would hold a model gone non-finite
+(checked before each save by the loss of the step's own batch after its update), an empty
+eval split or a non-finite metric each stop the run with a ValueError that says what to change.
 """
 
 import itertools
 import json
 import logging
+import math
 import time
 from pathlib import Path
 
@@ -121,7 +127,7 @@ class Trainer:
         total = t.steps or (per_epoch // w.world * t.epochs if per_epoch else None)
         bar = tqdm(total=total, initial=self.step, unit="step", disable=not self.progress, desc="training")
         prefetching = self.recipe.embedding.consistency == "async" and self.recipe.embedding.staleness >= 1
-        train_time, samples, window, final = 0.0, 0, [], None
+        train_time, samples, window, final, trained = 0.0, 0, [], None, None
         last_saved = self.step if resume else None
         done = bool(t.steps and self.step >= t.steps)
         while self.epoch < t.epochs and not done:
@@ -134,6 +140,8 @@ class Trainer:
                 save_due = t.checkpoint_every and self.step % t.checkpoint_every == 0
                 upcoming = self._next(groups)
                 loss = self._train_step(batch, upcoming if prefetching and not save_due and not last else None)
+                self._check_loss(loss)
+                trained = batch
                 self.batch_in_epoch += w.world
                 train_time += time.perf_counter() - start
                 samples += len(batch)
@@ -148,6 +156,7 @@ class Trainer:
                     bar.set_postfix(loss=f"{loss_sum / count:.4f}", samples_per_s=f"{rate:,.0f}")
                     window = []
                 if save_due:
+                    self._check_before_save(batch)
                     last_saved = self.save()
                 if t.eval_every and self.step % t.eval_every == 0:
                     final = (self.step, self._log_eval())
@@ -158,7 +167,13 @@ class Trainer:
             if not done:
                 self.epoch, self.batch_in_epoch = self.epoch + 1, 0
         bar.close()
+        if self.step == 0:
+            files = ", ".join(map(str, self.data_info["train_files"])) or "none"
+            group = f" of {w.world} batches (one per worker)" if w.world > 1 else ""
+            raise ValueError(f"no training step: the training data ({files}) gave no full group{group}; "
+                             f"check that the files hold good lines (see the warnings above)")
         if last_saved != self.step:
+            self._check_before_save(trained)
             self.save()
         result = final[1] if final and final[0] == self.step else self._log_eval()
         (samples,) = w.sum(samples)
@@ -169,6 +184,47 @@ class Trainer:
         group = next(groups, None)
         self.timings["data"] += time.perf_counter() - start
         return None if group is None else group[self.workers.rank]
+
+    # --- refusing to go on from a diverged model -----------------------------------------
+
+    def _check_loss(self, loss: float) -> None:
+        """Stop at the first step whose loss is not finite (on any worker), before it is saved."""
+        bad = not math.isfinite(loss)
+        if self.workers.world > 1:
+            (bad,) = self.workers.sum(float(bad))
+        if bad:
+            raise ValueError(f"the loss at step {self.step} is {loss} (training diverged); "
+                             f"{self._last_checkpoint()}. Lower dense_optimizer.lr or sparse_optimizer.lr")
+
+    def _check_before_save(self, batch) -> None:
+        """Refuse to checkpoint a model gone non-finite: the dense weights must be finite, and so
+        must the loss of the step's own batch with the rows and weights as that step left them
+        (a sparse lr of 1e30 leaves finite rows whose next forward is NaN). Lookup-only pulls
+        after a flush change nothing, so a resumed run stays bitwise equal."""
+        self.embedding.flush()
+        self.workers.barrier()  # every worker's pushes are applied before anyone looks
+        loss = math.nan if not all(bool(torch.isfinite(p).all()) for p in self.model.parameters()) else None
+        if loss is None:
+            for m in (self.model, self.embedding):
+                m.eval()
+            try:
+                with torch.no_grad():
+                    emb, wide = self._embed(batch)
+                    loss = F.binary_cross_entropy_with_logits(self.model(batch.dense, emb, wide), batch.labels).item()
+            finally:
+                for m in (self.model, self.embedding):
+                    m.train()
+        bad = not math.isfinite(loss)
+        if self.workers.world > 1:
+            (bad,) = self.workers.sum(float(bad))
+        if bad:
+            raise ValueError(f"step {self.step} left the model non-finite (its batch's loss after the update is "
+                             f"{loss}), so it was not checkpointed; {self._last_checkpoint()}. "
+                             f"Lower dense_optimizer.lr or sparse_optimizer.lr")
+
+    def _last_checkpoint(self) -> str:
+        last = checkpoint.latest(self.run_dir / "checkpoints")
+        return f"the newest checkpoint is {last}" if last else "the run has no checkpoint"
 
     # --- evaluation ----------------------------------------------------------------------
 
@@ -190,9 +246,19 @@ class Trainer:
             m.train()
         empty = torch.zeros(0)
         logit, label = w.gather(torch.cat(logits or [empty])), w.gather(torch.cat(labels or [empty]))
-        return {"eval_auc": float(binary_auroc(logit, label.long())),
-                "eval_logloss": float(F.binary_cross_entropy_with_logits(logit, label)),
-                "eval_rows": len(label)}
+        files = ", ".join(map(str, self.data_info["eval_files"])) or "none"
+        if len(label) == 0:
+            raise ValueError(f"the eval split is empty: no good rows in {files}")
+        if label.min() == label.max():
+            raise ValueError(f"the eval split holds only labels {int(label[0])} ({len(label)} rows of {files}): "
+                             f"AUC is undefined")
+        result = {"eval_auc": float(binary_auroc(logit, label.long())),
+                  "eval_logloss": float(F.binary_cross_entropy_with_logits(logit, label)), "eval_rows": len(label)}
+        for name in ("eval_auc", "eval_logloss"):
+            if not math.isfinite(result[name]):
+                raise ValueError(f"{name} is {result[name]} at step {self.step}: the model's predictions are not "
+                                 f"finite; lower dense_optimizer.lr or sparse_optimizer.lr")
+        return result
 
     def _log_eval(self) -> dict:
         result = self.evaluate()

@@ -1,0 +1,109 @@
+"""Runs that learn nothing fail loudly: a non-zero exit, a one-line reason, no checkpoint past the
+last finite step (the recipe values are the ones of the issue that found each case)."""
+
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from cardinal import cli
+from cardinal.data import SyntheticConfig, generate
+from cardinal.ps import checkpoint
+from cardinal.train import Trainer
+from conftest import tiny_recipe
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    out = tmp_path_factory.mktemp("tsv")
+    generate(out, SyntheticConfig(rows=1200, eval_rows=400, vocab=30, seed=1))
+    (out / "empty.tsv").write_bytes(b"")
+    (out / "garbage.tsv").write_bytes(bytes(range(256)) * 40 + b"\n\x00\x01\n" * 30)
+    return out
+
+
+def train(tmp_path, data, *sets, train_file="train.tsv", eval_file="eval.tsv"):
+    """``cardinal train`` on Criteo TSV files (data.train as a plain string); (exit code, run dir)."""
+    runs = tmp_path / "runs"
+    values = ['data.format="criteo"', f"data.train={data / train_file}", f"data.eval={data / eval_file}",
+              "data.batch_size=200", "data.eval_batch_size=400", "model.hidden=[8]", "embedding.dim=4",
+              f'train.run_dir="{runs}"', *sets]
+    code = cli.main(["train", *sum((["--set", v] for v in values), [])])
+    run_dirs = list(runs.iterdir()) if runs.exists() else []
+    return code, (run_dirs[0] if run_dirs else None)
+
+
+def committed(run_dir) -> list[int]:
+    return checkpoint.committed_steps(run_dir / "checkpoints") if run_dir else []
+
+
+def test_a_good_run_exits_0(tmp_path, data):
+    code, run = train(tmp_path, data)
+    assert code == 0 and committed(run) == [6]
+
+
+def test_zero_training_steps_is_an_error_naming_the_data(tmp_path, data, capsys):
+    code, run = train(tmp_path, data, train_file="empty.tsv")
+    assert code == 2 and committed(run) == []
+    err = capsys.readouterr().err
+    assert "no training step" in err and "empty.tsv" in err
+
+
+def test_a_file_of_garbage_stops_the_run_naming_its_first_bad_lines(tmp_path, data, capsys):
+    code, run = train(tmp_path, data, train_file="garbage.tsv")
+    assert code == 2 and committed(run) == []
+    err = capsys.readouterr().err
+    assert "100 of 100 input rows read are bad" in err and "data.max_bad_fraction = 0.01" in err
+    assert "garbage.tsv:1: bad label" in err
+
+
+def test_a_non_finite_loss_stops_the_run_without_a_checkpoint(tmp_path, data, capsys):
+    code, run = train(tmp_path, data, "dense_optimizer.lr=1e12", "train.checkpoint_every=2")
+    assert code == 2 and committed(run) == []
+    err = capsys.readouterr().err
+    assert "the loss at step 2 is inf" in err and "Lower dense_optimizer.lr" in err
+
+
+def test_rows_gone_huge_are_never_checkpointed(tmp_path, data, capsys):
+    # step 1's loss is finite, but its update leaves rows near 1e30: its checkpoint must not commit
+    code, run = train(tmp_path, data, "sparse_optimizer.lr=1e30", "train.checkpoint_every=1")
+    assert code == 2 and committed(run) == []
+    assert "step 1 left the model non-finite" in capsys.readouterr().err
+
+
+def test_an_empty_eval_split_is_an_error(tmp_path, data, capsys):
+    code, run = train(tmp_path, data, eval_file="empty.tsv")
+    assert code == 2
+    assert "the eval split is empty: no good rows in" in capsys.readouterr().err
+
+
+def test_non_finite_eval_metrics_are_an_error(tmp_path):
+    trainer = Trainer(tiny_recipe(tmp_path, "train.steps=2"), tmp_path / "run", progress=False)
+    trainer.fit()
+    with torch.no_grad():
+        next(trainer.model.parameters()).fill_(math.inf)
+    with pytest.raises(ValueError, match="eval_auc is nan|eval_logloss is (nan|inf)"):
+        trainer.evaluate()
+
+
+def test_the_process_exit_code_says_the_run_failed(tmp_path, data):
+    """The real command, as a user runs it: exit status 2 and the reason on stderr."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    sets = ['data.format="criteo"', f"data.train={data / 'train.tsv'}", f"data.eval={data / 'eval.tsv'}",
+            "data.batch_size=200", "model.hidden=[8]", "embedding.dim=4", f'train.run_dir="{tmp_path}"',
+            "dense_optimizer.lr=1e12"]
+    done = subprocess.run([sys.executable, "-m", "cardinal.cli", "train", *sum((["--set", s] for s in sets), [])],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert "cardinal train: error: the loss at step" in done.stderr
+
+
+def test_convert_of_nothing_but_bad_lines_fails(tmp_path, data, capsys):
+    assert cli.main(["convert", str(data / "garbage.tsv"), "--out", str(tmp_path / "x.parquet")]) == 2
+    assert "no good rows" in capsys.readouterr().err and not (tmp_path / "x.parquet").exists()
