@@ -104,3 +104,45 @@ def digest_rows(ids, data_bits, count, last_step, n):
         total += h
         xored ^= index_hash(h ^ U64(0x5851F42D4C957F2D))
     return total, xored
+
+
+@nb.njit(nogil=True, cache=True)
+def gather_full(data, rows, out):
+    """out[i] = data[rows[i]] (values and optimizer state) where rows[i] >= 0: a scratch copy
+    that an update is computed on before it is written back.
+
+    data,  # (R, width) float32
+    rows,  # (u,) int64
+    out,   # (u, width) float32
+    """
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        if r >= 0:
+            for j in range(data.shape[1]):
+                out[i, j] = data[r, j]
+
+
+@nb.njit(nogil=True, cache=True)
+def scatter_full(data, rows, src):
+    """data[rows[i]] = src[i]: write a checked scratch copy back.
+
+    rows,  # (u,) int64, unique
+    src,   # (u, width) float32
+    """
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        for j in range(src.shape[1]):
+            data[r, j] = src[i, j]
+
+
+@nb.njit(nogil=True, cache=True)
+def first_nonfinite_row(rows):
+    """Index of the first row holding NaN or Inf, or -1.
+
+    rows,  # (u, width) float32
+    """
+    for i in range(rows.shape[0]):
+        for j in range(rows.shape[1]):
+            if not np.isfinite(rows[i, j]):
+                return i
+    return -1

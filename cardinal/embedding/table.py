@@ -12,6 +12,7 @@ tables (and shards) update in parallel threads.
 """
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,6 +24,12 @@ from cardinal.embedding.hashing import init_rows
 from cardinal.embedding.index import IdIndex
 from cardinal.embedding.storage import MemoryRowStorage, RowStorage
 from cardinal.optim import SparseOptimizer
+
+Admit = Callable[[int], Callable[[], None]]  # admit(n_new) -> release(); raises to refuse
+
+
+class NonFiniteUpdate(ValueError):
+    """A push whose result would hold NaN or Inf: refused whole, nothing changed."""
 
 
 @dataclass(frozen=True)
@@ -60,25 +67,35 @@ class EmbeddingTable:
     def nbytes(self) -> int:
         return self.storage.nbytes + self.index.nbytes
 
-    def pull(self, ids: np.ndarray, *, create: bool = True, step: int = 0) -> np.ndarray:
+    def pull(self, ids: np.ndarray, *, create: bool = True, step: int = 0, admit: Admit | None = None) -> np.ndarray:
         """Rows of ``ids`` (n,) int64 as (n, dim) float32.
 
         ``create=True`` (training) inserts unknown ids and counts a sighting of each;
         ``create=False`` (evaluation, serving) changes nothing and gives zeros for unknown ids.
+        ``admit(n_new)`` is asked before any row is created or sighting counted; it may raise
+        to refuse the request, which then changes nothing.
         """
         out = np.empty((len(ids), self.dim), np.float32)
         rows = np.empty(len(ids), np.int64)
         step = np.uint32(step)
         with self.lock:
-            self._lookup(ids, rows, out, step, create)
+            self._lookup(ids, rows, out, step, False)
+            if not create:
+                return out
             missing = np.flatnonzero(rows < 0)
-            if create and len(missing):
-                new_rows = self._rows(ids[missing])
-                cols = self.storage.columns()
-                RK.touch(cols.count, cols.last_step, new_rows, step, True)
+            if len(missing):
+                new_ids = ids[missing]
+                release = admit(len(unique_inverse(new_ids)[0])) if admit is not None else None
+                try:
+                    rows[missing] = self._rows(new_ids)
+                finally:
+                    if release is not None:
+                        release()
                 part = np.empty((len(missing), self.dim), np.float32)
-                RK.gather(cols.data, new_rows, self.dim, part)
+                RK.gather(self.storage.columns().data, rows[missing], self.dim, part)
                 out[missing] = part
+            cols = self.storage.columns()
+            RK.touch(cols.count, cols.last_step, rows, step, True)
         return out
 
     def has(self, ids: np.ndarray) -> np.ndarray:
@@ -95,22 +112,51 @@ class EmbeddingTable:
             tags, slots, ix.sub_off, ix.sub_cap, cols.ids, cols.data, cols.count, cols.last_step,
             ids, rows, out, self.dim, step, seen, lo, hi))
 
-    def push(self, ids: np.ndarray, grads: np.ndarray, *, step: int = 0, kind: str = "grad") -> None:
+    def push(self, ids: np.ndarray, grads: np.ndarray, *, step: int = 0, kind: str = "grad",
+             admit: Admit | None = None) -> None:
         """Apply the optimizer to the rows of ``ids`` (n,), gradients (n, dim) float32; or,
         with ``kind="delta"``, add the arrays to the rows' values (GEO-SGD: changes a worker
         made locally), leaving optimizer state alone.
 
-        Duplicate ids are summed in order of appearance first; unknown ids are created.
+        Duplicate ids are summed in order of appearance first; unknown ids are created. The
+        update is computed on a scratch copy of the rows and written back only if every value
+        and every optimizer state stays finite: otherwise ``NonFiniteUpdate`` is raised and the
+        whole request changes nothing (no row created, none updated).
         """
         unique, inverse = unique_inverse(ids)
         summed = segment_sum(grads, inverse, len(unique))
         with self.lock:
-            rows = self._rows(unique)
             cols = self.storage.columns()
+            rows = self.index.find(cols.ids, unique)
+            missing = np.flatnonzero(rows < 0)
+            scratch = np.zeros((len(unique), self.storage.width), np.float32)
+            RK.gather_full(cols.data, rows, scratch)
+            if len(missing):
+                fresh = np.zeros((len(missing), self.storage.width), np.float32)
+                init_rows(unique[missing], fresh, 0, len(missing), self.dim, np.int64(self.config.seed),
+                          np.float32(self.config.init_scale))
+                self.optimizer.init_state(fresh, 0, len(missing), self.dim)
+                scratch[missing] = fresh
+            local = np.arange(len(unique), dtype=np.int64)
             if kind == "delta":
-                RK.add_values(cols.data, rows, summed)
+                RK.add_values(scratch, local, summed)
             else:
-                self.optimizer.apply(cols.data, rows, summed, self.dim)
+                self.optimizer.apply(scratch, local, summed, self.dim)
+            bad = RK.first_nonfinite_row(scratch)
+            if bad >= 0:
+                raise NonFiniteUpdate(
+                    f"table {self.config.name!r}: this {kind} push would make the row of id {int(unique[bad])} "
+                    "(values or optimizer state) NaN or Inf; nothing was changed: lower the learning rate "
+                    "or clip gradients")
+            if len(missing):
+                release = admit(len(missing)) if admit is not None else None
+                try:
+                    rows = self._rows(unique)
+                finally:
+                    if release is not None:
+                        release()
+                cols = self.storage.columns()
+            RK.scatter_full(cols.data, rows, scratch)
             RK.touch(cols.count, cols.last_step, rows, np.uint32(step), False)
 
     def _rows(self, ids: np.ndarray) -> np.ndarray:
