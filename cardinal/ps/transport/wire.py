@@ -62,7 +62,9 @@ def decode(message: bytes) -> tuple[dict, memoryview]:
     if len(message) < _LEN.size:
         raise WireError("message: too short for a header length")
     (n,) = _LEN.unpack_from(message)
-    if n > MAX_HEADER or _LEN.size + n > len(message):
+    if n > MAX_HEADER:
+        raise WireError(f"header: {n} bytes, over the {MAX_HEADER}-byte limit")
+    if _LEN.size + n > len(message):
         raise WireError(f"header: length {n} does not fit the message ({len(message)} bytes)")
     head = bytes(message[_LEN.size:_LEN.size + n])
     _check_depth(head)
