@@ -107,42 +107,34 @@ def digest_rows(ids, data_bits, count, last_step, n):
 
 
 @nb.njit(nogil=True, cache=True)
-def gather_full(data, rows, out):
-    """out[i] = data[rows[i]] (values and optimizer state) where rows[i] >= 0: a scratch copy
-    that an update is computed on before it is written back.
+def copy_rows(data, rows, lo, hi, out):
+    """out[i] = data[rows[i]] (values and optimizer state) for i in [lo, hi): a backup.
 
     data,  # (R, width) float32
-    rows,  # (u,) int64
-    out,   # (u, width) float32
-    """
-    for i in range(rows.shape[0]):
-        r = rows[i]
-        if r >= 0:
-            for j in range(data.shape[1]):
-                out[i, j] = data[r, j]
-
-
-@nb.njit(nogil=True, cache=True)
-def scatter_full(data, rows, src):
-    """data[rows[i]] = src[i]: write a checked scratch copy back.
-
     rows,  # (u,) int64, unique
-    src,   # (u, width) float32
+    out,   # (>= hi, width) float32
     """
-    for i in range(rows.shape[0]):
+    for i in range(lo, hi):
         r = rows[i]
-        for j in range(src.shape[1]):
-            data[r, j] = src[i, j]
+        for j in range(data.shape[1]):
+            out[i, j] = data[r, j]
 
 
 @nb.njit(nogil=True, cache=True)
-def first_nonfinite_row(rows):
-    """Index of the first row holding NaN or Inf, or -1.
+def restore_rows(data, rows, hi, backup):
+    """data[rows[i]] = backup[i] for i in [0, hi): undo an update."""
+    for i in range(hi):
+        r = rows[i]
+        for j in range(data.shape[1]):
+            data[r, j] = backup[i, j]
 
-    rows,  # (u, width) float32
-    """
-    for i in range(rows.shape[0]):
-        for j in range(rows.shape[1]):
-            if not np.isfinite(rows[i, j]):
+
+@nb.njit(nogil=True, cache=True)
+def first_nonfinite(data, rows, lo, hi):
+    """The first i in [lo, hi) whose row data[rows[i]] holds NaN or Inf, or -1."""
+    for i in range(lo, hi):
+        r = rows[i]
+        for j in range(data.shape[1]):
+            if not np.isfinite(data[r, j]):
                 return i
     return -1

@@ -25,6 +25,7 @@ from cardinal.embedding.index import IdIndex
 from cardinal.embedding.storage import MemoryRowStorage, RowStorage
 from cardinal.optim import SparseOptimizer
 
+TRY_BLOCK_BYTES = 512 << 10  # rows updated per block: still in (one core's) L2 when checked
 Admit = Callable[[int], Callable[[], None]]  # admit(n_new) -> release(); raises to refuse
 
 
@@ -59,6 +60,7 @@ class EmbeddingTable:
         assert self.storage.width == width
         self.index = IdIndex(capacity)
         self.lock = threading.Lock()
+        self._backup = np.empty((0, width), np.float32)  # copies of rows a push updates (lock held)
 
     def __len__(self) -> int:
         return self.storage.size
@@ -118,46 +120,69 @@ class EmbeddingTable:
         with ``kind="delta"``, add the arrays to the rows' values (GEO-SGD: changes a worker
         made locally), leaving optimizer state alone.
 
-        Duplicate ids are summed in order of appearance first; unknown ids are created. The
-        update is computed on a scratch copy of the rows and written back only if every value
-        and every optimizer state stays finite: otherwise ``NonFiniteUpdate`` is raised and the
-        whole request changes nothing (no row created, none updated).
+        Duplicate ids are summed in order of appearance first; unknown ids are created. If any
+        value or optimizer state would become NaN or Inf, ``NonFiniteUpdate`` is raised and the
+        whole request changes nothing (no row created, none updated): new ids are tried on the
+        rows they would start as, and existing rows are updated in place a cache-sized block at
+        a time, each block copied first and checked while still in cache, every block restored
+        from its copy at the first bad one.
         """
         unique, inverse = unique_inverse(ids)
         summed = segment_sum(grads, inverse, len(unique))
+        update = RK.add_values if kind == "delta" else (
+            lambda data, rows, g: self.optimizer.apply(data, rows, g, self.dim))
         with self.lock:
             cols = self.storage.columns()
             rows = self.index.find(cols.ids, unique)
             missing = np.flatnonzero(rows < 0)
-            scratch = np.zeros((len(unique), self.storage.width), np.float32)
-            RK.gather_full(cols.data, rows, scratch)
+            fresh, release = None, None
             if len(missing):
-                fresh = np.zeros((len(missing), self.storage.width), np.float32)
-                init_rows(unique[missing], fresh, 0, len(missing), self.dim, np.int64(self.config.seed),
-                          np.float32(self.config.init_scale))
-                self.optimizer.init_state(fresh, 0, len(missing), self.dim)
-                scratch[missing] = fresh
-            local = np.arange(len(unique), dtype=np.int64)
-            if kind == "delta":
-                RK.add_values(scratch, local, summed)
-            else:
-                self.optimizer.apply(scratch, local, summed, self.dim)
-            bad = RK.first_nonfinite_row(scratch)
-            if bad >= 0:
-                raise NonFiniteUpdate(
-                    f"table {self.config.name!r}: this {kind} push would make the row of id {int(unique[bad])} "
-                    "(values or optimizer state) NaN or Inf; nothing was changed: lower the learning rate "
-                    "or clip gradients")
-            if len(missing):
+                fresh = self._fresh(unique[missing])
+                update(fresh, np.arange(len(missing), dtype=np.int64), summed[missing])
+                bad = RK.first_nonfinite(fresh, np.arange(len(missing), dtype=np.int64), 0, len(missing))
+                if bad >= 0:
+                    raise self._non_finite(kind, unique[missing[bad]])
                 release = admit(len(missing)) if admit is not None else None
-                try:
-                    rows = self._rows(unique)
-                finally:
-                    if release is not None:
-                        release()
-                cols = self.storage.columns()
-            RK.scatter_full(cols.data, rows, scratch)
+            try:
+                if len(missing):
+                    present = np.flatnonzero(rows >= 0)
+                    self._update_in_place(cols.data, rows[present], summed[present], update, kind, unique[present])
+                    rows[missing] = self._rows(unique[missing])
+                    cols = self.storage.columns()
+                    RK.restore_rows(cols.data, rows[missing], len(missing), fresh)  # the tried rows, written
+                else:
+                    self._update_in_place(cols.data, rows, summed, update, kind, unique)
+            finally:
+                if release is not None:
+                    release()
             RK.touch(cols.count, cols.last_step, rows, np.uint32(step), False)
+
+    def _update_in_place(self, data, rows, summed, update, kind, ids) -> None:
+        """``update`` block by block; at the first non-finite result every block is restored."""
+        width = data.shape[1]
+        if self._backup.shape[0] < len(rows):  # kept: a fresh array each push would fault its pages in
+            self._backup = np.empty((max(len(rows), 2 * self._backup.shape[0]), width), np.float32)
+        block = max(64, TRY_BLOCK_BYTES // (4 * width))
+        for lo in range(0, len(rows), block):
+            hi = min(lo + block, len(rows))
+            RK.copy_rows(data, rows, lo, hi, self._backup)
+            update(data, rows[lo:hi], summed[lo:hi])
+            bad = RK.first_nonfinite(data, rows, lo, hi)
+            if bad >= 0:
+                RK.restore_rows(data, rows, hi, self._backup)
+                raise self._non_finite(kind, ids[bad])
+
+    def _fresh(self, ids: np.ndarray) -> np.ndarray:
+        """The rows new ``ids`` would start as (values and optimizer state), not stored."""
+        fresh = np.zeros((len(ids), self.storage.width), np.float32)
+        init_rows(ids, fresh, 0, len(ids), self.dim, np.int64(self.config.seed), np.float32(self.config.init_scale))
+        self.optimizer.init_state(fresh, 0, len(ids), self.dim)
+        return fresh
+
+    def _non_finite(self, kind: str, id_) -> "NonFiniteUpdate":
+        return NonFiniteUpdate(f"table {self.config.name!r}: this {kind} push would make the row of id {int(id_)} "
+                               "(values or optimizer state) NaN or Inf; nothing was changed: lower the learning "
+                               "rate or clip gradients")
 
     def _rows(self, ids: np.ndarray) -> np.ndarray:
         """Rows of ``ids``, creating and initialising the missing ones (lock held)."""
