@@ -175,6 +175,36 @@ def test_server_process_reports_its_port_and_stops_cleanly_on_sigterm(tmp_path):
             proc.wait()
 
 
+@pytest.mark.timeout(90)
+def test_server_process_takes_its_limits_from_the_recipe(tmp_path):
+    env = {**os.environ, "CARDINAL_TOKEN": TOKEN}
+    cmd = [sys.executable, "-m", "cardinal.cli", "server", "--shard", "0/1", "--data-dir", str(tmp_path),
+           "--set", f'ps.job="{JOB}"', "--set", "embedding.dim=4", "--set", "ps.max_message_mb=1",
+           "--set", "ps.max_rows=100", "--set", "ps.max_concurrent_calls=3"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith(READY), line + proc.stderr.read()
+        address = f"127.0.0.1:{line.split('port=')[1].split()[0]}"
+        client = PSClient(GrpcTransport([address], JOB, TOKEN, timeout=20, max_message_mb=1))
+        client.pull("emb", np.arange(100, dtype=np.int64)).wait()
+        with pytest.raises(ShardRequestError, match="RESOURCE_EXHAUSTED.*store full.*ps.max_rows = 100"):
+            client.pull("emb", np.arange(100, 101, dtype=np.int64)).wait()
+        with pytest.raises(grpc.RpcError) as err:  # 1.5 MiB of ids: over the 1 MiB message limit
+            with grpc.insecure_channel(address) as ch:
+                ch.unary_unary(f"/{SERVICE}/Pull")(_pull_message(np.arange(200_000, dtype=np.int64), table="emb"),
+                                                   metadata=(("x-cardinal-job", JOB), ("x-cardinal-token", TOKEN)),
+                                                   timeout=20)
+        assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert client.stats()[0]["tables"]["emb"]["rows"] == 100
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def test_server_refuses_to_start_without_a_token(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "CARDINAL_TOKEN"}
     proc = subprocess.run([sys.executable, "-m", "cardinal.cli", "server", "--shard", "0/1", "--data-dir", str(tmp_path)],

