@@ -195,7 +195,7 @@ def test_server_process_takes_its_limits_from_the_recipe(tmp_path):
                 ch.unary_unary(f"/{SERVICE}/Pull")(_pull_message(np.arange(200_000, dtype=np.int64), table="emb"),
                                                    metadata=(("x-cardinal-job", JOB), ("x-cardinal-token", TOKEN)),
                                                    timeout=20)
-        assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "1048576" in err.value.details()
         assert client.stats()[0]["tables"]["emb"]["rows"] == 100
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0

@@ -214,3 +214,9 @@ def test_empty_pulls_and_pushes_work(server):
     assert head["dim"] == 8 and head["dtype"] == "float32" and len(rows) == 0
     raw(server.addresses[0], "Push", push(b"", b""))
     assert state(server) == before
+
+
+def test_error_details_are_cut_to_fit_grpc_metadata():
+    from cardinal.ps.servicer import _cut
+
+    assert len(_cut("x" * 100_000)) <= MAX_DETAILS and _cut("short") == "short"
