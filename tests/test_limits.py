@@ -182,3 +182,14 @@ def test_recipe_limits_are_validated_and_reach_the_store():
                 "ps.max_concurrent_calls=0", "ps.request_window=1.5", "ps.client_idle_s=0"]:
         with pytest.raises(ValueError, match=bad.split("=")[0].split(".")[1]):
             config.load(None, [bad])
+
+
+def test_empty_pulls_and_pushes_work_in_process():
+    from cardinal.ps import embedded
+
+    client = embedded(CONFIG, 2, concurrent=True)
+    empty = np.zeros(0, np.int64)
+    assert client.pull("user", empty).wait().shape == (0, 8)
+    client.push("user", empty, np.zeros((0, 8), np.float32)).wait()
+    client.push("user", empty, np.zeros((0, 8), np.float32), kind="delta").wait()
+    assert sum(s["tables"]["user"]["rows"] for s in client.stats()) == 0

@@ -130,11 +130,18 @@ def restore_rows(data, rows, hi, backup):
 
 
 @nb.njit(nogil=True, cache=True)
-def first_nonfinite(data, rows, lo, hi):
-    """The first i in [lo, hi) whose row data[rows[i]] holds NaN or Inf, or -1."""
+def first_nonfinite(data_bits, rows, lo, hi):
+    """The first i in [lo, hi) whose row data[rows[i]] holds NaN or Inf, or -1.
+
+    data_bits,  # (R, width) int32: the float32 rows viewed as their bit patterns; a value is
+                # NaN or Inf when its exponent bits are all ones (an integer test that vectorizes)
+    """
+    exponent = np.int32(0x7F800000)
     for i in range(lo, hi):
         r = rows[i]
-        for j in range(data.shape[1]):
-            if not np.isfinite(data[r, j]):
-                return i
+        bad = 0
+        for j in range(data_bits.shape[1]):
+            bad |= (data_bits[r, j] & exponent) == exponent
+        if bad:
+            return i
     return -1

@@ -138,8 +138,9 @@ class EmbeddingTable:
             fresh, release = None, None
             if len(missing):
                 fresh = self._fresh(unique[missing])
-                update(fresh, np.arange(len(missing), dtype=np.int64), summed[missing])
-                bad = RK.first_nonfinite(fresh, np.arange(len(missing), dtype=np.int64), 0, len(missing))
+                local = np.arange(len(missing), dtype=np.int64)
+                update(fresh, local, summed[missing])
+                bad = RK.first_nonfinite(fresh.view(np.int32), local, 0, len(missing))
                 if bad >= 0:
                     raise self._non_finite(kind, unique[missing[bad]])
                 release = admit(len(missing)) if admit is not None else None
@@ -167,7 +168,7 @@ class EmbeddingTable:
             hi = min(lo + block, len(rows))
             RK.copy_rows(data, rows, lo, hi, self._backup)
             update(data, rows[lo:hi], summed[lo:hi])
-            bad = RK.first_nonfinite(data, rows, lo, hi)
+            bad = RK.first_nonfinite(data.view(np.int32), rows, lo, hi)
             if bad >= 0:
                 RK.restore_rows(data, rows, hi, self._backup)
                 raise self._non_finite(kind, ids[bad])

@@ -3,7 +3,10 @@
 The store is pure: no sockets, no threads of its own. The in-process transport calls it
 directly; the gRPC servicer decodes a request, calls the same methods, encodes the reply.
 Every request is checked in full before anything changes (``validate.py``), so a rejected
-request leaves the store as it was.
+request leaves the store as it was. The row limits live here too, so they hold for every
+transport (``limits.py``): rows per server and per request (``StoreFull``: nothing created, no
+sighting counted), a push whose result would not be finite (refused whole, by the table), and
+exactly-once request ids with a bounded window per client (``request_log.py``).
 """
 
 import threading
