@@ -1,6 +1,6 @@
 """In-process gRPC servers for tests: 127.0.0.1, ports picked by the OS, always stopped."""
 
-from cardinal.ps import PSClient, ShardStore, StoreConfig
+from cardinal.ps import PSClient, ShardStore, StoreConfig, StoreLimits
 from cardinal.ps.server import ServerOptions, ShardServer
 from cardinal.ps.transport.grpc_transport import GrpcTransport
 
@@ -8,8 +8,9 @@ JOB, TOKEN = "test-job", "s3cret"
 
 
 class Cluster:
-    def __init__(self, config: StoreConfig, n: int, data_dir, max_message_mb: int = 64, **options):
-        self.stores = [ShardStore(config, i, n) for i in range(n)]
+    def __init__(self, config: StoreConfig, n: int, data_dir, max_message_mb: int = 64,
+                 limits: StoreLimits | None = None, **options):
+        self.stores = [ShardStore(config, i, n, limits) for i in range(n)]
         self.data_dir = data_dir
         opts = ServerOptions(max_message_mb=max_message_mb, **options)
         self.servers = []

@@ -104,3 +104,44 @@ def digest_rows(ids, data_bits, count, last_step, n):
         total += h
         xored ^= index_hash(h ^ U64(0x5851F42D4C957F2D))
     return total, xored
+
+
+@nb.njit(nogil=True, cache=True)
+def copy_rows(data, rows, lo, hi, out):
+    """out[i] = data[rows[i]] (values and optimizer state) for i in [lo, hi): a backup.
+
+    data,  # (R, width) float32
+    rows,  # (u,) int64, unique
+    out,   # (>= hi, width) float32
+    """
+    for i in range(lo, hi):
+        r = rows[i]
+        for j in range(data.shape[1]):
+            out[i, j] = data[r, j]
+
+
+@nb.njit(nogil=True, cache=True)
+def restore_rows(data, rows, hi, backup):
+    """data[rows[i]] = backup[i] for i in [0, hi): undo an update."""
+    for i in range(hi):
+        r = rows[i]
+        for j in range(data.shape[1]):
+            data[r, j] = backup[i, j]
+
+
+@nb.njit(nogil=True, cache=True)
+def first_nonfinite(data_bits, rows, lo, hi):
+    """The first i in [lo, hi) whose row data[rows[i]] holds NaN or Inf, or -1.
+
+    data_bits,  # (R, width) int32: the float32 rows viewed as their bit patterns; a value is
+                # NaN or Inf when its exponent bits are all ones (an integer test that vectorizes)
+    """
+    exponent = np.int32(0x7F800000)
+    for i in range(lo, hi):
+        r = rows[i]
+        bad = 0
+        for j in range(data_bits.shape[1]):
+            bad |= (data_bits[r, j] & exponent) == exponent
+        if bad:
+            return i
+    return -1

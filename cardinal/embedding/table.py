@@ -12,6 +12,7 @@ tables (and shards) update in parallel threads.
 """
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,6 +24,13 @@ from cardinal.embedding.hashing import init_rows
 from cardinal.embedding.index import IdIndex
 from cardinal.embedding.storage import MemoryRowStorage, RowStorage
 from cardinal.optim import SparseOptimizer
+
+TRY_BLOCK_BYTES = 512 << 10  # rows updated per block: still in (one core's) L2 when checked
+Admit = Callable[[int], Callable[[], None]]  # admit(n_new) -> release(); raises to refuse
+
+
+class NonFiniteUpdate(ValueError):
+    """A push whose result would hold NaN or Inf: refused whole, nothing changed."""
 
 
 @dataclass(frozen=True)
@@ -52,6 +60,7 @@ class EmbeddingTable:
         assert self.storage.width == width
         self.index = IdIndex(capacity)
         self.lock = threading.Lock()
+        self._backup = np.empty((0, width), np.float32)  # copies of rows a push updates (lock held)
 
     def __len__(self) -> int:
         return self.storage.size
@@ -60,25 +69,35 @@ class EmbeddingTable:
     def nbytes(self) -> int:
         return self.storage.nbytes + self.index.nbytes
 
-    def pull(self, ids: np.ndarray, *, create: bool = True, step: int = 0) -> np.ndarray:
+    def pull(self, ids: np.ndarray, *, create: bool = True, step: int = 0, admit: Admit | None = None) -> np.ndarray:
         """Rows of ``ids`` (n,) int64 as (n, dim) float32.
 
         ``create=True`` (training) inserts unknown ids and counts a sighting of each;
         ``create=False`` (evaluation, serving) changes nothing and gives zeros for unknown ids.
+        ``admit(n_new)`` is asked before any row is created or sighting counted; it may raise
+        to refuse the request, which then changes nothing.
         """
         out = np.empty((len(ids), self.dim), np.float32)
         rows = np.empty(len(ids), np.int64)
         step = np.uint32(step)
         with self.lock:
-            self._lookup(ids, rows, out, step, create)
+            self._lookup(ids, rows, out, step, False)
+            if not create:
+                return out
             missing = np.flatnonzero(rows < 0)
-            if create and len(missing):
-                new_rows = self._rows(ids[missing])
-                cols = self.storage.columns()
-                RK.touch(cols.count, cols.last_step, new_rows, step, True)
+            if len(missing):
+                new_ids = ids[missing]
+                release = admit(len(unique_inverse(new_ids)[0])) if admit is not None else None
+                try:
+                    rows[missing] = self._rows(new_ids)
+                finally:
+                    if release is not None:
+                        release()
                 part = np.empty((len(missing), self.dim), np.float32)
-                RK.gather(cols.data, new_rows, self.dim, part)
+                RK.gather(self.storage.columns().data, rows[missing], self.dim, part)
                 out[missing] = part
+            cols = self.storage.columns()
+            RK.touch(cols.count, cols.last_step, rows, step, True)
         return out
 
     def has(self, ids: np.ndarray) -> np.ndarray:
@@ -95,23 +114,76 @@ class EmbeddingTable:
             tags, slots, ix.sub_off, ix.sub_cap, cols.ids, cols.data, cols.count, cols.last_step,
             ids, rows, out, self.dim, step, seen, lo, hi))
 
-    def push(self, ids: np.ndarray, grads: np.ndarray, *, step: int = 0, kind: str = "grad") -> None:
+    def push(self, ids: np.ndarray, grads: np.ndarray, *, step: int = 0, kind: str = "grad",
+             admit: Admit | None = None) -> None:
         """Apply the optimizer to the rows of ``ids`` (n,), gradients (n, dim) float32; or,
         with ``kind="delta"``, add the arrays to the rows' values (GEO-SGD: changes a worker
         made locally), leaving optimizer state alone.
 
-        Duplicate ids are summed in order of appearance first; unknown ids are created.
+        Duplicate ids are summed in order of appearance first; unknown ids are created. If any
+        value or optimizer state would become NaN or Inf, ``NonFiniteUpdate`` is raised and the
+        whole request changes nothing (no row created, none updated): new ids are tried on the
+        rows they would start as, and existing rows are updated in place a cache-sized block at
+        a time, each block copied first and checked while still in cache, every block restored
+        from its copy at the first bad one.
         """
         unique, inverse = unique_inverse(ids)
         summed = segment_sum(grads, inverse, len(unique))
+        update = RK.add_values if kind == "delta" else (
+            lambda data, rows, g: self.optimizer.apply(data, rows, g, self.dim))
         with self.lock:
-            rows = self._rows(unique)
             cols = self.storage.columns()
-            if kind == "delta":
-                RK.add_values(cols.data, rows, summed)
-            else:
-                self.optimizer.apply(cols.data, rows, summed, self.dim)
+            rows = self.index.find(cols.ids, unique)
+            missing = np.flatnonzero(rows < 0)
+            fresh, release = None, None
+            if len(missing):
+                fresh = self._fresh(unique[missing])
+                local = np.arange(len(missing), dtype=np.int64)
+                update(fresh, local, summed[missing])
+                bad = RK.first_nonfinite(fresh.view(np.int32), local, 0, len(missing))
+                if bad >= 0:
+                    raise self._non_finite(kind, unique[missing[bad]])
+                release = admit(len(missing)) if admit is not None else None
+            try:
+                if len(missing):
+                    present = np.flatnonzero(rows >= 0)
+                    self._update_in_place(cols.data, rows[present], summed[present], update, kind, unique[present])
+                    rows[missing] = self._rows(unique[missing])
+                    cols = self.storage.columns()
+                    RK.restore_rows(cols.data, rows[missing], len(missing), fresh)  # the tried rows, written
+                else:
+                    self._update_in_place(cols.data, rows, summed, update, kind, unique)
+            finally:
+                if release is not None:
+                    release()
             RK.touch(cols.count, cols.last_step, rows, np.uint32(step), False)
+
+    def _update_in_place(self, data, rows, summed, update, kind, ids) -> None:
+        """``update`` block by block; at the first non-finite result every block is restored."""
+        width = data.shape[1]
+        if self._backup.shape[0] < len(rows):  # kept: a fresh array each push would fault its pages in
+            self._backup = np.empty((max(len(rows), 2 * self._backup.shape[0]), width), np.float32)
+        block = max(64, TRY_BLOCK_BYTES // (4 * width))
+        for lo in range(0, len(rows), block):
+            hi = min(lo + block, len(rows))
+            RK.copy_rows(data, rows, lo, hi, self._backup)
+            update(data, rows[lo:hi], summed[lo:hi])
+            bad = RK.first_nonfinite(data.view(np.int32), rows, lo, hi)
+            if bad >= 0:
+                RK.restore_rows(data, rows, hi, self._backup)
+                raise self._non_finite(kind, ids[bad])
+
+    def _fresh(self, ids: np.ndarray) -> np.ndarray:
+        """The rows new ``ids`` would start as (values and optimizer state), not stored."""
+        fresh = np.zeros((len(ids), self.storage.width), np.float32)
+        init_rows(ids, fresh, 0, len(ids), self.dim, np.int64(self.config.seed), np.float32(self.config.init_scale))
+        self.optimizer.init_state(fresh, 0, len(ids), self.dim)
+        return fresh
+
+    def _non_finite(self, kind: str, id_) -> "NonFiniteUpdate":
+        return NonFiniteUpdate(f"table {self.config.name!r}: this {kind} push would make the row of id {int(id_)} "
+                               "(values or optimizer state) NaN or Inf; nothing was changed: lower the learning "
+                               "rate or clip gradients")
 
     def _rows(self, ids: np.ndarray) -> np.ndarray:
         """Rows of ``ids``, creating and initialising the missing ones (lock held)."""

@@ -1,51 +1,154 @@
-"""Exactly-once requests: a store remembers the request ids it applied.
+"""Exactly-once requests with bounded memory: per client, a window of recent sequence numbers.
 
 A request can arrive twice: the network duplicated it, or the client sent it again after
-losing the reply. A pull seen before is answered without counting the sighting again, and
-a push seen before is acknowledged without being applied again. While the first attempt is
-still running, a duplicate waits for it; if the first attempt failed, the duplicate is told
-to send again. The last ``capacity`` ids are remembered.
+losing the reply. Request ids name their client and a sequence number the client never
+reuses (the gRPC transport adds a part number when it splits a request):
+
+    "3f9a0c1b2d4e-17"      client 3f9a0c1b2d4e, request 17
+    "3f9a0c1b2d4e-17.2"    part 2 of request 17
+
+As TCP and ps-lite's resender do, the store keeps per client the last ``window`` keys
+(seq, part) it saw and the floor below which it keeps nothing. A key in the window is
+answered once: a pull seen before is answered without counting the sighting again, a push
+seen before is acknowledged without being applied again, and one resent with another
+payload (a digest of table, step, ids, gradients) is refused. A key below the floor is
+refused as too old rather than risk applying it twice. While the first attempt still runs, a
+duplicate waits for it; if the first attempt failed, the duplicate is told to send again.
+
+Clients are bounded too (``max_clients``): a client silent for ``client_idle_s`` (longer than
+any client keeps resending) is forgotten, and a new client is refused while the table is
+full of active ones. Memory: max_clients x window entries, about 150 bytes each.
 """
 
+import heapq
+import re
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable
+
+from cardinal.ps.limits import StoreFull, StoreLimits
+
+MAX_REQUEST_ID = 96
+_ID = re.compile(r"([A-Za-z0-9_]{1,64})-([0-9]{1,18})(?:\.([0-9]{1,4}))?")
+_PARTS = 10_000
 
 
 class FirstAttemptFailed(RuntimeError):
     """A duplicate of a request whose first attempt failed: send it again."""
 
 
+class RequestIdError(ValueError):
+    """A malformed request id, one below the client's window, or one reused for another payload."""
+
+
+def quote(text: str, n: int = 64) -> str:
+    """A user string for an error message: at most ``n`` characters of it."""
+    return repr(text) if len(text) <= n else f"{text[:n]!r}... ({len(text)} characters)"
+
+
+def parse(request_id: str) -> tuple[str, int]:
+    """(client, key): key orders (seq, part) within the client."""
+    m = _ID.fullmatch(request_id) if isinstance(request_id, str) and len(request_id) <= MAX_REQUEST_ID else None
+    if m is None:
+        shown = quote(request_id) if isinstance(request_id, str) else type(request_id).__name__
+        raise RequestIdError(f"request_id: {shown} is not CLIENT-SEQ[.PART] (CLIENT: 1-64 letters, digits or '_'; "
+                             "SEQ: up to 18 digits; PART: up to 4 digits)")
+    return m[1], int(m[2]) * _PARTS + int(m[3] or 0)
+
+
+class _Entry:
+    __slots__ = ("done", "fingerprint")
+
+    def __init__(self, fingerprint: int):
+        self.done: threading.Event | None = threading.Event()  # None once the first attempt succeeded
+        self.fingerprint = fingerprint
+
+
+class _Client:
+    __slots__ = ("floor", "entries", "heap", "last_seen")
+
+    def __init__(self, now: float):
+        self.floor = 0                        # keys below are refused as too old
+        self.entries: dict[int, _Entry] = {}
+        self.heap: list[int] = []             # keys of entries, smallest first (may hold stale keys)
+        self.last_seen = now
+
+
 class RequestLog:
-    def __init__(self, capacity: int = 100_000):
-        self.capacity = capacity
-        self._seen: OrderedDict[str, threading.Event] = OrderedDict()
+    def __init__(self, limits: StoreLimits | None = None, clock: Callable[[], float] = time.monotonic):
+        self.limits = limits or StoreLimits()
+        self.clock = clock
+        self._clients: OrderedDict[str, _Client] = OrderedDict()  # least recently heard first
         self._lock = threading.Lock()
 
-    def run(self, request_id: str | None, apply: Callable, replay: Callable):
+    def run(self, request_id: str | None, fingerprint: int, apply: Callable, replay: Callable):
         """``apply()`` the first time ``request_id`` is seen, ``replay()`` after that."""
         if request_id is None:
             return apply()
+        name, key = parse(request_id)
         with self._lock:
-            done = self._seen.get(request_id)
-            first = done is None
+            client = self._client(name)
+            if key < client.floor:
+                raise RequestIdError(f"request_id: {quote(request_id)} is older than this server remembers for its "
+                                     f"client (the last {self.limits.request_window} requests): it may have been "
+                                     "applied already, so it is refused; restart from the last checkpoint")
+            entry = client.entries.get(key)
+            first = entry is None
             if first:
-                self._seen[request_id] = done = threading.Event()
+                entry = client.entries[key] = _Entry(fingerprint)
+                heapq.heappush(client.heap, key)
+                self._trim(client)
+            elif entry.fingerprint != fingerprint:
+                raise RequestIdError(f"request_id: {quote(request_id)} was used before for another request; "
+                                     "give every request its own id")
+            done = entry.done
         if not first:
-            done.wait()
-            with self._lock:
-                if request_id not in self._seen:
-                    raise FirstAttemptFailed(f"request {request_id}: the first attempt failed; send it again")
+            if done is not None:
+                done.wait()
+                with self._lock:
+                    if client.entries.get(key) is not entry:
+                        raise FirstAttemptFailed(f"request {quote(request_id)}: the first attempt failed; send it again")
             return replay()
         try:
             result = apply()
         except BaseException:
             with self._lock:
-                self._seen.pop(request_id, None)  # not applied: a resend may apply it
+                if client.entries.get(key) is entry:
+                    del client.entries[key]  # not applied: a resend may apply it
             done.set()
             raise
-        done.set()
         with self._lock:
-            while len(self._seen) > self.capacity:
-                self._seen.popitem(last=False)
+            entry.done = None
+        done.set()
         return result
+
+    def _client(self, name: str) -> _Client:
+        now = self.clock()
+        client = self._clients.get(name)
+        if client is not None:
+            self._clients.move_to_end(name)
+            client.last_seen = now
+            return client
+        while self._clients:
+            oldest_name, oldest = next(iter(self._clients.items()))
+            if now - oldest.last_seen < self.limits.client_idle_s:
+                break
+            del self._clients[oldest_name]  # silent past any resend: nothing of it can come again
+        if len(self._clients) >= self.limits.max_clients:
+            raise StoreFull(f"this server remembers {self.limits.max_clients} active clients and each is still "
+                            f"within ps.client_idle_s = {self.limits.client_idle_s}; raise ps.max_clients")
+        client = self._clients[name] = _Client(now)
+        return client
+
+    def _trim(self, client: _Client) -> None:
+        """Forget the oldest keys past the window; the floor rises above them."""
+        while len(client.entries) > self.limits.request_window:
+            key = heapq.heappop(client.heap)
+            if client.entries.pop(key, None) is not None:
+                client.floor = max(client.floor, key + 1)
+        if len(client.heap) > 2 * self.limits.request_window + 16:  # keys of failed attempts
+            client.heap = sorted(client.entries)
+
+    def __len__(self) -> int:
+        return sum(len(c.entries) for c in self._clients.values())

@@ -27,10 +27,15 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class ServerOptions:
+    """How a server listens and how much it reads at once: calls beyond ``max_concurrency`` are
+    refused (RESOURCE_EXHAUSTED) before they are read, so at most about max_concurrency x
+    max_message_mb of requests are in memory (16 x 16 MiB by default); gRPC's own buffers come
+    on top (see benchmarks/server_flood.py for what a flood costs)."""
+
     host: str = "127.0.0.1"
     port: int = 0
-    max_message_mb: int = 64
-    max_concurrency: int = 64     # calls beyond this get RESOURCE_EXHAUSTED
+    max_message_mb: int = 16
+    max_concurrency: int = 16     # calls beyond this get RESOURCE_EXHAUSTED
     threads: int = 8
     grace_s: float = 30.0
     tls_cert: str | None = None   # PEM files: TLS when both are given
@@ -45,7 +50,7 @@ class ShardServer:
                                   maximum_concurrent_rpcs=options.max_concurrency,
                                   options=[("grpc.max_receive_message_length", limit),
                                            ("grpc.max_send_message_length", limit)])
-        self.server.add_generic_rpc_handlers((ShardServicer(store, data_dir, job, token).handler(),))
+        self.server.add_generic_rpc_handlers((ShardServicer(store, data_dir, job, token, limit).handler(),))
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         address = f"{options.host}:{options.port}"

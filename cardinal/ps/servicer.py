@@ -6,10 +6,19 @@ optimizers. Failures map to status codes that say what to change:
     INVALID_ARGUMENT     a malformed or impossible request (the message names the field)
     FAILED_PRECONDITION  a request for another shard, shard count or protocol version
     UNAUTHENTICATED      no job id or token;  PERMISSION_DENIED: another job, a wrong token
-    RESOURCE_EXHAUSTED   (from gRPC itself) oversized messages, more calls than the limit
+    RESOURCE_EXHAUSTED   oversized messages and more calls than the limit (from gRPC itself), a
+                         pull whose reply would pass the message limit, a full store
+                         (``StoreFull``): each refused before anything changes
 
 A push carries a request id (a pull may): the store applies each request once
 (``request_log.py``), so a client may safely send again what it is unsure arrived.
+
+Methods are registered as client-streaming (stream_unary) although clients call them as
+unary: gRPC Python reads a unary request whole before any handler runs, so an
+unauthenticated flood of large messages would be read into memory; here the job and token
+are checked from the metadata first, and the message is read only for an authorized call.
+Error messages quote at most a short prefix of what the sender chose, never this server's job
+or token, and are cut to ``MAX_DETAILS`` (gRPC metadata is bounded).
 """
 
 import hmac
@@ -18,11 +27,14 @@ from pathlib import Path
 
 import grpc
 
-from cardinal.ps.request_log import FirstAttemptFailed
+from cardinal.ps.limits import StoreFull
+from cardinal.ps.request_log import FirstAttemptFailed, quote
 from cardinal.ps.store import ShardStore
 from cardinal.ps.transport import wire
 
 SERVICE = "cardinal.Shard"
+MAX_DETAILS = 1024
+REPLY_HEADER = 4096  # bytes a reply header may take beside its rows
 log = logging.getLogger(__name__)
 
 
@@ -33,52 +45,61 @@ class _Abort(Exception):
 
 
 class ShardServicer:
-    def __init__(self, store: ShardStore, data_dir: str | Path, job: str, token: str):
+    def __init__(self, store: ShardStore, data_dir: str | Path, job: str, token: str,
+                 max_message_bytes: int = 16 << 20):
         self.store, self.data_dir = store, Path(data_dir).resolve()
         self.job, self.token = job, token
+        self.max_message_bytes = max_message_bytes
 
     def handler(self) -> grpc.GenericRpcHandler:
         methods = {"Pull": self._pull, "Push": self._push, "Save": self._save, "Load": self._load, "Stats": self._stats}
         return grpc.method_handlers_generic_handler(
-            SERVICE, {name: grpc.unary_unary_rpc_method_handler(self._wrap(fn)) for name, fn in methods.items()})
+            SERVICE, {name: grpc.stream_unary_rpc_method_handler(self._wrap(name, fn)) for name, fn in methods.items()})
 
-    def _wrap(self, fn):
-        def call(request: bytes, context: grpc.ServicerContext) -> bytes:
+    def _wrap(self, method: str, fn):
+        def call(requests, context: grpc.ServicerContext) -> bytes:
             try:
                 self._authorize(dict(context.invocation_metadata()))
+                request = next(requests, None)  # read only once the caller is known
+                if request is None:
+                    raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, "message: none sent")
                 header, payload = wire.decode(request)
                 self._check_target(header)
+                wire.check_schema(method, header)
                 reply, arrays = fn(header, payload)
                 return wire.encode({**reply, "incarnation": self.store.incarnation}, *arrays)
             except _Abort as e:
-                context.abort(e.code, e.message)
-            except ValueError as e:  # the store's and the wire's validation errors
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+                context.abort(e.code, _cut(e.message))
+            except StoreFull as e:
+                context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, _cut(str(e)))
+            except (ValueError, TypeError) as e:  # the store's and the wire's validation errors
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, _cut(str(e)))
             except FirstAttemptFailed as e:
-                context.abort(grpc.StatusCode.ABORTED, str(e))
+                context.abort(grpc.StatusCode.ABORTED, _cut(str(e)))
             except Exception as e:  # a bug: keep serving, say so
-                log.exception("shard %d: %s failed", self.store.shard, fn.__name__)
-                context.abort(grpc.StatusCode.INTERNAL, f"{type(e).__name__}: {e}")
+                log.exception("shard %d: %s failed", self.store.shard, method)
+                context.abort(grpc.StatusCode.INTERNAL, _cut(f"{type(e).__name__}: {e}"))
         return call
 
     def _authorize(self, metadata: dict) -> None:
         job, token = metadata.get("x-cardinal-job"), metadata.get("x-cardinal-token")
-        if job is None or token is None:
+        if not isinstance(job, str) or not isinstance(token, str):
             raise _Abort(grpc.StatusCode.UNAUTHENTICATED, "requests must carry the job id and token")
-        if not hmac.compare_digest(job, self.job):
-            raise _Abort(grpc.StatusCode.PERMISSION_DENIED, f"this server belongs to job {self.job!r}, not {job!r}")
-        if not hmac.compare_digest(token, self.token):
+        if not hmac.compare_digest(job.encode(), self.job.encode()):
+            raise _Abort(grpc.StatusCode.PERMISSION_DENIED, "this server belongs to another job: check ps.job")
+        if not hmac.compare_digest(token.encode(), self.token.encode()):
             raise _Abort(grpc.StatusCode.PERMISSION_DENIED, "wrong token for this job")
 
     def _check_target(self, header: dict) -> None:
         version = header.get("v")
-        if version != wire.PROTOCOL:
+        if not wire._is(version, int) or version != wire.PROTOCOL:
             raise _Abort(grpc.StatusCode.FAILED_PRECONDITION,
-                         f"v: protocol version {version!r}, this server speaks {wire.PROTOCOL}")
+                         f"v: protocol version {_short(version)}, this server speaks {wire.PROTOCOL}")
         shard, n = header.get("shard"), header.get("n_shards")
-        if (shard, n) != (self.store.shard, self.store.n_shards):
+        if not (wire._is(shard, int) and wire._is(n, int)) or (shard, n) != (self.store.shard, self.store.n_shards):
             raise _Abort(grpc.StatusCode.FAILED_PRECONDITION,
-                         f"shard: request for shard {shard} of {n}, this server holds {self.store.shard} of {self.store.n_shards}")
+                         f"shard: request for shard {_short(shard)} of {_short(n)}, this server holds "
+                         f"{self.store.shard} of {self.store.n_shards}")
 
     # --- methods: (header, payload) -> (reply header, arrays) ------------------------------
 
@@ -87,9 +108,16 @@ class ShardServicer:
         request_id = header.get("request_id")
         if request_id is not None:
             wire.field(header, "request_id", str)
+        table = self.store.tables.get(wire.field(header, "table", str))
+        reply_bytes = len(ids) * 4 * (table.dim if table is not None else 0) + REPLY_HEADER
+        if reply_bytes > self.max_message_bytes:
+            raise _Abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                         f"a pull of {len(ids)} ids of dim {table.dim} needs a {reply_bytes / 2**20:.1f} MiB reply, "
+                         f"over this server's message limit of {self.max_message_bytes / 2**20:.1f} MiB "
+                         "(ps.max_message_mb): pull fewer ids per request (nothing was created)")
         rows = self.store.pull(wire.field(header, "table", str), ids, create=wire.field(header, "create", bool, True),
                                step=wire.field(header, "step", int, 0), request_id=request_id)
-        return {"dim": rows.shape[1]}, [rows]
+        return {"dim": rows.shape[1], "dtype": "float32"}, [rows]
 
     def _push(self, header, payload):
         ids, grads = wire.split_payload(header, payload, with_grads=True)
@@ -99,9 +127,11 @@ class ShardServicer:
         return {}, []
 
     def _inside(self, relative: str) -> Path:
+        if len(relative) > 4096 or "\0" in relative:
+            raise ValueError(f"path: {quote(relative)} is not a usable path")
         path = (self.data_dir / relative).resolve()
         if path != self.data_dir and self.data_dir not in path.parents:
-            raise ValueError(f"path: {relative!r} is outside this server's data directory")
+            raise ValueError(f"path: {quote(relative)} is outside this server's data directory")
         return path
 
     def _save(self, header, payload):
@@ -123,3 +153,14 @@ class ShardServicer:
         except AssertionError as e:
             raise _Abort(grpc.StatusCode.DATA_LOSS, f"shard {self.store.shard} failed its check: {e}") from None
         return {"stats": stats, "health": self.store.health()}, []
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= MAX_DETAILS else text[:MAX_DETAILS - 20] + "... (cut)"
+
+
+def _short(value) -> str:
+    """A header value the sender chose, for an error message: short, and typed."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return f"of type {type(value).__name__}"
+    return str(value) if abs(value) < 10**20 else "a huge number"

@@ -3,11 +3,15 @@
 The store is pure: no sockets, no threads of its own. The in-process transport calls it
 directly; the gRPC servicer decodes a request, calls the same methods, encodes the reply.
 Every request is checked in full before anything changes (``validate.py``), so a rejected
-request leaves the store as it was.
+request leaves the store as it was. The row limits live here too, so they hold for every
+transport (``limits.py``): rows per server and per request (``StoreFull``: nothing created, no
+sighting counted), a push whose result would not be finite (refused whole, by the table), and
+exactly-once request ids with a bounded window per client (``request_log.py``).
 """
 
 import threading
 import uuid
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,6 +20,7 @@ import numpy as np
 from cardinal.embedding import EmbeddingTable, TableConfig
 from cardinal.optim import make_optimizer
 from cardinal.ps import checkpoint, checkpoint_load, validate
+from cardinal.ps.limits import StoreFull, StoreLimits
 from cardinal.ps.request_log import RequestLog
 
 
@@ -34,14 +39,17 @@ class StoreConfig:
 
 
 class ShardStore:
-    def __init__(self, config: StoreConfig, shard: int = 0, n_shards: int = 1):
+    def __init__(self, config: StoreConfig, shard: int = 0, n_shards: int = 1, limits: StoreLimits | None = None):
         if not 0 <= shard < n_shards:
             raise ValueError(f"shard must be in [0, {n_shards}), got {shard}")
         self.config = config
         self.shard, self.n_shards = shard, n_shards
+        self.limits = limits or StoreLimits()
         self.incarnation = uuid.uuid4().hex
         self.step = 0
-        self.requests = RequestLog()
+        self.requests = RequestLog(self.limits)
+        self._admitting = threading.Lock()
+        self._pending = 0  # rows admitted, not yet counted in len(table)
         self.tables = self._fresh_tables()
         self._staged: tuple[str, dict, int] | None = None  # (token, tables, step) of a prepared load
         self._staging_lock = threading.Lock()
@@ -56,20 +64,48 @@ class ShardStore:
         """Rows of ``ids``; a pull resent with the same ``request_id`` counts no second sighting."""
         self._check_ids(table, ids)
         validate.check_step(step)
+        if not isinstance(create, bool):
+            raise TypeError(f"create must be a bool, got {type(create).__name__}")
         t = self.tables[table]
-        return self.requests.run(request_id, lambda: t.pull(ids, create=create, step=step),
+        fingerprint = _fingerprint(request_id, table, f"pull {create} {step}", ids)
+        return self.requests.run(request_id, fingerprint,
+                                 lambda: t.pull(ids, create=create, step=step, admit=self._admit),
                                  lambda: t.pull(ids, create=False))
 
     def push(self, table: str, ids: np.ndarray, grads: np.ndarray, *, step: int = 0, kind: str = "grad",
              request_id: str | None = None) -> None:
         """Gradients for the optimizer, or (``kind="delta"``) changes to add to the values; a
-        push resent with the same ``request_id`` is applied once."""
+        push resent with the same ``request_id`` is applied once. A push that would make any
+        value or optimizer state non-finite is refused whole (``NonFiniteUpdate``)."""
         self._check_ids(table, ids)
         validate.check_grads(grads, len(ids), self.tables[table].dim, table)
         validate.check_step(step)
         validate.check_kind(kind)
-        self.requests.run(request_id, lambda: self.tables[table].push(ids, grads, step=step, kind=kind), lambda: None)
+        fingerprint = _fingerprint(request_id, table, f"push {kind} {step}", ids, grads)
+        self.requests.run(request_id, fingerprint,
+                          lambda: self.tables[table].push(ids, grads, step=step, kind=kind, admit=self._admit),
+                          lambda: None)
         self.step = max(self.step, step)
+
+    def _admit(self, n_new: int):
+        """Reserve ``n_new`` rows under the limits, or raise ``StoreFull``; returns the release
+        to call once the rows exist (a table calls this with its own lock held)."""
+        limit = self.limits.max_new_rows_per_request
+        if n_new > limit:
+            raise StoreFull(f"this request would create {n_new} rows, over ps.max_new_rows_per_request = {limit}; "
+                            "send fewer new ids per request")
+        with self._admitting:
+            held = sum(len(t) for t in self.tables.values()) + self._pending
+            if held + n_new > self.limits.max_rows:
+                raise StoreFull(f"store full: shard {self.shard} holds {held} rows and this request would create "
+                                f"{n_new} more, over ps.max_rows = {self.limits.max_rows}; add shards or raise "
+                                "ps.max_rows")
+            self._pending += n_new
+
+        def release():
+            with self._admitting:
+                self._pending -= n_new
+        return release
 
     def _check_ids(self, table, ids):
         validate.check_table(table, self.tables)
@@ -143,3 +179,13 @@ class ShardStore:
     def check(self) -> None:
         for t in self.tables.values():
             t.check()
+
+
+def _fingerprint(request_id: str | None, table: str, what: str, *arrays: np.ndarray) -> int:
+    """crc32 of a request's table, kind, step and arrays: a resend must carry the same."""
+    if request_id is None:
+        return 0
+    crc = zlib.crc32(f"{table} {what}".encode())
+    for a in arrays:
+        crc = zlib.crc32(memoryview(np.ascontiguousarray(a)).cast("B") if a.size else b"", crc)
+    return crc

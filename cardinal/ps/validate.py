@@ -6,14 +6,17 @@ leaves the store exactly as it was (tests compare digests before and after).
 
 import numpy as np
 
+from cardinal.ps.request_log import quote
 from cardinal.ps.routing import route
 
 MAX_STEP = 2**32 - 1
 
 
 def check_table(name, tables: dict) -> None:
+    if not isinstance(name, str):
+        raise TypeError(f"table must be a str, got {type(name).__name__}")
     if name not in tables:
-        raise ValueError(f"unknown table {name!r}; this store has {sorted(tables)}")
+        raise ValueError(f"unknown table {quote(name)}; this store has {sorted(tables)}")
 
 
 def check_ids(ids) -> None:
@@ -40,12 +43,14 @@ PUSH_KINDS = ("grad", "delta")
 
 def check_kind(kind) -> None:
     if kind not in PUSH_KINDS:
-        raise ValueError(f"kind: a push carries one of {PUSH_KINDS}, got {kind!r}")
+        shown = quote(kind) if isinstance(kind, str) else type(kind).__name__
+        raise ValueError(f"kind: a push carries one of {PUSH_KINDS}, got {shown}")
 
 
 def check_step(step) -> None:
     if not isinstance(step, (int, np.integer)) or isinstance(step, bool) or not 0 <= step <= MAX_STEP:
-        raise ValueError(f"step must be an integer in [0, {MAX_STEP}], got {step!r}")
+        shown = step if isinstance(step, (int, np.integer)) and abs(int(step)) < 10**20 else type(step).__name__
+        raise ValueError(f"step must be an integer in [0, {MAX_STEP}], got {shown}")
 
 
 def check_routing(ids: np.ndarray, shard: int, n_shards: int) -> None:

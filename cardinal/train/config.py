@@ -108,12 +108,34 @@ class PSConfig:
     tls_cert: str = ""            # server certificate and key (PEM): TLS when given
     tls_key: str = ""
     tls_ca: str = ""              # what clients trust
+    # what one server accepts (cardinal server): bytes and calls are read by gRPC before any check,
+    # so max_message_mb x max_concurrent_calls bounds the memory a flood of requests can take
+    max_message_mb: int = 16      # largest request or reply; clients split larger ones
+    max_concurrent_calls: int = 16  # more are refused (RESOURCE_EXHAUSTED) before they are read
+    # rows (every transport, the embedded one too; see cardinal/ps/limits.py)
+    max_rows: int = 64_000_000    # rows of all tables on one shard; past it: RESOURCE_EXHAUSTED, nothing created
+    max_new_rows_per_request: int = 1 << 20
+    request_window: int = 2048    # request ids remembered per client (exactly-once)
+    max_clients: int = 1024       # clients remembered at once...
+    client_idle_s: float = 600.0  # ...each until silent this long
 
     def __post_init__(self):
         if self.shards < 1:
             raise ValueError(f"ps.shards must be >= 1, got {self.shards}")
+        if not 1 <= self.max_message_mb <= 2047:
+            raise ValueError(f"ps.max_message_mb must be in [1, 2047] (gRPC's limit is 2 GiB), got {self.max_message_mb}")
+        if self.max_concurrent_calls < 1:
+            raise ValueError(f"ps.max_concurrent_calls must be >= 1, got {self.max_concurrent_calls}")
+        self.store_limits()  # each row limit >= 1
         if bool(self.tls_cert) != bool(self.tls_key):
             raise ValueError("ps.tls_cert and ps.tls_key go together")
+
+    def store_limits(self):
+        from cardinal.ps.limits import StoreLimits
+
+        return StoreLimits(max_rows=self.max_rows, max_new_rows_per_request=self.max_new_rows_per_request,
+                           request_window=self.request_window, max_clients=self.max_clients,
+                           client_idle_s=self.client_idle_s)
 
     def token(self) -> str:
         """The job's token: $CARDINAL_TOKEN, else the contents of ps.token_file."""

@@ -92,8 +92,9 @@ class Trainer:
     def _client(recipe: Recipe) -> PSClient:
         ps = recipe.ps
         if not ps.servers:
-            return embedded(tables.store_config(recipe), ps.shards, ps.concurrent)
-        return PSClient(GrpcTransport(ps.servers, ps.job, ps.token(), timeout=ps.timeout_s, tls_ca=ps.tls_ca or None))
+            return embedded(tables.store_config(recipe), ps.shards, ps.concurrent, ps.store_limits())
+        return PSClient(GrpcTransport(ps.servers, ps.job, ps.token(), timeout=ps.timeout_s, tls_ca=ps.tls_ca or None,
+                                      max_message_mb=ps.max_message_mb))
 
     # --- one step ------------------------------------------------------------------------
 

@@ -146,11 +146,15 @@ class GrpcTransport(Transport):
     def pull(self, shard, table, ids, *, create, step, request_id=None):
         chunks = self._chunks(len(ids), 8 + 4 * self._dim(shard, table))
         rid = request_id or f"{self._client}-{next(self._seq)}"
-        parts = [self._call(shard, "Pull", {"table": table, "ids_bytes": 8 * (c.stop - c.start), "create": create,
+        parts = [self._call(shard, "Pull", {"table": table, "ids_bytes": 8 * (c.stop - c.start), "ids_dtype": "int64",
+                                            "create": create,
                                             "step": int(step), "request_id": f"{rid}.{k}"}, ids[c])
                  for k, c in enumerate(chunks)]
 
         def combine(replies):
+            for h, _ in replies:
+                if h.get("dtype") != "float32":
+                    raise ShardUnavailable(f"shard {shard}: a pull reply of dtype {h.get('dtype')!r}, expected float32")
             rows = [np.frombuffer(p, np.float32).reshape(-1, h["dim"]) for h, p in replies]
             return rows[0].copy() if len(rows) == 1 else np.concatenate(rows)
         return _Mapped(parts, combine)
@@ -161,7 +165,8 @@ class GrpcTransport(Transport):
         parts = []
         for k, c in enumerate(self._chunks(len(ids), 8 + 4 * max(dim, 1))):
             g = np.ascontiguousarray(grads[c], np.float32)
-            header = {"table": table, "ids_bytes": 8 * (c.stop - c.start), "grads_bytes": g.nbytes, "dim": dim,
+            header = {"table": table, "ids_bytes": 8 * (c.stop - c.start), "ids_dtype": "int64",
+                      "grads_bytes": g.nbytes, "dim": dim,
                       "dtype": "float32", "codec": "raw", "step": int(step), "kind": kind,
                       "request_id": f"{rid}.{k}"}
             parts.append(self._call(shard, "Push", header, ids[c], g))

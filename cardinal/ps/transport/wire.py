@@ -4,24 +4,46 @@
 
 A pull's payload is the ids (int64, little-endian); a push's is the ids then the gradients
 (float32, row-major); a pull's reply is the rows. The header says how many bytes each part
-has, so a malformed message is caught before anything is read from it:
+has and of which dtype, so a malformed message is caught before anything is read from it:
 
-    {"v": 1, "shard": 0, "n_shards": 2, "table": "emb", "ids_bytes": 8192, "grads_bytes": 65536,
-     "dtype": "float32", "codec": "raw", "step": 12, "create": true, "request_id": "c1f0-17"}
+    {"v": 1, "shard": 0, "n_shards": 2, "table": "emb", "ids_bytes": 8192, "ids_dtype": "int64",
+     "grads_bytes": 65536, "dtype": "float32", "codec": "raw", "step": 12, "request_id": "c1f0-17"}
+
+Every field of a request is checked against its method's schema (``SCHEMAS``): unknown fields
+and mistyped ones (JSON booleans are not integers) are refused, nesting is at most
+``MAX_DEPTH`` deep (checked before parsing), and errors quote at most a short prefix of any
+string the sender chose.
 
 Arrays cross without per-element encoding (``np.frombuffer`` on arrival, no copy).
 """
 
 import json
+import re
 import struct
 
 import numpy as np
 
+from cardinal.ps.request_log import quote
+
 PROTOCOL = 1
 CODECS = ("raw",)
 DTYPES = {"float32": np.float32}
+IDS_DTYPES = {"int64": np.int64}
 _LEN = struct.Struct("<I")
-MAX_HEADER = 1 << 16
+MAX_HEADER = 1 << 14
+MAX_DEPTH = 8  # requests are flat; replies (stats) nest a few levels
+_STRINGS = re.compile(rb'"(?:[^"\\]|\\.)*"')
+_BRACKETS = re.compile(rb"[\[\]{}]")
+
+_TARGET = {"v": int, "shard": int, "n_shards": int}
+_ARRAYS = {"table": str, "ids_bytes": int, "ids_dtype": str, "step": int, "request_id": str}
+SCHEMAS: dict[str, dict[str, type]] = {
+    "Pull": {**_TARGET, **_ARRAYS, "create": bool},
+    "Push": {**_TARGET, **_ARRAYS, "grads_bytes": int, "dim": int, "dtype": str, "codec": str, "kind": str},
+    "Save": {**_TARGET, "root": str, "step": int},
+    "Load": {**_TARGET, "path": str},
+    "Stats": {**_TARGET, "digest": bool, "check": bool},
+}
 
 
 class WireError(ValueError):
@@ -31,7 +53,8 @@ class WireError(ValueError):
 def encode(header: dict, *payload: np.ndarray | bytes) -> bytes:
     """One message; arrays are copied once, straight into it."""
     head = json.dumps(header, separators=(",", ":")).encode()
-    parts = [p if isinstance(p, bytes) else memoryview(np.ascontiguousarray(p)).cast("B") for p in payload]
+    parts = [p if isinstance(p, bytes) else memoryview(np.ascontiguousarray(p).reshape(-1).view(np.uint8))
+             for p in payload]  # 1-d bytes: empty arrays too
     return b"".join([_LEN.pack(len(head)), head, *parts])
 
 
@@ -39,44 +62,81 @@ def decode(message: bytes) -> tuple[dict, memoryview]:
     if len(message) < _LEN.size:
         raise WireError("message: too short for a header length")
     (n,) = _LEN.unpack_from(message)
-    if n > MAX_HEADER or _LEN.size + n > len(message):
+    if n > MAX_HEADER:
+        raise WireError(f"header: {n} bytes, over the {MAX_HEADER}-byte limit")
+    if _LEN.size + n > len(message):
         raise WireError(f"header: length {n} does not fit the message ({len(message)} bytes)")
+    head = bytes(message[_LEN.size:_LEN.size + n])
+    _check_depth(head)
     try:
-        header = json.loads(bytes(message[_LEN.size:_LEN.size + n]))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise WireError(f"header: not JSON ({e})") from None
+        header = json.loads(head)
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:  # ValueError: also ints past 4300 digits
+        raise WireError(f"header: not JSON ({str(e)[:80]})") from None
     if not isinstance(header, dict):
         raise WireError("header: must be a JSON object")
     return header, memoryview(message)[_LEN.size + n:]
 
 
+def _check_depth(head: bytes) -> None:
+    """Refuse headers nested deeper than ``MAX_DEPTH`` before ``json.loads`` recurses into them."""
+    depth = 0
+    for bracket in _BRACKETS.findall(_STRINGS.sub(b"", head)):
+        depth += 1 if bracket in b"[{" else -1
+        if depth > MAX_DEPTH:
+            raise WireError(f"header: nested deeper than {MAX_DEPTH} levels")
+
+
+def check_schema(method: str, header: dict) -> None:
+    """Every field known to ``method`` and of its type (a bool is not an int)."""
+    schema = SCHEMAS[method]
+    for name, value in header.items():
+        kind = schema.get(name)
+        if kind is None:
+            raise WireError(f"header: unknown field {quote(name)} for {method}; it takes {sorted(schema)}")
+        if value is not None and not _is(value, kind):
+            raise WireError(f"{name}: expected {kind.__name__}, got {type(value).__name__}")
+
+
+def _is(value, kind: type) -> bool:
+    return isinstance(value, kind) and (kind is not int or not isinstance(value, bool))
+
+
 def field(header: dict, name: str, kind: type, default=None):
     """A header field of the given type; missing or mistyped fields are named."""
     value = header.get(name, default)
-    if value is None or not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise WireError(f"{name}: expected {kind.__name__}, got {value!r}")
+    if value is None or not _is(value, kind):
+        raise WireError(f"{name}: expected {kind.__name__}, got {type(value).__name__ if value is not None else 'nothing'}")
     return value
 
 
 def split_payload(header: dict, payload: memoryview, with_grads: bool) -> tuple[np.ndarray, np.ndarray | None]:
     """(ids, grads) from a request's payload, each checked against the header."""
+    ids_dtype = field(header, "ids_dtype", str)
+    if ids_dtype not in IDS_DTYPES:
+        raise WireError(f"ids_dtype: unknown dtype {quote(ids_dtype)}; ids are {list(IDS_DTYPES)}")
     ids_bytes = field(header, "ids_bytes", int)
-    if ids_bytes < 0 or ids_bytes % 8:
-        raise WireError(f"ids_bytes: {ids_bytes} is not a multiple of 8 (ids are int64)")
+    if not 0 <= ids_bytes <= len(payload) or ids_bytes % 8:
+        raise WireError(f"ids_bytes: {_num(ids_bytes)} is not a multiple of 8 within the payload (ids are int64)")
     grads_bytes = field(header, "grads_bytes", int, 0) if with_grads else 0
     if ids_bytes + grads_bytes != len(payload):
-        raise WireError(f"payload: {len(payload)} bytes, but ids_bytes + grads_bytes = {ids_bytes + grads_bytes}")
+        raise WireError(f"payload: {len(payload)} bytes, but ids_bytes + grads_bytes = "
+                        f"{_num(ids_bytes)} + {_num(grads_bytes)}")
     ids = np.frombuffer(payload[:ids_bytes], np.int64)
     if not with_grads:
         return ids, None
     codec = field(header, "codec", str, "raw")
     if codec not in CODECS:
-        raise WireError(f"codec: unknown codec {codec!r}; this server reads {list(CODECS)}")
+        raise WireError(f"codec: unknown codec {quote(codec)}; this server reads {list(CODECS)}")
     dtype = field(header, "dtype", str, "float32")
     if dtype not in DTYPES:
-        raise WireError(f"dtype: unknown dtype {dtype!r}; this server reads {list(DTYPES)}")
+        raise WireError(f"dtype: unknown dtype {quote(dtype)}; this server reads {list(DTYPES)}")
     dim = field(header, "dim", int)
-    if dim < 1 or grads_bytes != len(ids) * dim * 4:
-        raise WireError(f"grads_bytes: {grads_bytes} is not len(ids) x dim x 4 = {len(ids)} x {dim} x 4")
+    if not 1 <= dim <= 1 << 20 or grads_bytes != len(ids) * dim * 4:
+        raise WireError(f"grads_bytes: {_num(grads_bytes)} is not len(ids) x dim x 4 = {len(ids)} x {_num(dim)} x 4")
     grads = np.frombuffer(payload[ids_bytes:], DTYPES[dtype]).reshape(len(ids), dim)
     return ids, grads
+
+
+def _num(n: int) -> str:
+    """An integer the sender chose, for an error message (JSON ints can have thousands of digits)."""
+    return str(n) if abs(n) < 10**20 else "a huge number"

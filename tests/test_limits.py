@@ -1,0 +1,195 @@
+"""Row limits of a shard store, without sockets: rows per server and per request, refusal of
+non-finite results, and exactly-once with a bounded window per client. Every refusal is
+checked to change nothing: the digest, and every row read back through the public API."""
+
+import numpy as np
+import pytest
+
+from cardinal.embedding import TableConfig
+from cardinal.embedding.table import NonFiniteUpdate
+from cardinal.ps import ShardStore, StoreConfig, StoreFull, StoreLimits
+from cardinal.ps.request_log import FirstAttemptFailed, RequestIdError, RequestLog
+
+CONFIG = StoreConfig((TableConfig("user", 8, seed=1), TableConfig("item", 4, seed=2)), {"name": "adam", "lr": 0.01})
+KNOWN = np.arange(-50, 50, dtype=np.int64)
+
+
+def store_with_rows(limits: StoreLimits | None = None, optimizer: dict | None = None) -> ShardStore:
+    config = CONFIG if optimizer is None else StoreConfig(CONFIG.tables, optimizer)
+    store = ShardStore(config, limits=limits)
+    store.pull("user", KNOWN, step=1)
+    store.push("user", KNOWN, np.full((len(KNOWN), 8), 0.5, np.float32), step=1)
+    store.pull("item", KNOWN[:10], step=1)
+    return store
+
+
+def snapshot(store: ShardStore) -> dict:
+    """Everything a refusal must leave as it was: digests, row counts, and rows read back."""
+    probe = np.concatenate([KNOWN, np.arange(1000, 1100, dtype=np.int64)])  # known ids and new ones
+    return {"digest": {t: store.tables[t].digest() for t in store.tables},
+            "rows": {t: len(store.tables[t]) for t in store.tables},
+            "user": store.pull("user", probe, create=False).tobytes(),
+            "item": store.pull("item", probe, create=False).tobytes()}
+
+
+def refused(store, call, error, match):
+    before = snapshot(store)
+    with pytest.raises(error, match=match):
+        call()
+    assert snapshot(store) == before
+    store.check()
+
+
+NEW = np.arange(1000, 1060, dtype=np.int64)
+
+
+def test_a_full_store_refuses_whole_requests_and_creates_nothing():
+    store = store_with_rows(StoreLimits(max_rows=150))  # holds 110 rows
+    mixed = np.concatenate([KNOWN[:5], NEW])  # 5 known (their sightings must not count), 60 new
+    refused(store, lambda: store.pull("user", mixed, step=2), StoreFull, "store full.*ps.max_rows = 150")
+    refused(store, lambda: store.push("item", mixed, np.ones((len(mixed), 4), np.float32), step=2), StoreFull,
+            "store full")
+    store.pull("user", NEW[:40], step=2)  # up to the limit: fine
+    assert sum(len(t) for t in store.tables.values()) == 150
+    refused(store, lambda: store.pull("item", NEW[40:41]), StoreFull, "store full")
+
+
+def test_rows_one_request_may_create_are_bounded():
+    store = store_with_rows(StoreLimits(max_new_rows_per_request=100))
+    many = np.arange(2000, 2101, dtype=np.int64)
+    refused(store, lambda: store.pull("user", np.repeat(many, 2)), StoreFull, "create 101 rows.*= 100")
+    store.pull("user", np.repeat(many[:100], 2))  # duplicates count once; 100 is allowed
+
+
+@pytest.mark.parametrize("optimizer, grad", [
+    ({"name": "sgd", "lr": 10.0}, 3e38),           # the value overflows
+    ({"name": "rowwise_adagrad"}, 1e20),           # the accumulator overflows (g * g)
+    ({"name": "adagrad"}, 1e20),
+    ({"name": "adam"}, 3e38),                      # v overflows
+    ({"name": "ftrl"}, 1e20),                      # n overflows
+])
+def test_a_push_that_would_make_a_row_non_finite_is_refused_whole(optimizer, grad):
+    store = store_with_rows(optimizer=optimizer)
+    ids = np.concatenate([KNOWN[:3], NEW[:2]])  # known rows and new ones: none updated, none created
+    grads = np.zeros((len(ids), 8), np.float32)
+    grads[1, 2] = grad
+    refused(store, lambda: store.push("user", ids, grads, step=2, request_id="c0-1"), NonFiniteUpdate,
+            f"id {int(ids[1])}.*NaN or Inf")
+    store.push("user", ids, np.zeros_like(grads), step=2, request_id="c0-1")  # a refusal does not use up its id
+
+
+def test_delta_pushes_that_overflow_are_refused():
+    store = store_with_rows()
+    ids = KNOWN[:4].copy()
+    delta = np.full((4, 8), 3e38, np.float32)
+    store.push("user", ids, delta, kind="delta", step=2)
+    refused(store, lambda: store.push("user", ids, delta, kind="delta", step=3), NonFiniteUpdate, "delta push")
+    twice = np.repeat(NEW[:1], 2)  # two finite deltas for one new id sum past float32
+    refused(store, lambda: store.push("user", twice, np.full((2, 8), 3e38, np.float32), kind="delta"),
+            NonFiniteUpdate, "NaN or Inf")
+
+
+# --- exactly-once ----------------------------------------------------------------------------
+
+def push(store, request_id, grads=1.0, ids=KNOWN[:4]):
+    store.push("user", ids, np.full((len(ids), 8), grads, np.float32), step=2, request_id=request_id)
+
+
+def test_a_resend_is_applied_once_and_one_with_another_payload_is_refused():
+    store = store_with_rows()
+    push(store, "c1-7")
+    once = snapshot(store)
+    push(store, "c1-7")
+    assert snapshot(store) == once
+    refused(store, lambda: push(store, "c1-7", grads=2.0), RequestIdError, "used before for another request")
+    refused(store, lambda: store.push("user", KNOWN[:4], np.ones((4, 8), np.float32), step=3, request_id="c1-7"),
+            RequestIdError, "another request")  # same arrays, another step
+
+
+def test_an_id_below_the_window_is_refused_not_applied_twice():
+    store = store_with_rows(StoreLimits(request_window=8))
+    push(store, "c1-0")
+    for seq in range(1, 20):
+        push(store, f"c1-{seq}.0")
+        push(store, f"c1-{seq}.1")
+    assert len(store.requests) == 8  # bounded: the window, not the history
+    refused(store, lambda: push(store, "c1-0"), RequestIdError, "older than this server remembers")
+    push(store, "c2-0")  # another client has a window of its own
+
+
+def test_parts_of_one_request_are_remembered_apart():
+    store = store_with_rows()
+    push(store, "c1-3.0", ids=KNOWN[:2])
+    before = snapshot(store)
+    push(store, "c1-3.1", ids=KNOWN[2:4])
+    assert snapshot(store) != before
+
+
+@pytest.mark.parametrize("request_id", ["", "c1", "c1-", "c1--3", "c 1-3", "c1-3.", "c1-3.12345", "é-1",
+                                        "c" * 65 + "-1", "c1-" + "9" * 19, "x" * 65536])
+def test_malformed_request_ids_are_refused(request_id):
+    store = store_with_rows()
+    refused(store, lambda: push(store, request_id), RequestIdError, "CLIENT-SEQ")
+
+
+def test_clients_are_bounded_and_idle_ones_forgotten():
+    now = [0.0]
+    log = RequestLog(StoreLimits(max_clients=2, client_idle_s=60), clock=lambda: now[0])
+    applied = []
+    log.run("a-1", 0, lambda: applied.append("a"), lambda: None)
+    now[0] = 30
+    log.run("b-1", 0, lambda: applied.append("b"), lambda: None)
+    with pytest.raises(StoreFull, match="2 active clients"):
+        log.run("c-1", 0, lambda: applied.append("c"), lambda: None)
+    log.run("a-1", 0, lambda: applied.append("a again"), lambda: None)  # a is remembered: not applied twice
+    now[0] = 100  # b silent for 70 s: forgotten
+    log.run("c-1", 0, lambda: applied.append("c"), lambda: None)
+    assert applied == ["a", "b", "c"]
+
+
+def test_a_duplicate_of_a_failed_first_attempt_is_told_to_send_again():
+    log = RequestLog()
+
+    def fail():
+        raise StoreFull("full")
+    with pytest.raises(StoreFull):
+        log.run("a-1", 5, fail, lambda: None)
+    assert log.run("a-1", 5, lambda: "applied", lambda: "replayed") == "applied"  # the failure used nothing up
+    assert log.run("a-1", 5, lambda: "applied", lambda: "replayed") == "replayed"
+    assert FirstAttemptFailed.__mro__[1] is RuntimeError
+
+
+def test_a_refused_push_spanning_many_blocks_restores_every_block():
+    store = ShardStore(CONFIG)
+    ids = np.arange(30_000, dtype=np.int64)  # adam, dim 8: about 5,000 rows per block
+    store.pull("user", ids, step=1)
+    before = snapshot(store), store.pull("user", ids, create=False).tobytes()
+    grads = np.full((len(ids), 8), 0.1, np.float32)
+    grads[-1, 0] = 3e38  # the last block's last row
+    with pytest.raises(NonFiniteUpdate, match=f"id {len(ids) - 1}"):
+        store.push("user", ids, grads, step=2)
+    assert (snapshot(store), store.pull("user", ids, create=False).tobytes()) == before
+    store.check()
+
+
+def test_recipe_limits_are_validated_and_reach_the_store():
+    from cardinal.train import config
+
+    ps = config.load(None, ["ps.max_rows=500", "ps.max_new_rows_per_request=7", "ps.request_window=9",
+                            "ps.max_clients=3", "ps.client_idle_s=5.5"]).ps
+    assert ps.store_limits() == StoreLimits(500, 7, 9, 3, 5.5)
+    for bad in ["ps.max_rows=0", "ps.max_rows=true", "ps.max_message_mb=0", "ps.max_message_mb=4096",
+                "ps.max_concurrent_calls=0", "ps.request_window=1.5", "ps.client_idle_s=0"]:
+        with pytest.raises(ValueError, match=bad.split("=")[0].split(".")[1]):
+            config.load(None, [bad])
+
+
+def test_empty_pulls_and_pushes_work_in_process():
+    from cardinal.ps import embedded
+
+    client = embedded(CONFIG, 2, concurrent=True)
+    empty = np.zeros(0, np.int64)
+    assert client.pull("user", empty).wait().shape == (0, 8)
+    client.push("user", empty, np.zeros((0, 8), np.float32)).wait()
+    client.push("user", empty, np.zeros((0, 8), np.float32), kind="delta").wait()
+    assert sum(s["tables"]["user"]["rows"] for s in client.stats()) == 0
