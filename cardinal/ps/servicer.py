@@ -140,11 +140,8 @@ class ShardServicer:
         return {"rows": {t: m["rows"] for t, m in manifest["tables"].items()}}, []
 
     def _load(self, header, payload):
-        token = header.get("token")
-        if token is not None:
-            wire.field(header, "token", str)
         return self.store.load(str(self._inside(wire.field(header, "path", str))),
-                               wire.field(header, "phase", str, "load"), token), []
+                               wire.field(header, "phase", str, "load"), header.get("token")), []  # typed by SCHEMAS
 
     def _stats(self, header, payload):
         try:

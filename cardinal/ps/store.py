@@ -21,7 +21,7 @@ from cardinal.embedding import EmbeddingTable, TableConfig
 from cardinal.optim import make_optimizer
 from cardinal.ps import checkpoint, checkpoint_load, validate
 from cardinal.ps.limits import StoreFull, StoreLimits
-from cardinal.ps.request_log import RequestLog
+from cardinal.ps.request_log import RequestLog, quote
 
 
 @dataclass(frozen=True)
@@ -146,12 +146,12 @@ class ShardStore:
                 self._staged = (token, fresh, info["step"])  # a newer prepare replaces an older one
             return {"token": token, "step": info["step"], "rows": {n: len(t) for n, t in fresh.items()}}
         if phase not in ("commit", "abort"):
-            raise ValueError(f"phase must be 'load', 'prepare', 'commit' or 'abort', got {phase!r}")
+            raise ValueError(f"phase must be 'load', 'prepare', 'commit' or 'abort', got {quote(str(phase))}")
         with self._staging_lock:
             if self._staged is None or self._staged[0] != token:
                 if phase == "abort":
                     return {"aborted": False}
-                raise ValueError(f"no load prepared with token {token!r} on shard {self.shard} "
+                raise ValueError(f"no load prepared with token {quote(str(token))} on shard {self.shard} "
                                  "(never prepared, already committed or aborted, or replaced by a newer prepare)")
             _, fresh, step = self._staged
             self._staged = None

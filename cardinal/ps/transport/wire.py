@@ -41,7 +41,7 @@ SCHEMAS: dict[str, dict[str, type]] = {
     "Pull": {**_TARGET, **_ARRAYS, "create": bool},
     "Push": {**_TARGET, **_ARRAYS, "grads_bytes": int, "dim": int, "dtype": str, "codec": str, "kind": str},
     "Save": {**_TARGET, "root": str, "step": int},
-    "Load": {**_TARGET, "path": str},
+    "Load": {**_TARGET, "path": str, "phase": str, "token": str},
     "Stats": {**_TARGET, "digest": bool, "check": bool},
 }
 
