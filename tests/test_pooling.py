@@ -42,3 +42,17 @@ def test_the_module_trains_the_same_with_either_strategy():
         result.append((out.detach(), client.pull("a", np.arange(1, 5, dtype=np.int64), create=False).wait()))
     torch.testing.assert_close(result[1][0], result[0][0])
     np.testing.assert_allclose(result[1][1], result[0][1], rtol=1e-6)
+
+
+def test_the_module_pools_with_the_strategy_it_is_given():
+    class Counting(TorchPooling):
+        calls = 0
+
+        def pool(self, *args):
+            Counting.calls += 1
+            return super().pool(*args)
+
+    config = StoreConfig((TableConfig("a", 4),), {"name": "sgd", "lr": 1.0})
+    emb = EmbeddingCollection(embedded(config, 1), {"x": "a"}, pooler=Counting())
+    emb({"x": Bag(np.array([1, 2], np.int64), np.array([0, 1, 2], np.int64))})
+    assert Counting.calls == 1
