@@ -8,6 +8,7 @@ from cardinal.data import Bag
 from cardinal.embedding import TableConfig
 from cardinal.ps import StoreConfig, embedded
 from cardinal.worker import EmbeddingCollection
+from cardinal.worker.sources import GeoReplica
 
 CONFIG = StoreConfig((TableConfig("a", 4, init_scale=0.5), TableConfig("b", 3, init_scale=0.5)), {"name": "sgd", "lr": 1.0})
 
@@ -135,16 +136,14 @@ def test_compiled_pooling_matches_embedding_bag_forward_and_backward(mode, rng):
 
 
 def test_geo_with_interval_one_and_sgd_matches_sync_sgd():
-    from cardinal.worker.geo import GeoCache
-
     seq = [{"x": bag([[1, 2]]), "y": bag([[2]]), "z": bag([[7]])},
            {"x": bag([[2, 3]]), "y": bag([[1]]), "z": bag([[7, 8]])},
            {"x": bag([[1]]), "y": bag([[3]]), "z": bag([[8]])}]
 
     def run(geo: bool):
         client = embedded(CONFIG, 2)
-        cache = GeoCache(client, {"name": "sgd", "lr": 1.0}, 1, 20) if geo else None
-        emb = EmbeddingCollection(client, FEATURES, "sum", None, geo=cache)
+        rows = GeoReplica(client, {"name": "sgd", "lr": 1.0}, 1, 20) if geo else client
+        emb = EmbeddingCollection(rows, FEATURES, "sum", None)
         for step, sparse in enumerate(seq, 1):
             emb.step = step
             out = emb(sparse)
@@ -158,10 +157,8 @@ def test_geo_with_interval_one_and_sgd_matches_sync_sgd():
 
 
 def test_geo_pushes_changes_only_at_the_end_of_each_interval():
-    from cardinal.worker.geo import GeoCache
-
     client = embedded(CONFIG, 2)
-    emb = EmbeddingCollection(client, FEATURES, "sum", None, geo=GeoCache(client, {"name": "sgd", "lr": 1.0}, 3, 20))
+    emb = EmbeddingCollection(GeoReplica(client, {"name": "sgd", "lr": 1.0}, 3, 20), FEATURES, "sum", None)
     sparse = {"x": bag([[1]]), "y": bag([[2]]), "z": bag([[7]])}
     start = client.pull("a", np.array([1], np.int64)).wait()  # the row as the servers create it
     for step in (1, 2, 3):

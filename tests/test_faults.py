@@ -20,7 +20,7 @@ def test_sync_training_through_faults_ends_bitwise_where_it_does_without_them(tm
     clean.fit()
     chaos = Trainer(recipe(tmp_path), tmp_path / "chaos", progress=False)
     faulty = FaultyTransport(chaos.client.transport, seed=7, drop=0.15, lose_reply=0.15, duplicate=0.2)
-    chaos.client = chaos.embedding.client = PSClient(faulty, retries=20)
+    chaos.client = chaos.embedding.source.client = PSClient(faulty, retries=20)
     chaos.fit()
     assert min(faulty.injected.values()) > 0, faulty.injected
     assert chaos.client.digest("emb") == clean.client.digest("emb")

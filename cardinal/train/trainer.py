@@ -46,7 +46,7 @@ from cardinal.train.report import MetricsLog, plot_curves
 from cardinal.train.state_io import load_tree, save_tree
 from cardinal.train.workers import Workers
 from cardinal.worker import EmbeddingCollection
-from cardinal.worker.geo import GeoCache
+from cardinal.worker.sources import GeoReplica, PSSource
 
 log = logging.getLogger(__name__)
 
@@ -77,10 +77,10 @@ class Trainer:
         self.net = self.workers.wrap(self.model)
         self.client = self._client(recipe)
         staleness = e.staleness if e.consistency == "async" else None
-        geo = GeoCache(self.client, recipe.sparse_optimizer, e.geo_interval, recipe.ps.timeout_s) \
-            if e.consistency == "geo" else None
-        self.embedding = EmbeddingCollection(self.client, tables.features(recipe), e.pooling, staleness,
-                                             e.max_in_flight, recipe.ps.timeout_s, geo)
+        source = GeoReplica(self.client, recipe.sparse_optimizer, e.geo_interval, recipe.ps.timeout_s) \
+            if e.consistency == "geo" else PSSource(self.client, e.max_in_flight, recipe.ps.timeout_s)
+        self.embedding = EmbeddingCollection(source, tables.features(recipe), e.pooling, staleness,
+                                             timeout=recipe.ps.timeout_s)
         d = recipe.dense_optimizer
         self.optimizer = getattr(torch.optim, DENSE_OPTIMIZERS[d.name])(self.model.parameters(), lr=d.lr,
                                                                         weight_decay=d.weight_decay)

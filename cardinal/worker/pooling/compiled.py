@@ -1,4 +1,4 @@
-"""Pooling of pulled rows into bags, with a compiled backward.
+"""``CompiledPooling``: pooling of pulled rows into bags with numba kernels, on CPU tensors.
 
     pooled[b] = sum (or mean) of rows[inverse[k]] for k in offsets[b] .. offsets[b+1]
     grad_rows[u] = sum over k with inverse[k] == u of grad_pooled[bag of k] (/ bag size)
@@ -11,6 +11,8 @@ fixed order (so bitwise deterministic), producing the (U, dim) gradient that is 
 import numba as nb
 import numpy as np
 import torch
+
+from cardinal.worker.pooling.base import Pooling
 
 
 @nb.njit(nogil=True, cache=True)
@@ -67,6 +69,14 @@ class BagPool(torch.autograd.Function):
         grad_rows = np.zeros((ctx.n_rows, grad.shape[1]), np.float32)
         pool_backward(grad, ctx.inverse, ctx.offsets, ctx.n_fields, ctx.mean, grad_rows)
         return torch.from_numpy(grad_rows), None, None, None, None
+
+
+class CompiledPooling(Pooling):
+    """Today's strategy: the kernels above (``.numpy()`` on the rows, so CPU tensors only)."""
+
+    def pool(self, rows: torch.Tensor, inverse: np.ndarray, offsets: np.ndarray, n_fields: int,
+             mean: bool) -> torch.Tensor:
+        return BagPool.apply(rows, inverse, offsets, n_fields, mean)
 
 
 def bag_pool(rows: torch.Tensor, inverse: np.ndarray, offsets: np.ndarray, n_fields: int, mode: str) -> torch.Tensor:
