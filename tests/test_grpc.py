@@ -186,20 +186,18 @@ def test_a_restarted_server_is_noticed(cluster, tmp_path):
         fresh.stop(0)
 
 
-@pytest.mark.timeout(60)
-def test_server_process_reports_its_port_and_stops_cleanly_on_sigterm(tmp_path):
+@contextlib.contextmanager
+def server_process(tmp_path, *sets: str):
+    """A real ``cardinal server`` (shard 0 of 1, dim 4): yields (process, its READY line's fields);
+    it must exit 0 on SIGTERM, and is killed whatever happens."""
     env = {**os.environ, "CARDINAL_TOKEN": TOKEN}
     cmd = [sys.executable, "-m", "cardinal.cli", "server", "--shard", "0/1", "--data-dir", str(tmp_path),
-           "--set", f'ps.job="{JOB}"', "--set", "embedding.dim=4"]
+           *sum((["--set", x] for x in [f'ps.job="{JOB}"', "embedding.dim=4", *sets]), [])]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()
         assert line.startswith(READY), line + proc.stderr.read()
-        fields = dict(part.split("=", 1) for part in line.split()[1:])
-        address = f"127.0.0.1:{fields['port']}"
-        client = PSClient(GrpcTransport([address], JOB, TOKEN, timeout=20))
-        assert client.pull("emb", np.arange(5, dtype=np.int64)).wait().shape == (5, 5)  # DeepFM: dim + 1
-        assert client.health()[0]["incarnation"] == fields["incarnation"]
+        yield proc, dict(part.split("=", 1) for part in line.split()[1:])
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
     finally:
@@ -208,17 +206,19 @@ def test_server_process_reports_its_port_and_stops_cleanly_on_sigterm(tmp_path):
             proc.wait()
 
 
+@pytest.mark.timeout(60)
+def test_server_process_reports_its_port_and_stops_cleanly_on_sigterm(tmp_path):
+    with server_process(tmp_path) as (_, fields):
+        client = PSClient(GrpcTransport([f"127.0.0.1:{fields['port']}"], JOB, TOKEN, timeout=20))
+        assert client.pull("emb", np.arange(5, dtype=np.int64)).wait().shape == (5, 5)  # DeepFM: dim + 1
+        assert client.health()[0]["incarnation"] == fields["incarnation"]
+
+
 @pytest.mark.timeout(90)
 def test_server_process_takes_its_limits_from_the_recipe(tmp_path):
-    env = {**os.environ, "CARDINAL_TOKEN": TOKEN}
-    cmd = [sys.executable, "-m", "cardinal.cli", "server", "--shard", "0/1", "--data-dir", str(tmp_path),
-           "--set", f'ps.job="{JOB}"', "--set", "embedding.dim=4", "--set", "ps.max_message_mb=1",
-           "--set", "ps.max_rows=100", "--set", "ps.max_concurrent_calls=3"]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        line = proc.stdout.readline()
-        assert line.startswith(READY), line + proc.stderr.read()
-        address = f"127.0.0.1:{line.split('port=')[1].split()[0]}"
+    with server_process(tmp_path, "ps.max_message_mb=1", "ps.max_rows=100", "ps.max_concurrent_calls=3") \
+            as (_, fields):
+        address = f"127.0.0.1:{fields['port']}"
         client = PSClient(GrpcTransport([address], JOB, TOKEN, timeout=20, max_message_mb=1))
         client.pull("emb", np.arange(100, dtype=np.int64)).wait()
         with pytest.raises(ShardRequestError, match="RESOURCE_EXHAUSTED.*store full.*ps.max_rows = 100"):
@@ -230,12 +230,6 @@ def test_server_process_takes_its_limits_from_the_recipe(tmp_path):
                                                    timeout=20)
         assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "1048576" in err.value.details()
         assert client.stats()[0]["tables"]["emb"]["rows"] == 100
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(30) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
 
 
 def test_server_refuses_to_start_without_a_token(tmp_path):

@@ -12,6 +12,7 @@ so does a share of bad lines above ``max_bad_fraction`` (``bad_rows.BadRows``). 
 above them stay intact) are ``LABELS``, ``INT_LIMIT`` and ``CAT_LIMIT``, shared with Parquet.
 """
 
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -62,21 +63,27 @@ def parse_buffer(buf: bytes) -> tuple[Rows, np.ndarray, np.ndarray]:
     return Rows(labels, ints, int_ok, cats, cat_ok)[:rows], bad_line[:bad], bad_reason[:bad]
 
 
-class CriteoReader:
-    """Yields ``Batch``es of ``batch_size`` rows (the last one may be smaller) from TSV files."""
+class LayoutReader(ABC):
+    """A reader of files in the Criteo layout: yields ``Batch``es of ``batch_size`` rows (the
+    last one may be smaller) from the ``chunks`` of parsed rows a subclass reads, and reports
+    bad rows through one ``BadRows`` (TSV and Parquet alike)."""
 
     dense_fields, sparse_fields = DENSE, SPARSE
 
     def __init__(self, paths: list[str | Path], batch_size: int, strict: bool = False,
-                 chunk_bytes: int = 8 << 20, keep_examples: int = 10, max_bad_fraction: float = 1.0):
+                 max_bad_fraction: float = 1.0, keep_examples: int = 10):
         self.paths = [Path(p) for p in paths]
         for p in self.paths:
             if not p.is_file():
                 raise ValueError(f"data file not found: {p}")
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        self.batch_size, self.strict, self.chunk_bytes = batch_size, strict, chunk_bytes
+        self.batch_size, self.strict = batch_size, strict
         self.bad = BadRows(strict, max_bad_fraction, keep_examples)
+
+    @abstractmethod
+    def chunks(self) -> Iterator[Rows]:
+        """The good rows of the files, a chunk at a time (bad ones handed to ``self.bad``)."""
 
     @property
     def bad_lines(self) -> int:
@@ -85,6 +92,20 @@ class CriteoReader:
     @property
     def bad_examples(self) -> list[str]:
         return self.bad.examples
+
+    def __iter__(self) -> Iterator[Batch]:
+        self.bad.reset()
+        yield from batches(self.chunks(), self.batch_size)
+        self.bad.finish()
+
+
+class CriteoReader(LayoutReader):
+    """Criteo TSV files, read ``chunk_bytes`` at a time and parsed by a compiled kernel."""
+
+    def __init__(self, paths: list[str | Path], batch_size: int, strict: bool = False,
+                 chunk_bytes: int = 8 << 20, keep_examples: int = 10, max_bad_fraction: float = 1.0):
+        super().__init__(paths, batch_size, strict, max_bad_fraction, keep_examples)
+        self.chunk_bytes = chunk_bytes
 
     def chunks(self) -> Iterator[Rows]:
         """Parsed rows, a chunk of the files at a time."""
@@ -112,11 +133,6 @@ class CriteoReader:
         where = [f"{path}:{line_base + int(i) + 1}: {K.REASONS[int(r)]}" for i, r in zip(bad_line, bad_reason)]
         self.bad.add(where, len(rows) + len(where))
         return rows
-
-    def __iter__(self) -> Iterator[Batch]:
-        self.bad.reset()
-        yield from batches(self.chunks(), self.batch_size)
-        self.bad.finish()
 
 
 def batches(chunks: Iterator[Rows], batch_size: int) -> Iterator[Batch]:

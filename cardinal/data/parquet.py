@@ -11,9 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from cardinal.data.bad_rows import BadRows
-from cardinal.data.batch import Batch
-from cardinal.data.criteo import CAT_LIMIT, DENSE, INT_LIMIT, SPARSE, CriteoReader, Rows, batches
+from cardinal.data.criteo import CAT_LIMIT, DENSE, INT_LIMIT, SPARSE, CriteoReader, LayoutReader, Rows
 
 
 def convert(tsv_paths: list[str | Path], out: str | Path, strict: bool = False, progress=None) -> dict:
@@ -37,7 +35,7 @@ def convert(tsv_paths: list[str | Path], out: str | Path, strict: bool = False, 
     return {"rows": rows, "bad_lines": reader.bad_lines, "bad_examples": reader.bad_examples}
 
 
-class ParquetReader:
+class ParquetReader(LayoutReader):
     """Yields ``Batch``es of ``batch_size`` rows from Parquet files in the layout ``convert`` writes.
 
     Files written by other tools are checked as the TSV reader checks text: every column must
@@ -45,27 +43,6 @@ class ParquetReader:
     whose label is not 0/1, whose integer is not finite, whole and below 10**18, or whose
     categorical value is outside [0, 2**32) is bad (skipped and counted, or stops the run).
     """
-
-    dense_fields, sparse_fields = DENSE, SPARSE
-
-    def __init__(self, paths: list[str | Path], batch_size: int, strict: bool = False,
-                 max_bad_fraction: float = 1.0, keep_examples: int = 10):
-        self.paths = [Path(p) for p in paths]
-        for p in self.paths:
-            if not p.is_file():
-                raise ValueError(f"data file not found: {p}")
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        self.batch_size = batch_size
-        self.bad = BadRows(strict, max_bad_fraction, keep_examples)
-
-    @property
-    def bad_lines(self) -> int:
-        return self.bad.bad
-
-    @property
-    def bad_examples(self) -> list[str]:
-        return self.bad.examples
 
     def chunks(self) -> Iterator[Rows]:
         """The good rows of each record batch of each file."""
@@ -81,12 +58,6 @@ class ParquetReader:
                 self.bad.add(where, record.num_rows)
                 first += record.num_rows
                 yield rows
-
-    def __iter__(self) -> Iterator[Batch]:
-        self.bad.reset()
-        yield from batches(self.chunks(), self.batch_size)
-        self.bad.finish()
-
 
 COLUMNS = ["label", *DENSE, *SPARSE]
 
