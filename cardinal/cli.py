@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         commands = {"train": train, "eval": evaluate, "generate": generate, "convert": convert, "server": server,
                     "launch": launch}
         return commands[args.command](args)
-    except (ValueError, TypeError) as e:  # what the user can change; anything else is a traceback (exit 1)
+    except ValueError as e:  # what the user can change; anything else (a bug) is a traceback (exit 1)
         print(f"cardinal {args.command}: error: {e}", file=sys.stderr)
         return 2
 
