@@ -107,3 +107,33 @@ def test_the_process_exit_code_says_the_run_failed(tmp_path, data):
 def test_convert_of_nothing_but_bad_lines_fails(tmp_path, data, capsys):
     assert cli.main(["convert", str(data / "garbage.tsv"), "--out", str(tmp_path / "x.parquet")]) == 2
     assert "no good rows" in capsys.readouterr().err and not (tmp_path / "x.parquet").exists()
+
+
+def test_bad_lines_count_when_train_steps_ends_the_run_early(tmp_path, data, capsys):
+    good = (data / "train.tsv").read_bytes().splitlines(keepends=True)[:450]
+    (tmp_path / "half_bad.tsv").write_bytes(b"".join(good) + b"\x00\x01 not a line\n" * 500)
+    code, run = train(tmp_path, tmp_path, "train.steps=2", train_file="half_bad.tsv",
+                      eval_file=str(data / "eval.tsv"))
+    assert code == 2 and committed(run) == []
+    assert "500 of 950 input rows read are bad" in capsys.readouterr().err
+
+
+def test_a_resume_takes_the_recipes_dense_learning_rate(tmp_path, data):
+    from cardinal.ps.checkpoint_load import read_commit
+    from cardinal.train.state_io import load_tree
+
+    code, run = train(tmp_path, data, "train.steps=2", "dense_optimizer.lr=0.05")
+    assert code == 0
+    assert cli.main(["train", "--resume", str(run), "--set", "dense_optimizer.lr=0.0001",
+                     "--set", "train.steps=3"]) == 0
+    step = checkpoint.latest(run / "checkpoints")
+    dense = load_tree(step / "dense", read_commit(step)["files"]["dense/state.json"])
+    assert [g["lr"] for g in dense["optimizer"]["param_groups"]] == [0.0001]
+
+
+def test_a_resume_with_another_dense_optimizer_is_refused_before_loading(tmp_path, data, capsys):
+    code, run = train(tmp_path, data, "train.steps=2")
+    assert code == 0
+    code = cli.main(["train", "--resume", str(run), "--set", 'dense_optimizer.name="sgd"', "--set", "train.steps=3"])
+    assert code == 2 and committed(run) == [2]
+    assert "the dense optimizer was 'adam', this recipe's is 'sgd'" in capsys.readouterr().err

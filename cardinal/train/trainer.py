@@ -168,6 +168,8 @@ class Trainer:
             if not done:
                 self.epoch, self.batch_in_epoch = self.epoch + 1, 0
         bar.close()
+        if getattr(self.train_data, "bad", None) is not None:
+            self.train_data.bad.check()  # the share of bad lines read, also when train.steps ended the run early
         if self.step == 0:
             files = ", ".join(map(str, self.data_info["train_files"])) or "none"
             group = f" of {w.world} batches (one per worker)" if w.world > 1 else ""
@@ -277,7 +279,8 @@ class Trainer:
         self.workers.barrier()
         if self.workers.leader:
             position = {"step": self.step, "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch}
-            dense = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+            dense = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                     "optimizer_name": self.recipe.dense_optimizer.name}
             self.client.save(str((self.run_dir / "checkpoints").resolve()), self.step,
                              keep=self.recipe.train.keep_checkpoints, extra=position,
                              before_commit=lambda path: save_tree(path / "dense", dense))
@@ -308,6 +311,9 @@ class Trainer:
             info = {"extra": marker["extra"]}
         self.model.load_state_dict(dense["model"])
         self.optimizer.load_state_dict(dense["optimizer"])
+        d = self.recipe.dense_optimizer
+        for group in self.optimizer.param_groups:  # the recipe's hyper-parameters, not the saved ones:
+            group["lr"], group["weight_decay"] = d.lr, d.weight_decay  # a resume may lower the learning rate
         extra = info["extra"]
         self.step, self.epoch, self.batch_in_epoch = extra["step"], extra["epoch"], extra["batch_in_epoch"]
         return info
@@ -322,6 +328,11 @@ class Trainer:
         if saved != expected:
             wrong = sorted(set(saved.items()) ^ set(expected.items()), key=str)[:3]
             raise ValueError(f"{where}: the model's parameters differ from this recipe's model (e.g. {wrong})")
+        name = self.recipe.dense_optimizer.name
+        if dense.get("optimizer_name") != name:
+            raise ValueError(f"{where}: the dense optimizer was {dense.get('optimizer_name')!r}, this recipe's is "
+                             f"{name!r}: their state does not carry over; resume with dense_optimizer.name = "
+                             f"{dense.get('optimizer_name')!r}")
         groups = dense["optimizer"].get("param_groups")
         if not isinstance(groups, list) or len(groups) != len(self.optimizer.param_groups):
             raise ValueError(f"{where}: the optimizer state has other parameter groups than this recipe's optimizer")
