@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 
 import grpc
 import numpy as np
@@ -313,3 +314,29 @@ def test_a_frozen_server_is_named_within_the_deadline(cluster):
     with frozen_pulls(c.stores[1]):  # connected, listening, never answering
         with pytest.raises(Exception, match=r"shard 1 at 127\.0\.0\.1:\d+.*DEADLINE_EXCEEDED"):
             slow.pull("user", ids).wait(timeout=30)  # the call's own deadline (1.5 s) is what fires
+
+
+def test_a_call_its_caller_abandons_while_sending_is_not_logged_as_a_server_bug(tmp_path, caplog):
+    server = ShardServer(ShardStore(StoreConfig((TableConfig("t", 4),))), tmp_path, JOB, TOKEN, ServerOptions()).start()
+    started = threading.Event()
+
+    def slow_message():  # the caller gives up (its deadline) before its message is sent
+        started.set()
+        time.sleep(0.6)
+        yield _pull_message(np.arange(1, dtype=np.int64), table="t")
+
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{server.port}") as ch, caplog.at_level("DEBUG", "cardinal.ps.servicer"):
+            call = ch.stream_unary(f"/{SERVICE}/Pull").future(
+                slow_message(), metadata=(("x-cardinal-job", JOB), ("x-cardinal-token", TOKEN)), timeout=0.2)
+            with pytest.raises(grpc.RpcError):
+                call.result()
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and not any("cancelled" in r.getMessage() or r.levelname == "ERROR"
+                                                          for r in caplog.records):
+                time.sleep(0.05)  # the handler notices the cancel on its own thread
+    finally:
+        server.stop(0)
+    assert started.is_set()
+    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == []
+    assert any("cancelled by its caller" in r.getMessage() for r in caplog.records)

@@ -60,7 +60,11 @@ class ShardServicer:
         def call(requests, context: grpc.ServicerContext) -> bytes:
             try:
                 self._authorize(dict(context.invocation_metadata()))
-                request = next(requests, None)  # read only once the caller is known
+                try:
+                    request = next(requests, None)  # read only once the caller is known
+                except grpc.RpcError:  # the caller went away (deadline, cancel) while sending: no one to answer
+                    log.debug("shard %d: %s cancelled by its caller before it arrived", self.store.shard, method)
+                    return b""
                 if request is None:
                     raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, "message: none sent")
                 header, payload = wire.decode(request)
