@@ -4,7 +4,10 @@ A rating of 4 or more is a click. Sparse fields: ``user``, ``movie``, ``genres``
 (multi-hot), ``year`` (from the title; an empty bag when absent); no dense features.
 Ids are ``(field << 40) | value`` so fields never collide. Split by time: the earliest
 ``1 - eval_fraction`` of ratings train, the latest evaluate; training order is shuffled
-with ``seed``.
+with ``seed``. A global batch is ``batch_size`` consecutive rows of that order; a reader with
+``share=(rank, world)`` yields only that worker's slice of each (``shares``; the last batch's
+shares split its own length), an empty Batch where the slice is empty. Every worker reads and
+checks the whole CSV (it is small and in memory), so each counts every bad row.
 
 Rows are checked as the TSV reader checks lines (``bad_rows.BadRows``): a missing column or
 a column of text is a ValueError naming the file and the column; a rating outside 0.5..5
@@ -23,6 +26,7 @@ import torch
 
 from cardinal.data.bad_rows import BadRows
 from cardinal.data.batch import Batch, Bag, single_hot
+from cardinal.data.shares import bounds, check_share
 
 SPARSE = ["user", "movie", "genres", "year"]
 _YEAR = re.compile(r"\((\d{4})\)\s*$")
@@ -37,8 +41,9 @@ class MovieLensReader:
     sparse_fields = SPARSE
 
     def __init__(self, path: str | Path, split: str, batch_size: int, eval_fraction: float = 0.2, seed: int = 0,
-                 strict: bool = False, max_bad_fraction: float = 1.0):
+                 strict: bool = False, max_bad_fraction: float = 1.0, share: tuple[int, int] = (0, 1)):
         path = Path(path)
+        self.share = check_share(share)
         for name in ("ratings.csv", "movies.csv"):
             if not (path / name).is_file():
                 raise ValueError(f"MovieLens file not found: {path / name}")
@@ -80,7 +85,8 @@ class MovieLensReader:
 
     def __iter__(self) -> Iterator[Batch]:
         for start in range(0, len(self.labels), self.batch_size):
-            s = slice(start, start + self.batch_size)
+            lo, hi = bounds(min(self.batch_size, len(self.labels) - start), self.share)
+            s = slice(start + lo, start + hi)
             user, movie = self.user[s], self.movie[s]
             genres = [self.genres_of.get(int(m), []) for m in movie]
             offsets = np.zeros(len(movie) + 1, np.int64)

@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from cardinal.data.criteo import CAT_LIMIT, DENSE, INT_LIMIT, SPARSE, CriteoReader, LayoutReader, Rows
+from cardinal.data.shares import bounds
 
 
 def convert(tsv_paths: list[str | Path], out: str | Path, strict: bool = False, progress=None) -> dict:
@@ -36,7 +37,11 @@ def convert(tsv_paths: list[str | Path], out: str | Path, strict: bool = False, 
 
 
 class ParquetReader(LayoutReader):
-    """Yields ``Batch``es of ``batch_size`` rows from Parquet files in the layout ``convert`` writes.
+    """Yields, of every global batch of ``batch_size`` rows, the ``share=(rank, world)`` worker's
+    rows as a ``Batch``, from Parquet files in the layout ``convert`` writes (``shares``: rows
+    are counted over the files in order, a batch may span files, a bad row is dropped from its
+    batch, and a share that is empty or all bad yields an empty Batch). Only the share's row
+    slices are converted; the files' row counts (metadata) give the last batch's length.
 
     Files written by other tools are checked as the TSV reader checks text: every column must
     be there with a numeric type (else a ValueError naming the file and the column), and a row
@@ -44,20 +49,36 @@ class ParquetReader(LayoutReader):
     categorical value is outside [0, 2**32) is bad (skipped and counted, or stops the run).
     """
 
-    def chunks(self) -> Iterator[Rows]:
-        """The good rows of each record batch of each file."""
+    def pieces(self) -> Iterator[tuple[Rows, np.ndarray, int]]:
+        """The share's good rows of each record batch of each file, and the global row of each."""
+        files = []
         for path in self.paths:
             try:
                 file = pq.ParquetFile(path)
             except (pa.ArrowException, OSError) as e:
                 raise ValueError(f"{path}: not a readable Parquet file ({e})") from e
             _check_schema(path, file.schema_arrow)
-            first = 0
-            for record in file.iter_batches(batch_size=self.batch_size, columns=COLUMNS):
-                rows, where = _rows(record, path, first)
-                self.bad.add(where, record.num_rows)
-                first += record.num_rows
-                yield rows
+            files.append((path, file))
+        total, size = sum(file.metadata.num_rows for _, file in files), self.batch_size
+        g = 0  # global index of the record's first row
+        for path, file in files:
+            file_start = g
+            for record in file.iter_batches(batch_size=size, columns=COLUMNS):
+                m = record.num_rows
+                parts, lines = [], []
+                for b in range(g // size, (g + m + size - 1) // size):
+                    lo, hi = bounds(min(size, total - b * size), self.share)
+                    a, e = max(b * size + lo, g), min(b * size + hi, g + m)
+                    if a < e:
+                        rows, where, kept = _rows(record.slice(a - g, e - a), path, a - file_start)
+                        self.bad.add(where, e - a)
+                        parts.append(rows)
+                        lines.append(a + kept)
+                g += m
+                if not parts:
+                    yield Rows.empty(), np.empty(0, np.int64), g
+                else:
+                    yield (parts[0], lines[0], g) if len(parts) == 1 else (Rows.concat(parts), np.concatenate(lines), g)
 
 COLUMNS = ["label", *DENSE, *SPARSE]
 
@@ -82,8 +103,9 @@ def _values(record: pa.RecordBatch, name: str) -> tuple[np.ndarray, np.ndarray]:
     return col.fill_null(0).to_numpy(zero_copy_only=False), col.is_valid().to_numpy(zero_copy_only=False)
 
 
-def _rows(record: pa.RecordBatch, path: Path, first: int) -> tuple[Rows, list[str]]:
-    """The good rows of ``record`` and ``file:row: reason`` of each bad one (rows count from 1)."""
+def _rows(record: pa.RecordBatch, path: Path, first: int) -> tuple[Rows, list[str], np.ndarray]:
+    """The good rows of ``record``, ``file:row: reason`` of each bad one (rows count from 1), and
+    the index in ``record`` of each good row."""
     n = record.num_rows
     reason = np.full(n, None, object)
 
@@ -112,4 +134,4 @@ def _rows(record: pa.RecordBatch, path: Path, first: int) -> tuple[Rows, list[st
     keep = reason == None  # noqa: E711
     where = [f"{path}:{first + int(i) + 1}: {reason[i]}" for i in np.flatnonzero(~keep)]
     rows = Rows(label[keep].astype(np.float32), ints[keep], int_ok[keep], cats[keep], cat_ok[keep])
-    return rows, where
+    return rows, where, np.flatnonzero(keep)

@@ -27,26 +27,29 @@ def ensure_synthetic(cfg: DataConfig, progress: bool = True) -> dict:
     return json.loads((out / "teacher.json").read_text())
 
 
-def make_readers(cfg: DataConfig, seed: int = 0, progress: bool = True):
-    """(train reader, eval reader, info): info has 'train_steps' per epoch when known,
-    'train_files' and 'eval_files' (to name in errors), and 'teacher' for synthetic data."""
+def make_readers(cfg: DataConfig, seed: int = 0, progress: bool = True, share: tuple[int, int] = (0, 1)):
+    """(train reader, eval reader, info): info has 'train_steps' per epoch when known (global
+    batches, whatever the share), 'train_files' and 'eval_files' (to name in errors), and
+    'teacher' for synthetic data. The train reader yields only worker ``share=(rank, world)``'s
+    share of every global batch; the eval reader stays whole (the trainer splits its batches)."""
     info: dict = {"train_steps": None, "train_files": cfg.train, "eval_files": cfg.eval}
     checks = {"strict": cfg.strict, "max_bad_fraction": cfg.max_bad_fraction}
+    mine = {**checks, "share": share}
     if cfg.format == "synthetic":
         info["teacher"] = ensure_synthetic(cfg, progress)
         d = synthetic_dir(cfg)
-        train = CriteoReader([d / "train.tsv"], cfg.batch_size, **checks)
+        train = CriteoReader([d / "train.tsv"], cfg.batch_size, **mine)
         evaluation = CriteoReader([d / "eval.tsv"], cfg.eval_batch_size, **checks)
         info["train_steps"] = math.ceil(cfg.synthetic.rows / cfg.batch_size)
         info["train_files"], info["eval_files"] = [str(d / "train.tsv")], [str(d / "eval.tsv")]
     elif cfg.format == "criteo":
-        train = CriteoReader(cfg.train, cfg.batch_size, **checks)
+        train = CriteoReader(cfg.train, cfg.batch_size, **mine)
         evaluation = CriteoReader(cfg.eval, cfg.eval_batch_size, **checks)
     elif cfg.format == "parquet":
-        train = ParquetReader(cfg.train, cfg.batch_size, **checks)
+        train = ParquetReader(cfg.train, cfg.batch_size, **mine)
         evaluation = ParquetReader(cfg.eval, cfg.eval_batch_size, **checks)
     else:
-        train = MovieLensReader(cfg.train[0], "train", cfg.batch_size, seed=seed, **checks)
+        train = MovieLensReader(cfg.train[0], "train", cfg.batch_size, seed=seed, **mine)
         evaluation = MovieLensReader(cfg.train[0], "eval", cfg.eval_batch_size, seed=seed, **checks)
         info["train_steps"] = math.ceil(len(train.labels) / cfg.batch_size)
         info["eval_files"] = [f"{cfg.train[0]} (the latest ratings)"]
