@@ -39,7 +39,9 @@ def files(tmp_path_factory):
 
 def reader(kind, files, share, batch_size=BATCH, **kw):
     if kind == "tsv":
-        return CriteoReader([files / "a.tsv", files / "b.tsv"], batch_size, chunk_bytes=CHUNK, share=share, **kw)
+        return CriteoReader([files / "a.tsv", files / "b.tsv"], batch_size, share=share, **{"chunk_bytes": CHUNK, **kw})
+    if kind == "tsv-whole-files":  # each file in one read
+        return CriteoReader([files / "a.tsv", files / "b.tsv"], batch_size, share=share, chunk_bytes=1 << 20, **kw)
     if kind == "parquet":
         return ParquetReader([files / "a.parquet", files / "b.parquet"], batch_size, share=share, **kw)
     return MovieLensReader(files, "train", batch_size, eval_fraction=0.25, share=share, **kw)
@@ -89,7 +91,7 @@ def test_one_worker_yields_todays_batches(files):
             assert_same(flat(g), flat(w))
 
 
-@pytest.mark.parametrize("kind", ["tsv", "parquet", "movielens"])
+@pytest.mark.parametrize("kind", ["tsv", "tsv-whole-files", "parquet", "movielens"])
 @pytest.mark.parametrize("world", [1, 2, 3])
 def test_the_shares_of_a_batch_joined_are_that_batch(files, kind, world):
     whole = list(reader(kind, files, (0, 1)))
@@ -120,10 +122,11 @@ BAD = {3: b"2" + b"\t" * 39 + b"\n", 4: b"\x00\xff\n", 5: b"1\t\t\n",           
        101: b"0" + b"\t" * 40 + b"\n"}                                             # rank 1, batch 14, b.tsv line 5
 
 
-def test_bad_lines_in_another_share_move_no_batch(files, tmp_path):
+@pytest.mark.parametrize("chunk", [CHUNK, 1 << 20])  # a few lines per read; each file in one read
+def test_bad_lines_in_another_share_move_no_batch(files, tmp_path, chunk):
     bad_dir = dirty(files, tmp_path, BAD)
-    clean = [list(reader("tsv", files, (r, 2))) for r in range(2)]
-    got = [list(reader("tsv", bad_dir, (r, 2))) for r in range(2)]
+    clean = [list(reader("tsv", files, (r, 2), chunk_bytes=chunk)) for r in range(2)]
+    got = [list(reader("tsv", bad_dir, (r, 2), chunk_bytes=chunk)) for r in range(2)]
     assert len(got[0]) == len(got[1]) == len(clean[0]) == math.ceil(LINES / BATCH)
     for b in range(len(clean[0])):
         assert_same(flat(got[0][b]), flat(clean[0][b]))  # rank 0 sees nothing of rank 1's bad lines
@@ -133,7 +136,8 @@ def test_bad_lines_in_another_share_move_no_batch(files, tmp_path):
     for b in set(range(len(clean[1]))) - {0, 13, 14}:
         assert_same(flat(got[1][b]), flat(clean[1][b]))
     # one whole reader: the same boundaries, each batch without its bad lines
-    whole, clean_whole = list(reader("tsv", bad_dir, (0, 1))), list(reader("tsv", files, (0, 1)))
+    whole = list(reader("tsv", bad_dir, (0, 1), chunk_bytes=chunk))
+    clean_whole = list(reader("tsv", files, (0, 1), chunk_bytes=chunk))
     assert [len(b) for b in whole] == [len(b) - sum(1 for g in BAD if g // BATCH == i)
                                        for i, b in enumerate(clean_whole)]
     assert_same(flat(whole[1]), flat(clean_whole[1]))
