@@ -51,6 +51,8 @@ def parse(buf, first_line, batch_size, lo, hi, stop_line, labels, ints, int_ok, 
             line += 1
             pos = end + 1
             continue
+        if rows + bad == labels.shape[0]:  # sized by shares.count_in: never, unless the two disagree
+            raise IndexError("tsv_kernels.parse: more lines in the share than its output arrays hold")
         stop = end - 1 if end > pos and buf[end - 1] == 13 else end  # tolerate \r\n
         reason = 0
         col = 0
