@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from cardinal.data import CriteoReader, MovieLensReader, ParquetReader, SyntheticConfig, convert, generate
 from cardinal.data.criteo import Rows, parse_buffer, parse_share
+from cardinal.data.shares import count_in
 from cardinal.train import config
 from cardinal.train.readers import make_readers
 
@@ -211,6 +212,7 @@ def test_parsing_a_share_is_parsing_everything_then_keeping_the_share(lines, fir
     keep = (line_of_row % size >= lo) & (line_of_row % size < hi)
     assert row_line.tolist() == line_of_row[keep].tolist() and stop == len(buf)
     assert bad_line.tolist() == [i for i in bad_all.tolist() if lo <= (first + i) % size < hi]
+    assert len(row_line) + len(bad_line) == count_in(first, first + len(lines), size, lo, hi)  # its lines, no more
     for f in ("labels", "ints", "int_ok", "cats", "cat_ok"):
         np.testing.assert_array_equal(getattr(rows, f), getattr(everything, f)[keep])
 
