@@ -5,7 +5,8 @@
 A worker parses only its lines and passes over the others by scanning to their newline, so one
 worker of 4 should take about a quarter of the parse time plus one scan of the bytes (the
 "empty share" row: lo == hi, nothing parsed). "kernel s" times the compiled parser (and the
-newline count that sizes its output) on buffers held in memory; "reader s" a whole ``CriteoReader`` pass (read, parse, batches). Best of 3.
+newline count that sizes its output) on buffers held in memory; "reader s" a whole
+``CriteoReader`` pass (read, parse, batches). Best of 3.
 """
 
 import sys

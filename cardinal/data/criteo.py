@@ -8,9 +8,9 @@ a few chunks whatever the file size. Features become:
 A bad line (wrong column count, bad label, non-numeric integer, bad hex) is skipped, counted
 and reported with its file and line number; with ``strict=True`` it stops the run instead, and
 so does a share of bad lines above ``max_bad_fraction`` (``bad_rows.BadRows``), counted over the
-lines this reader parsed. The value rules
-(labels 0/1; integers of at most 18 digits; categorical values below 2**32, so the field bits
-above them stay intact) are ``LABELS``, ``INT_LIMIT`` and ``CAT_LIMIT``, shared with Parquet.
+lines this reader parsed. The value rules (labels 0/1; integers of at most 18 digits;
+categorical values below 2**32, so the field bits above them stay intact) are ``LABELS``,
+``INT_LIMIT`` and ``CAT_LIMIT``, shared with Parquet.
 
 A reader with ``share=(rank, world)`` yields only that worker's share of every global batch
 (``shares``): a global batch is ``batch_size`` consecutive lines counted over the files in order
@@ -86,9 +86,9 @@ def parse_share(buf: bytes, lines: int, first_line: int, batch_size: int, lo: in
     ints, int_ok = np.empty((n, K.N_INT), np.int64), np.empty((n, K.N_INT), np.bool_)
     cats, cat_ok = np.empty((n, K.N_CAT), np.int64), np.empty((n, K.N_CAT), np.bool_)
     bad_line, bad_reason = np.empty(n, np.int64), np.empty(n, np.int64)
-    rows, bad, stop = K.parse(np.frombuffer(buf, np.uint8), first_line, batch_size, lo, hi, stop_line,
+    good, bad, stop = K.parse(np.frombuffer(buf, np.uint8), first_line, batch_size, lo, hi, stop_line,
                               labels, ints, int_ok, cats, cat_ok, row_line, bad_line, bad_reason)
-    return Rows(labels, ints, int_ok, cats, cat_ok)[:rows], row_line[:rows], bad_line[:bad], bad_reason[:bad], stop
+    return Rows(labels, ints, int_ok, cats, cat_ok)[:good], row_line[:good], bad_line[:bad], bad_reason[:bad], stop
 
 
 class LayoutReader(ABC):
@@ -197,11 +197,13 @@ class CriteoReader(LayoutReader):
                 out += [self._parse(*segment, last)[0] for segment in tail]
             yield from out
 
-    def _parse(self, path: Path, base: int, first: int, buf: bytes, lines: int, share: tuple[int, int],
+    def _parse(self, path: Path, base: int, first: int, buf: bytes, lines: int, span: tuple[int, int],
                stop_line: int = -1) -> tuple[tuple[Rows, np.ndarray, int], int]:
-        """((rows, line of each, done), byte offset of ``stop_line``) of one buffer's share lines."""
-        lo, hi = share
-        rows, row_line, bad_line, bad_reason, stop = parse_share(buf, lines, first, self.batch_size, lo, hi, stop_line)
+        """((rows, line of each, done), byte offset of ``stop_line``) of one buffer's lines g with
+        ``span = (lo, hi)``: lo <= g % batch_size < hi."""
+        lo, hi = span
+        rows, row_line, bad_line, bad_reason, stop = parse_share(buf, lines, first, self.batch_size, lo, hi,
+                                                                 stop_line)
         where = [f"{path}:{base + int(i) + 1}: {K.REASONS[int(r)]}" for i, r in zip(bad_line, bad_reason)]
         self.bad.add(where, len(rows) + len(where))
         return (rows, row_line, first + lines if stop_line < 0 else stop_line), stop
