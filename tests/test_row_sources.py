@@ -26,6 +26,7 @@ class Ack(Handle):
         self.acked = True
         if self.error is not None:
             raise self.error
+        return {}
 
 
 class RecordingClient:
@@ -37,7 +38,7 @@ class RecordingClient:
         self.outstanding_at_send: list[int] = []
         self.fail_step = fail_step
 
-    def push(self, table, ids, grads, *, step, kind="grad"):
+    def push(self, table, ids, grads, *, step, kind="grad", origin=None):
         self.outstanding_at_send.append(sum(not h.acked for _, h in self.pushes))
         h = Ack(RuntimeError(f"push of step {step} failed") if step == self.fail_step else None)
         self.pushes.append((step, h))

@@ -115,7 +115,7 @@ class EmbeddingTable:
             ids, rows, out, self.dim, step, seen, lo, hi))
 
     def push(self, ids: np.ndarray, grads: np.ndarray, *, step: int = 0, kind: str = "grad",
-             admit: Admit | None = None) -> None:
+             admit: Admit | None = None, lr_scale: float = 1.0) -> None:
         """Apply the optimizer to the rows of ``ids`` (n,), gradients (n, dim) float32; or,
         with ``kind="delta"``, add the arrays to the rows' values (GEO-SGD: changes a worker
         made locally), leaving optimizer state alone.
@@ -129,8 +129,9 @@ class EmbeddingTable:
         """
         unique, inverse = unique_inverse(ids)
         summed = segment_sum(grads, inverse, len(unique))
+        optimizer = self.optimizer if lr_scale == 1.0 else self.optimizer.scaled(lr_scale)
         update = RK.add_values if kind == "delta" else (
-            lambda data, rows, g: self.optimizer.apply(data, rows, g, self.dim))
+            lambda data, rows, g: optimizer.apply(data, rows, g, self.dim))
         with self.lock:
             cols = self.storage.columns()
             rows = self.index.find(cols.ids, unique)

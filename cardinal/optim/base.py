@@ -11,7 +11,7 @@ Rows that are not pushed are not touched (no decay, no step count).
 """
 
 from abc import ABC, abstractmethod
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import ClassVar
 
 import numpy as np
@@ -54,6 +54,10 @@ class SparseOptimizer(ABC):
         rows,   # (u,) int64, unique
         grads,  # (u, dim) float32, finite
         """
+
+    def scaled(self, factor: float) -> "SparseOptimizer":
+        """The same optimizer with its learning rate times ``factor`` (staleness compensation)."""
+        return type(self)(replace(self.config, lr=self.config.lr * factor))
 
     def describe(self) -> dict:
         """Name and hyper-parameters, as recorded in checkpoint manifests."""

@@ -23,6 +23,7 @@ from cardinal.embedding import combine_digests
 from cardinal.ps import checkpoint, checkpoint_load, validate
 from cardinal.ps.routing import split
 from cardinal.ps.transport.base import DEFAULT_TIMEOUT, Handle, TransientError, Transport
+from cardinal.ps.worker_steps import Origin
 
 
 class Resending(Handle):
@@ -86,16 +87,41 @@ class PSClient:
             return out
         return Gathered(handles, combine)
 
-    def push(self, table: str, ids: np.ndarray, grads: np.ndarray, *, step: int = 0, kind: str = "grad") -> Handle:
+    def push(self, table: str, ids: np.ndarray, grads: np.ndarray, *, step: int = 0, kind: str = "grad",
+             origin: Origin | None = None) -> Handle:
+        """Route and send; ``wait()`` gives {} or, for a push with an ``origin`` (one worker of
+        several, see ``worker_steps.py``), {"clock": the slowest worker's clock over the shards}.
+        A push with an origin goes to every shard, empty where it has no ids, so that every
+        shard sees every worker's every step."""
         validate.check_ids(ids)
         if not isinstance(grads, np.ndarray) or grads.ndim != 2 or len(grads) != len(ids):
             raise ValueError(f"gradients must be an array of shape (len(ids), dim) = ({len(ids)}, dim), "
                              f"got {getattr(grads, 'shape', type(grads).__name__)}")
         validate.check_grads(grads, len(ids), grads.shape[1], table)
         validate.check_kind(kind)
+        parts = self._parts(ids)
+        if origin is not None:
+            empty = np.zeros(0, np.int64)
+            parts = [dict(parts).get(s, empty) for s in range(self.n_shards)]
+            parts = list(enumerate(parts))
         handles = [self._resending(lambda s=s, pos=pos, rid=self._request_id(): self.transport.push(
-            s, table, ids[pos], grads[pos], step=step, kind=kind, request_id=rid)) for s, pos in self._parts(ids)]
-        return Gathered(handles, lambda _: None)
+            s, table, ids[pos], grads[pos], step=step, kind=kind, request_id=rid, origin=origin))
+            for s, pos in parts]
+        if origin is None:
+            return Gathered(handles, lambda _: {})
+        return Gathered(handles, lambda replies: {"clock": min(r["clock"] for r in replies)})
+
+    def clock(self, table: str, workers: int) -> tuple[int, int, int]:
+        """(clock, slowest worker, shard): the slowest of ``workers`` workers' last step whose
+        pushes of ``table`` every shard has applied, and where it stands (to name a culprit)."""
+        best = None
+        for s, st in enumerate(self.stats()):
+            known = st["clocks"].get(table, {})
+            for w in range(workers):
+                c = known.get(str(w), st["clock_base"])
+                if best is None or c < best[0]:
+                    best = (c, w, s)
+        return best
 
     def _resending(self, send) -> Handle:
         return Resending(send, self.retries)

@@ -31,6 +31,7 @@ from cardinal.ps.limits import StoreFull
 from cardinal.ps.request_log import FirstAttemptFailed, quote
 from cardinal.ps.store import ShardStore
 from cardinal.ps.transport import wire
+from cardinal.ps.worker_steps import Origin
 
 SERVICE = "cardinal.Shard"
 MAX_DETAILS = 1024
@@ -125,10 +126,13 @@ class ShardServicer:
 
     def _push(self, header, payload):
         ids, grads = wire.split_payload(header, payload, with_grads=True)
-        self.store.push(wire.field(header, "table", str), ids, grads, step=wire.field(header, "step", int, 0),
-                        kind=wire.field(header, "kind", str, "grad"),
-                        request_id=wire.field(header, "request_id", str))
-        return {}, []
+        origin = None
+        if "workers" in header:  # fields typed by SCHEMAS; Origin checks their ranges
+            origin = Origin(**{k: header[k] for k in wire.ORIGIN if header.get(k) is not None})
+        reply = self.store.push(wire.field(header, "table", str), ids, grads, step=wire.field(header, "step", int, 0),
+                                kind=wire.field(header, "kind", str, "grad"),
+                                request_id=wire.field(header, "request_id", str), origin=origin)
+        return reply, []
 
     def _inside(self, relative: str) -> Path:
         if len(relative) > 4096 or "\0" in relative:

@@ -22,6 +22,7 @@ from cardinal.optim import make_optimizer
 from cardinal.ps import checkpoint, checkpoint_load, validate
 from cardinal.ps.limits import StoreFull, StoreLimits
 from cardinal.ps.request_log import RequestLog, quote
+from cardinal.ps.worker_steps import Origin, WorkerSteps
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,7 @@ class ShardStore:
         self.incarnation = uuid.uuid4().hex
         self.step = 0
         self.requests = RequestLog(self.limits)
+        self.steps = WorkerSteps()
         self._admitting = threading.Lock()
         self._pending = 0  # rows admitted, not yet counted in len(table)
         self.tables = self._fresh_tables()
@@ -73,19 +75,49 @@ class ShardStore:
                                  lambda: t.pull(ids, create=False))
 
     def push(self, table: str, ids: np.ndarray, grads: np.ndarray, *, step: int = 0, kind: str = "grad",
-             request_id: str | None = None) -> None:
+             request_id: str | None = None, origin: Origin | None = None) -> dict:
         """Gradients for the optimizer, or (``kind="delta"``) changes to add to the values; a
         push resent with the same ``request_id`` is applied once. A push that would make any
-        value or optimizer state non-finite is refused whole (``NonFiniteUpdate``)."""
+        value or optimizer state non-finite is refused whole (``NonFiniteUpdate``).
+
+        With an ``origin`` (several workers, ``worker_steps.py``) the push moves that worker's
+        clock, is held until the step is whole when ``origin.combine``, and its learning rate is
+        divided by ``origin.staleness`` when that is above 1. Returns {"clock": the slowest
+        worker's clock} for such a push, else {}."""
         self._check_ids(table, ids)
         validate.check_grads(grads, len(ids), self.tables[table].dim, table)
         validate.check_step(step)
         validate.check_kind(kind)
-        fingerprint = _fingerprint(request_id, table, f"push {kind} {step}", ids, grads)
-        self.requests.run(request_id, fingerprint,
-                          lambda: self.tables[table].push(ids, grads, step=step, kind=kind, admit=self._admit),
+        if origin is not None:
+            if not isinstance(origin, Origin):
+                raise TypeError(f"origin must be an Origin, got {type(origin).__name__}")
+            if kind != "grad":
+                raise ValueError("only gradient pushes carry an origin (GEO deltas move no clock)")
+        fingerprint = _fingerprint(request_id, table, f"push {kind} {step} {origin}", ids, grads)
+        reply = (lambda: {"clock": self.steps.clock(table, origin.workers)}) if origin is not None else dict
+        self.requests.run(request_id, fingerprint, lambda: self._apply_push(table, ids, grads, step, kind, origin),
                           lambda: None)
         self.step = max(self.step, step)
+        return reply()
+
+    def _apply_push(self, table, ids, grads, step, kind, origin: Origin | None) -> None:
+        t = self.tables[table]
+        if origin is None:
+            t.push(ids, grads, step=step, kind=kind, admit=self._admit)
+            return
+        self.steps.check_fresh(table, step, origin)
+        scale = 1.0 / origin.staleness if origin.staleness > 1 else 1.0
+        if not origin.combine or origin.workers == 1:
+            t.push(ids, grads, step=step, admit=self._admit, lr_scale=scale)
+            self.steps.applied(table, step, origin.worker, origin.parts)
+            return
+        parts = self.steps.hold(table, step, origin, ids, grads)
+        if parts is None:
+            return
+        # every worker's push of the step, in (worker, part) order: one update, whatever the arrival order
+        t.push(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]), step=step,
+               admit=self._admit, lr_scale=scale)
+        self.steps.applied_all(table, step, origin.workers)
 
     def _admit(self, n_new: int):
         """Reserve ``n_new`` rows under the limits, or raise ``StoreFull``; returns the release
@@ -158,6 +190,7 @@ class ShardStore:
         if phase == "abort":
             return {"aborted": True}
         self.tables, self.step = fresh, step
+        self.steps.reset(step)
         return {"step": step, "rows": {n: len(t) for n, t in fresh.items()}}
 
     def stats(self, digest: bool = False, check: bool = False) -> dict:
@@ -170,7 +203,8 @@ class ShardStore:
             tables[name] = {"rows": len(t), "bytes": t.nbytes, "dim": t.dim, "optimizer": t.optimizer.name}
             if digest:
                 tables[name]["digest_parts"] = t.digest_parts()
-        return {"shard": self.shard, "n_shards": self.n_shards, "step": self.step, "tables": tables}
+        return {"shard": self.shard, "n_shards": self.n_shards, "step": self.step, "tables": tables,
+                "clocks": self.steps.clocks(), "clock_base": self.steps.base}
 
     def health(self) -> dict:
         return {"status": "serving", "shard": self.shard, "n_shards": self.n_shards,

@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from cardinal.ps.worker_steps import Origin
+
 DEFAULT_TIMEOUT = 60.0
 
 
@@ -67,7 +69,8 @@ class Transport(ABC):
 
     @abstractmethod
     def push(self, shard: int, table: str, ids: np.ndarray, grads: np.ndarray, *, step: int,
-             kind: str = "grad", request_id: str | None = None) -> Handle: ...
+             kind: str = "grad", request_id: str | None = None, origin: Origin | None = None) -> Handle:
+        """``ShardStore.push``: the reply is {"clock": ...} for a push with an ``origin``, else {}."""
 
     @abstractmethod
     def save(self, shard: int, root: str, step: int) -> Handle: ...

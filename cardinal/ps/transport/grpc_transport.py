@@ -93,6 +93,12 @@ class _Mapped(Handle):
         return self.combine([p.wait(timeout) for p in self.parts])
 
 
+def _push_reply(replies) -> dict:
+    """The newest clock any part's reply saw (clocks only move forward), or {}."""
+    clocks = [h["clock"] for h, _ in replies if isinstance(h.get("clock"), int)]
+    return {"clock": max(clocks)} if clocks else {}
+
+
 class GrpcTransport(Transport):
     def __init__(self, addresses: list[str], job: str, token: str, *, timeout: float = DEFAULT_TIMEOUT,
                  tls_ca: str | None = None, max_message_mb: int = 64, chunk_mb: float = 4.0):
@@ -159,18 +165,21 @@ class GrpcTransport(Transport):
             return rows[0].copy() if len(rows) == 1 else np.concatenate(rows)
         return _Mapped(parts, combine)
 
-    def push(self, shard, table, ids, grads, *, step, kind="grad", request_id=None):
+    def push(self, shard, table, ids, grads, *, step, kind="grad", request_id=None, origin=None):
         dim = grads.shape[1] if grads.ndim == 2 else 0
         rid = request_id or f"{self._client}-{next(self._seq)}"
         parts = []
-        for k, c in enumerate(self._chunks(len(ids), 8 + 4 * max(dim, 1))):
+        chunks = self._chunks(len(ids), 8 + 4 * max(dim, 1))
+        for k, c in enumerate(chunks):
             g = np.ascontiguousarray(grads[c], np.float32)
             header = {"table": table, "ids_bytes": 8 * (c.stop - c.start), "ids_dtype": "int64",
                       "grads_bytes": g.nbytes, "dim": dim,
                       "dtype": "float32", "codec": "raw", "step": int(step), "kind": kind,
                       "request_id": f"{rid}.{k}"}
+            if origin is not None:  # each message is one part of the worker's push of this step
+                header.update(vars(origin.split(k, len(chunks))))
             parts.append(self._call(shard, "Push", header, ids[c], g))
-        return _Mapped(parts, lambda _: None)
+        return _Mapped(parts, _push_reply)
 
     def save(self, shard, root, step):
         return _Mapped([self._call(shard, "Save", {"root": str(root), "step": int(step)})], lambda r: r[0][0])

@@ -35,11 +35,13 @@ MAX_DEPTH = 8  # requests are flat; replies (stats) nest a few levels
 _STRINGS = re.compile(rb'"(?:[^"\\]|\\.)*"')
 _BRACKETS = re.compile(rb"[\[\]{}]")
 
+ORIGIN = {"worker": int, "workers": int, "part": int, "parts": int, "combine": bool, "staleness": int}
 _TARGET = {"v": int, "shard": int, "n_shards": int}
 _ARRAYS = {"table": str, "ids_bytes": int, "ids_dtype": str, "step": int, "request_id": str}
 SCHEMAS: dict[str, dict[str, type]] = {
     "Pull": {**_TARGET, **_ARRAYS, "create": bool},
-    "Push": {**_TARGET, **_ARRAYS, "grads_bytes": int, "dim": int, "dtype": str, "codec": str, "kind": str},
+    "Push": {**_TARGET, **_ARRAYS, "grads_bytes": int, "dim": int, "dtype": str, "codec": str, "kind": str,
+             **ORIGIN},
     "Save": {**_TARGET, "root": str, "step": int},
     "Load": {**_TARGET, "path": str, "phase": str, "token": str},
     "Stats": {**_TARGET, "digest": bool, "check": bool},

@@ -1,0 +1,142 @@
+"""What a shard knows of the workers' steps: their clocks, and one step's pushes held to combine.
+
+Several workers train one model by each taking a share of every global batch. A push says
+where it comes from (``Origin``): worker r of W, part k of the K messages that carry this
+worker's push of one table and step to this shard (large pushes are split on the wire), and
+whether to combine. Every worker pushes every table to every shard at every training step
+(an empty push where its share has no ids there), so a shard can tell when a step is whole:
+
+    clocks    per table and worker, the last step whose every part has been applied;
+              ``clock(table, W)`` = the slowest worker's. A worker pulls rows for step t only
+              once the clock is >= t - 1 - k (stale-synchronous, bound k; sync is k = 0).
+    combine   (sync) a push is held until every worker's push of that table and step is in;
+              then all of them are applied as one, in (worker, part) order, so W workers
+              make one update per step and the result does not depend on arrival order.
+
+A push without an origin (one worker, GEO deltas) is applied at once and moves no clock.
+"""
+
+import threading
+from dataclasses import dataclass, field
+
+import numpy as np
+
+MAX_WORKERS = 4096
+MAX_PARTS = 1 << 20
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Who sent a push. ``staleness``: steps of other updates the gradient's rows had not seen
+    when they were pulled (measured by the worker); the server may scale its step by it."""
+
+    worker: int = 0
+    workers: int = 1
+    part: int = 0
+    parts: int = 1
+    combine: bool = False
+    staleness: int = 0
+
+    def __post_init__(self):
+        for name in ("worker", "workers", "part", "parts", "staleness"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise TypeError(f"origin.{name} must be an int, got {type(value).__name__}")
+        if not isinstance(self.combine, bool):
+            raise TypeError(f"origin.combine must be a bool, got {type(self.combine).__name__}")
+        if not 1 <= self.workers <= MAX_WORKERS or not 0 <= self.worker < self.workers:
+            raise ValueError(f"origin: worker {self.worker} of {self.workers} (workers must be in [1, {MAX_WORKERS}])")
+        if not 1 <= self.parts <= MAX_PARTS or not 0 <= self.part < self.parts:
+            raise ValueError(f"origin: part {self.part} of {self.parts} (parts must be in [1, {MAX_PARTS}])")
+        if not 0 <= self.staleness < 1 << 31:
+            raise ValueError(f"origin.staleness must be in [0, 2**31), got {self.staleness}")
+
+    def split(self, k: int, n: int) -> "Origin":
+        """This origin as part k of n messages."""
+        return Origin(self.worker, self.workers, k, n, self.combine, self.staleness)
+
+
+@dataclass
+class _Held:
+    workers: int
+    parts: dict[int, int] = field(default_factory=dict)       # worker -> parts it sends
+    messages: dict[tuple[int, int], tuple] = field(default_factory=dict)  # (worker, part) -> (ids, grads)
+
+
+class WorkerSteps:
+    """Clocks and held pushes of one shard (thread-safe). ``base``: the step every worker is
+    taken to have finished (0, or the step of the checkpoint the shard loaded)."""
+
+    def __init__(self, base: int = 0):
+        self.base = base
+        self._lock = threading.Lock()
+        self._clock: dict[tuple[str, int], int] = {}            # (table, worker) -> last whole step
+        self._parts: dict[tuple[str, int, int], int] = {}       # (table, worker, step) -> parts applied
+        self._done: dict[tuple[str, int], set[int]] = {}        # whole steps past a gap, per (table, worker)
+        self._held: dict[tuple[str, int], _Held] = {}            # (table, step) -> its parts so far
+
+    def reset(self, base: int) -> None:
+        """Forget every clock and held push (a checkpoint was loaded)."""
+        with self._lock:
+            self.__init__(base)
+
+    def clock(self, table: str, workers: int) -> int:
+        with self._lock:
+            return min(self._clock.get((table, w), self.base) for w in range(workers))
+
+    def clocks(self) -> dict[str, dict[str, int]]:
+        """Every known clock, {table: {worker: step}} (the base applies to the others)."""
+        with self._lock:
+            out: dict[str, dict[str, int]] = {}
+            for (table, w), step in sorted(self._clock.items()):
+                out.setdefault(table, {})[str(w)] = step
+            return out
+
+    def check_fresh(self, table: str, step: int, origin: Origin) -> None:
+        """Refuse a push of a step this worker's clock has passed (it was applied already)."""
+        with self._lock:
+            if step <= self._clock.get((table, origin.worker), self.base):
+                raise ValueError(f"push of step {step} by worker {origin.worker}: this shard has applied that "
+                                 f"worker's pushes of table {table!r} up to step "
+                                 f"{self._clock.get((table, origin.worker), self.base)} already")
+
+    def hold(self, table: str, step: int, origin: Origin, ids: np.ndarray, grads: np.ndarray):
+        """Keep one part of a combined push; once every worker's every part of the step is in,
+        returns them as (ids, grads) pairs in (worker, part) order, else None."""
+        with self._lock:
+            held = self._held.setdefault((table, step), _Held(origin.workers))
+            if held.workers != origin.workers:
+                raise ValueError(f"push of step {step}: workers disagree on their number "
+                                 f"({held.workers} and {origin.workers})")
+            if held.parts.setdefault(origin.worker, origin.parts) != origin.parts:
+                raise ValueError(f"push of step {step}: worker {origin.worker} split it into "
+                                 f"{held.parts[origin.worker]} parts and into {origin.parts}")
+            if (origin.worker, origin.part) in held.messages:
+                raise ValueError(f"push of step {step}: worker {origin.worker} sent part {origin.part} twice")
+            held.messages[(origin.worker, origin.part)] = (np.array(ids), np.array(grads))
+            if len(held.messages) < sum(held.parts.values()) or len(held.parts) < held.workers:
+                return None
+            del self._held[(table, step)]
+            return [held.messages[key] for key in sorted(held.messages)]
+
+    def applied_all(self, table: str, step: int, workers: int) -> None:
+        """A combined step was applied: every worker's clock passes it."""
+        for w in range(workers):
+            self.applied(table, step, w, 1)
+
+    def applied(self, table: str, step: int, worker: int, parts: int) -> None:
+        """One part of ``worker``'s push of ``step`` was applied; the clock moves once every part
+        of every step up to it has been."""
+        with self._lock:
+            key = (table, worker, step)
+            self._parts[key] = self._parts.get(key, 0) + 1
+            if self._parts[key] < parts:
+                return
+            del self._parts[key]
+            done = self._done.setdefault((table, worker), set())
+            done.add(step)
+            clock = self._clock.get((table, worker), self.base)
+            while clock + 1 in done:
+                clock += 1
+                done.discard(clock)
+            self._clock[(table, worker)] = clock
