@@ -6,43 +6,120 @@
 Pushes go out from one thread so backward never waits on the network; the window bounds the
 memory and the staleness a slow server can build up. ``settle`` waits for acknowledgements,
 not for queue order, so what it promises holds over any transport.
+
+One worker of several (``workers > 1``): every push carries its origin (``ps/worker_steps.py``)
+and goes to every shard, and ``settle(k)`` also waits until every worker's pushes of steps
+<= k are applied, by the servers' clocks (read from push replies, or asked for while waiting):
+no worker runs more than the collection's staleness bound ahead of the slowest (stale-
+synchronous; sync is bound 0). With ``combine`` (sync) the servers apply one step's pushes of
+all workers as one update. A worker that waits too long names the slowest worker and shard.
+
+Staleness is measured at each training pull: the steps of updates, by any worker, that the
+rows cannot reflect (step - 1 - the clock known then). ``staleness_counts`` holds how often
+each value was seen; with ``compensate`` a push asks the servers to divide its learning rate
+by the staleness of the rows it was computed from.
 """
 
+import time
+from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
 from cardinal.ps.client import PSClient
 from cardinal.ps.transport.base import DEFAULT_TIMEOUT, Handle
+from cardinal.ps.worker_steps import Origin
 from cardinal.worker.sources.base import RowSource
+
+POLL_S = (0.0005, 0.01)  # first and longest pause between two looks at the servers' clocks
 
 
 class PSSource(RowSource):
-    def __init__(self, client: PSClient, max_in_flight: int = 4, timeout: float = DEFAULT_TIMEOUT):
+    def __init__(self, client: PSClient, max_in_flight: int = 4, timeout: float = DEFAULT_TIMEOUT, *,
+                 worker: int = 0, workers: int = 1, combine: bool = False, compensate: bool = False):
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
+        if not 0 <= worker < workers:
+            raise ValueError(f"worker must be in [0, {workers}), got {worker}")
         self.client, self.max_in_flight, self.timeout = client, max_in_flight, timeout
+        self.worker, self.workers, self.combine, self.compensate = worker, workers, combine, compensate
         self._pushes: list[tuple[int, Handle]] = []  # (step, push) sent, not yet acknowledged
         self._sender = ThreadPoolExecutor(1, thread_name_prefix="cardinal-push")
         self._sending: list[Future] = []             # handed to the push thread, not yet sent
+        self._pushed: int | None = None              # the last step this worker pushed
+        self._clock: dict[str, int] = {}             # table -> the slowest worker's clock, as last known
+        self._pulled: dict[tuple[str, int], int] = {}  # (table, step) -> staleness of the rows pulled
+        self.staleness_counts: Counter[int] = Counter()
 
     def pull(self, table: str, ids: np.ndarray, *, create: bool, step: int) -> Handle:
+        if create:
+            staleness = max(0, step - 1 - self._known_clock(table, step))
+            self.staleness_counts[staleness] += 1
+            self._pulled[(table, step)] = staleness
         return self.client.pull(table, ids, create=create, step=step)
 
-    def push(self, table: str, ids: np.ndarray, grads: np.ndarray, *, step: int) -> None:
-        self._sending.append(self._sender.submit(self._send, table, ids, grads, step))
+    def _known_clock(self, table: str, step: int) -> int:
+        if self.workers > 1:
+            if table not in self._clock:  # first pull of the table: ask where the servers' clocks stand
+                self._clock[table] = self.client.clock(table, self.workers)[0]
+            return self._clock[table]
+        # one worker: its pushes are its clock; those of steps before the oldest unacknowledged are applied
+        oldest = [s for s, _ in self._pushes[:1]]
+        return oldest[0] - 1 if oldest else self._pushed if self._pushed is not None else step - 1
 
-    def _send(self, table: str, ids: np.ndarray, grads: np.ndarray, step: int) -> None:
+    def push(self, table: str, ids: np.ndarray, grads: np.ndarray, *, step: int) -> None:
+        staleness = self._pulled.pop((table, step), 0)
+        origin = None
+        if self.workers > 1:
+            origin = Origin(self.worker, self.workers, combine=self.combine,
+                            staleness=staleness if self.compensate else 0)
+        self._pushed = step if self._pushed is None else max(self._pushed, step)
+        self._sending.append(self._sender.submit(self._send, table, ids, grads, step, origin))
+
+    def _send(self, table: str, ids: np.ndarray, grads: np.ndarray, step: int, origin: Origin | None) -> None:
         """On the push thread: route and send one push, keeping at most max_in_flight unacknowledged."""
         while len(self._pushes) >= self.max_in_flight:
-            self._pushes.pop(0)[1].wait(self.timeout)
-        self._pushes.append((step, self.client.push(table, ids, grads, step=step)))
+            self._acknowledged(*self._pushes.pop(0))
+        self._pushes.append((step, _Tagged(table, self.client.push(table, ids, grads, step=step, origin=origin))))
+
+    def _acknowledged(self, step: int, push: "_Tagged") -> None:
+        reply = push.handle.wait(self.timeout)
+        if "clock" in reply:
+            self._clock[push.table] = max(self._clock.get(push.table, -1), reply["clock"])
 
     def settle(self, up_to_step: int | None) -> None:
         while self._sending:
             self._sending.pop(0).result(self.timeout)
         while self._pushes and (up_to_step is None or self._pushes[0][0] <= up_to_step):
-            self._pushes.pop(0)[1].wait(self.timeout)
+            self._acknowledged(*self._pushes.pop(0))
+        if self.workers > 1 and up_to_step is not None:
+            self._await_clocks(up_to_step)
+
+    def _await_clocks(self, step: int) -> None:
+        """Until every worker's pushes of steps <= ``step`` are applied on every shard."""
+        deadline, pause = time.monotonic() + self.timeout, POLL_S[0]
+        for table in sorted({t for t, _ in self._pulled} | set(self._clock)):
+            while self._clock.get(table, -1) < step:
+                clock, slowest, shard = self.client.clock(table, self.workers)
+                self._clock[table] = max(self._clock.get(table, -1), clock)
+                if clock >= step:
+                    break
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"worker {self.worker} waited {self.timeout} s for step {step} of table "
+                                       f"{table!r}: worker {slowest} has finished only step {clock} on shard "
+                                       f"{shard} (is it slow, stopped, or started with other settings?)")
+                time.sleep(pause)
+                pause = min(2 * pause, POLL_S[1])
 
     def flush(self, step: int) -> None:
         self.settle(None)  # nothing is held here: every push was handed to the push thread
+
+
+class _Tagged(Handle):
+    """A push handle and its table (whose clock its reply carries)."""
+
+    def __init__(self, table: str, handle: Handle):
+        self.table, self.handle = table, handle
+
+    def wait(self, timeout=DEFAULT_TIMEOUT):
+        return self.handle.wait(timeout)
