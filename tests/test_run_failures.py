@@ -137,3 +137,13 @@ def test_a_resume_with_another_dense_optimizer_is_refused_before_loading(tmp_pat
     code = cli.main(["train", "--resume", str(run), "--set", 'dense_optimizer.name="sgd"', "--set", "train.steps=3"])
     assert code == 2 and committed(run) == [2]
     assert "the dense optimizer was 'adam', this recipe's is 'sgd'" in capsys.readouterr().err
+
+
+def test_a_global_batch_of_only_bad_lines_is_skipped_not_trained_on(tmp_path, data):
+    """Batches are batch_size lines; one whose every line is bad takes no step (a mean over no
+    examples would be NaN), and the run goes on with the next batch."""
+    lines = (data / "train.tsv").read_bytes().splitlines(keepends=True)
+    (tmp_path / "holey.tsv").write_bytes(b"".join(lines[:200] + [b"bad\n"] * 200 + lines[200:]))
+    code, run = train(tmp_path, tmp_path, "data.max_bad_fraction=0.5", train_file="holey.tsv",
+                      eval_file=str(data / "eval.tsv"))
+    assert code == 0 and committed(run) == [6]  # 7 batches of 200 lines, one of them all bad

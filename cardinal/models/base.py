@@ -9,6 +9,8 @@
 
 from torch import nn
 
+from cardinal.models.global_norm import GlobalBatchNorm
+
 
 def mlp(sizes: list[int], last_activation: bool = True) -> nn.Sequential:
     layers: list[nn.Module] = []
@@ -28,4 +30,5 @@ class CTRModel(nn.Module):
             raise ValueError(f"a model needs n_fields >= 1, dim >= 1, n_dense >= 0; got {n_fields}, {dim}, {n_dense}")
         self.n_dense, self.n_fields, self.dim = n_dense, n_fields, dim
         # dense counts (log-transformed by the readers) still span several units: normalise
-        self.dense_norm = nn.BatchNorm1d(n_dense) if n_dense else nn.Identity()
+        # (over the global batch when several workers each train a share of it)
+        self.dense_norm = GlobalBatchNorm(n_dense) if n_dense else nn.Identity()

@@ -35,7 +35,8 @@ class DataConfig:
     train: list[str] = field(default_factory=list)  # files (criteo, parquet) or a directory (movielens);
                                                     # a plain string is a list of one
     eval: list[str] = field(default_factory=list)
-    batch_size: int = 4096
+    batch_size: int = 4096        # the global batch: W workers each train a 1/W share of every batch...
+    batch_scope: str = "global"   # ...or "worker": each worker trains batch_size (global batch W x batch_size)
     eval_batch_size: int = 16384
     strict: bool = False          # stop at the first bad input line instead of skipping it
     max_bad_fraction: float = 0.01  # stop the run when more of the lines read are bad than this share
@@ -52,6 +53,8 @@ class DataConfig:
             raise ValueError(f"data.format = {self.format!r} needs data.train and data.eval file lists")
         if self.format == "movielens" and len(self.train) != 1:
             raise ValueError("data.format = 'movielens' needs data.train = [directory of ratings.csv]")
+        if self.batch_scope not in ("global", "worker"):
+            raise ValueError(f"data.batch_scope must be 'global' or 'worker', got {self.batch_scope!r}")
         if self.batch_size < 1 or self.eval_batch_size < 1:
             raise ValueError("data.batch_size and data.eval_batch_size must be >= 1")
         if not 0 <= self.max_bad_fraction <= 1:
@@ -70,6 +73,7 @@ class EmbeddingConfig:
     staleness: int = 1            # async only: with 1, the next batch's pull overlaps this step (prefetch)
     geo_interval: int = 4         # geo only
     max_in_flight: int = 4
+    compensation: str = "none"    # async, several workers: "lr" divides a push's sparse lr by its rows' staleness
 
     def __post_init__(self):
         if self.dim < 1:
@@ -80,6 +84,8 @@ class EmbeddingConfig:
             raise ValueError(f"embedding.geo_interval must be >= 1, got {self.geo_interval}")
         if self.staleness < 0:
             raise ValueError(f"embedding.staleness must be >= 0, got {self.staleness}")
+        if self.compensation not in ("none", "lr"):
+            raise ValueError(f"embedding.compensation must be 'none' or 'lr', got {self.compensation!r}")
         if self.pooling not in ("sum", "mean"):
             raise ValueError(f"embedding.pooling must be 'sum' or 'mean', got {self.pooling!r}")
 
@@ -89,12 +95,16 @@ class DenseOptimizerConfig:
     name: str = "adam"
     lr: float = 0.001
     weight_decay: float = 0.0
+    lr_scaling: str = "none"      # "sqrt": with data.batch_scope = "worker", lr x sqrt(workers) (CowClip's rule;
+                                  # the sparse lr stays); with a global batch the workers change nothing
 
     def __post_init__(self):
         if self.name not in DENSE_OPTIMIZERS:
             raise ValueError(f"dense_optimizer.name must be one of {sorted(DENSE_OPTIMIZERS)}, got {self.name!r}")
         if not self.lr > 0:
             raise ValueError(f"dense_optimizer.lr must be > 0, got {self.lr}")
+        if self.lr_scaling not in ("none", "sqrt"):
+            raise ValueError(f"dense_optimizer.lr_scaling must be 'none' or 'sqrt', got {self.lr_scaling!r}")
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,16 @@ One step: pooled embeddings for the batch (pulled ahead in async mode, see
 ``EmbeddingCollection``), the next batch's pulls sent, forward, backward (gradient rows
 pushed from the hooks), dense optimizer step (all-reduced among workers by DDP).
 
-Several workers (``torchrun``, ``cardinal launch``): worker r of W trains batch r of every
-group of W consecutive batches (a last, incomplete group is dropped), so a step means the
-same data position on every worker. Worker 0 writes metrics and coordinates checkpoints.
+Several workers (``torchrun``, ``cardinal launch``): the recipe defines the math, the cluster
+only the speed. ``data.batch_size`` is the global batch: worker r of W reads and trains only its
+share of every batch (``data.batch_scope = "worker"`` makes it each worker's share instead).
+The loss is the sum over the share divided by the global batch's size, dense gradients are
+summed across workers (DDP), and in sync mode the servers combine the step's pushes of every
+worker and apply them once, so W workers compute what one computes (up to the order of float
+additions). In async mode no worker pulls rows for step t before every worker's pushes of
+step t - 1 - k are applied (stale-synchronous, by the servers' clocks; k = embedding.staleness),
+and with ``embedding.compensation = "lr"`` a push's sparse learning rate is divided by the
+measured staleness of its rows. Worker 0 writes metrics and coordinates checkpoints.
 
 A checkpoint is a barrier: pushes are flushed, and the batch after it is pulled only after
 the save. So a run resumed from step k is bitwise equal, tables and dense weights, to a run
@@ -27,6 +34,7 @@ import json
 import logging
 import math
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -65,7 +73,8 @@ class Trainer:
         torch.manual_seed(t.seed)
         if not self.workers.leader:
             self.workers.barrier()  # worker 0 generates the data set first
-        self.train_data, self.eval_data, self.data_info = make_readers(recipe.data, t.seed, self.progress)
+        self.train_data, self.eval_data, self.data_info = make_readers(
+            self._global_data(recipe), t.seed, self.progress, share=(self.workers.rank, self.workers.world))
         if self.workers.leader:
             self.workers.barrier()
         self.fields = list(self.train_data.sparse_fields)
@@ -77,16 +86,33 @@ class Trainer:
         self.net = self.workers.wrap(self.model)
         self.client = self._client(recipe)
         staleness = e.staleness if e.consistency == "async" else None
+        w = self.workers
         source = GeoReplica(self.client, recipe.sparse_optimizer, e.geo_interval, recipe.ps.timeout_s) \
-            if e.consistency == "geo" else PSSource(self.client, e.max_in_flight, recipe.ps.timeout_s)
+            if e.consistency == "geo" else PSSource(self.client, e.max_in_flight, recipe.ps.timeout_s, worker=w.rank,
+                                                    workers=w.world, combine=e.consistency == "sync",
+                                                    compensate=e.compensation == "lr")
         self.embedding = EmbeddingCollection(source, tables.features(recipe), e.pooling, staleness,
                                              timeout=recipe.ps.timeout_s)
         d = recipe.dense_optimizer
-        self.optimizer = getattr(torch.optim, DENSE_OPTIMIZERS[d.name])(self.model.parameters(), lr=d.lr,
+        self.optimizer = getattr(torch.optim, DENSE_OPTIMIZERS[d.name])(self.model.parameters(), lr=self._dense_lr(),
                                                                         weight_decay=d.weight_decay)
         self.metrics = MetricsLog(self.run_dir) if self.workers.leader else None
         self.step, self.epoch, self.batch_in_epoch = 0, 0, 0
         self.timings = {"data": 0.0, "compute": 0.0}
+
+    def _global_data(self, recipe: Recipe):
+        """The data section with the global batch: batch_size, or W x batch_size per worker."""
+        if recipe.data.batch_scope == "global":
+            return recipe.data
+        return replace(recipe.data, batch_size=recipe.data.batch_size * self.workers.world)
+
+    def _dense_lr(self) -> float:
+        """The recipe's dense lr; times sqrt(W) with per-worker batches and lr_scaling = "sqrt"
+        (the global batch grew W times; the sparse lr stays, as CowClip advises)."""
+        d, scale = self.recipe.dense_optimizer, 1.0
+        if self.recipe.data.batch_scope == "worker" and d.lr_scaling == "sqrt":
+            scale = math.sqrt(self.workers.world)
+        return d.lr * scale
 
     @staticmethod
     def _client(recipe: Recipe) -> PSClient:
@@ -103,13 +129,17 @@ class Trainer:
         dim = self.recipe.embedding.dim
         return rows[..., :dim], (rows[..., dim] if self.model.uses_wide else None)
 
-    def _train_step(self, batch, upcoming) -> float:
+    def _train_step(self, batch, n: float, upcoming) -> float:
         self.embedding.step = self.step
         emb, wide = self._embed(batch)
         if upcoming is not None:
             self.embedding.prefetch(upcoming.sparse, self.step + 1)
         start = time.perf_counter()
-        loss = F.binary_cross_entropy_with_logits(self.net(batch.dense, emb, wide), batch.labels)
+        logits = self.net(batch.dense, emb, wide)
+        if self.workers.world == 1:
+            loss = F.binary_cross_entropy_with_logits(logits, batch.labels)
+        else:  # this share's part of the global batch's mean loss (n examples); DDP sums the parts' gradients
+            loss = F.binary_cross_entropy_with_logits(logits, batch.labels, reduction="sum") / n
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.optimizer.step()
@@ -125,35 +155,42 @@ class Trainer:
         elif checkpoint.committed_steps(self.run_dir / "checkpoints"):
             raise ValueError(f"{self.run_dir} already holds checkpoints: resume it, or train into a new directory")
         per_epoch = self.data_info["train_steps"]
-        total = t.steps or (per_epoch // w.world * t.epochs if per_epoch else None)
+        total = t.steps or (per_epoch * t.epochs if per_epoch else None)
         bar = tqdm(total=total, initial=self.step, unit="step", disable=not self.progress, desc="training")
         prefetching = self.recipe.embedding.consistency == "async" and self.recipe.embedding.staleness >= 1
         train_time, samples, window, final, trained = 0.0, 0, [], None, None
         last_saved = self.step if resume else None
         done = bool(t.steps and self.step >= t.steps)
         while self.epoch < t.epochs and not done:
-            groups = _groups(itertools.islice(iter(self.train_data), self.batch_in_epoch, None), w.world)
-            batch = self._next(groups)
+            batches = itertools.islice(iter(self.train_data), self.batch_in_epoch, None)
+            batch = self._next(batches)
             while batch is not None:
                 start = time.perf_counter()
+                (n,) = w.sum(len(batch))  # the global batch's examples
+                if n == 0:  # every line of this global batch was bad: no step, on any worker
+                    self.batch_in_epoch += 1
+                    batch = self._next(batches)
+                    continue
                 self.step += 1
                 last = t.steps and self.step >= t.steps
                 save_due = t.checkpoint_every and self.step % t.checkpoint_every == 0
-                upcoming = self._next(groups)
-                loss = self._train_step(batch, upcoming if prefetching and not save_due and not last else None)
+                upcoming = self._next(batches)
+                loss = self._train_step(batch, n, upcoming if prefetching and not save_due and not last else None)
                 self._check_loss(loss)
                 trained = batch
-                self.batch_in_epoch += w.world
+                self.batch_in_epoch += 1
                 train_time += time.perf_counter() - start
                 samples += len(batch)
                 window.append(loss)
                 bar.update(1)
                 if self.step % t.log_every == 0 or last:
                     loss_sum, count, seen = w.sum(float(np.sum(window)), len(window), samples)
+                    if w.world > 1:  # each worker's loss is its share of the global batch's mean
+                        count /= w.world
                     rate = seen / train_time
                     if w.leader:
                         self.metrics.write({"step": self.step, "epoch": self.epoch, "loss": loss_sum / count,
-                                            "samples_per_s": rate, "time": time.time()})
+                                            "samples_per_s": rate, "time": time.time(), **self._staleness()})
                     bar.set_postfix(loss=f"{loss_sum / count:.4f}", samples_per_s=f"{rate:,.0f}")
                     window = []
                 if save_due:
@@ -172,8 +209,7 @@ class Trainer:
             self.train_data.bad.check()  # the share of bad lines read, also when train.steps ended the run early
         if self.step == 0:
             files = ", ".join(map(str, self.data_info["train_files"])) or "none"
-            group = f" of {w.world} batches (one per worker)" if w.world > 1 else ""
-            raise ValueError(f"no training step: the training data ({files}) gave no full group{group}; "
+            raise ValueError(f"no training step: the training data ({files}) gave no batch; "
                              f"check that the files hold good lines (see the warnings above)")
         if last_saved != self.step:
             self._check_before_save(trained)
@@ -182,11 +218,19 @@ class Trainer:
         (samples,) = w.sum(samples)
         return self._summary(result, int(samples), train_time)
 
-    def _next(self, groups):
+    def _next(self, batches):
         start = time.perf_counter()
-        group = next(groups, None)
+        batch = next(batches, None)
         self.timings["data"] += time.perf_counter() - start
-        return None if group is None else group[self.workers.rank]
+        return batch
+
+    def _staleness(self) -> dict:
+        """p50 and p99 of the staleness of the rows this worker pulled (steps; see ``PSSource``)."""
+        counts = getattr(self.embedding.source, "staleness_counts", None)
+        if not counts:
+            return {}
+        values = np.repeat(*zip(*sorted(counts.items())))
+        return {"staleness_p50": float(np.percentile(values, 50)), "staleness_p99": float(np.percentile(values, 99))}
 
     # --- refusing to go on from a diverged model -----------------------------------------
 
@@ -213,7 +257,10 @@ class Trainer:
             try:
                 with torch.no_grad():
                     emb, wide = self._embed(batch)
-                    loss = F.binary_cross_entropy_with_logits(self.model(batch.dense, emb, wide), batch.labels).item()
+                    logits = self.model(batch.dense, emb, wide)
+                    total = F.binary_cross_entropy_with_logits(logits, batch.labels, reduction="sum").item()
+                    total, count = self.workers.sum(total, len(batch))  # over the global batch
+                    loss = total / count
             finally:
                 for m in (self.model, self.embedding):
                     m.train()
@@ -234,6 +281,7 @@ class Trainer:
     def evaluate(self) -> dict:
         """AUC and logloss on the eval split, with lookup-only pulls (nothing is created)."""
         self.embedding.flush()
+        self.workers.barrier()  # every worker's pushes are applied before anyone reads rows
         for m in (self.model, self.embedding):
             m.eval()
         logits, labels = [], []
@@ -313,7 +361,7 @@ class Trainer:
         self.optimizer.load_state_dict(dense["optimizer"])
         d = self.recipe.dense_optimizer
         for group in self.optimizer.param_groups:  # the recipe's hyper-parameters, not the saved ones:
-            group["lr"], group["weight_decay"] = d.lr, d.weight_decay  # a resume may lower the learning rate
+            group["lr"], group["weight_decay"] = self._dense_lr(), d.weight_decay  # a resume may lower the lr
         extra = info["extra"]
         self.step, self.epoch, self.batch_in_epoch = extra["step"], extra["epoch"], extra["batch_in_epoch"]
         return info
@@ -346,7 +394,8 @@ class Trainer:
         summary = {**final, "steps": self.step, "samples": samples, "train_seconds": train_time,
                    "samples_per_s": samples / train_time if train_time else 0.0, "timings_s": timings,
                    "bad_lines": getattr(self.train_data, "bad_lines", 0),
-                   "checkpoint": str(checkpoint.latest(self.run_dir / "checkpoints")), "workers": self.workers.world}
+                   "checkpoint": str(checkpoint.latest(self.run_dir / "checkpoints")), "workers": self.workers.world,
+                   **self._staleness()}
         if "teacher" in self.data_info:
             summary["teacher_eval_auc"] = self.data_info["teacher"]["eval"]["teacher_auc"]
         if self.workers.leader:
@@ -355,8 +404,3 @@ class Trainer:
                         summary.get("teacher_eval_auc"))
         return summary
 
-
-def _groups(batches, size: int):
-    """Consecutive groups of ``size`` batches; a last, incomplete group is dropped."""
-    while len(group := list(itertools.islice(batches, size))) == size:
-        yield group

@@ -26,7 +26,12 @@ class Workers:
         return self.rank == 0
 
     def wrap(self, model: nn.Module) -> nn.Module:
-        return nn.parallel.DistributedDataParallel(model) if self.world > 1 else model
+        """DDP that sums the workers' gradients (each worker's loss is its share of the global mean)."""
+        if self.world == 1:
+            return model
+        ddp = nn.parallel.DistributedDataParallel(model)
+        ddp.register_comm_hook(None, _sum_hook)
+        return ddp
 
     def barrier(self) -> None:
         if self.world > 1:
@@ -50,3 +55,8 @@ class Workers:
     def close(self) -> None:
         if self.world > 1 and dist.is_initialized():
             dist.destroy_process_group()
+
+
+def _sum_hook(state, bucket):
+    """DDP communication hook: all-reduce a bucket of gradients as a sum (the default averages)."""
+    return dist.all_reduce(bucket.buffer(), async_op=True).get_future().then(lambda f: f.value()[0])

@@ -1,0 +1,37 @@
+"""``GlobalBatchNorm``: batch normalisation of input features over the global batch.
+
+With several workers each training a share of one global batch, a plain ``BatchNorm1d`` would
+normalise each share by its own statistics, and W workers would train another model than one
+process. Here the per-feature sums, sums of squares and counts of the shares are all-reduced
+(one small collective), so every worker normalises by the global batch's mean and variance and
+updates the same running statistics. ``torch.nn.SyncBatchNorm`` does this on GPUs only.
+
+For input features (data, which need no gradient): no gradient flows back to the input through
+the statistics. Alone, or in eval mode, it is ``BatchNorm1d`` exactly; its state is the same.
+"""
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+
+class GlobalBatchNorm(nn.BatchNorm1d):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not (self.training and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+            return super().forward(x)
+        if x.requires_grad:
+            raise NotImplementedError("GlobalBatchNorm normalises input features; its input must not need a gradient")
+        wide = x.double()
+        stats = torch.cat([wide.sum(0), (wide * wide).sum(0), torch.tensor([float(len(x))], dtype=torch.float64)])
+        dist.all_reduce(stats)
+        c, n = x.shape[1], stats[-1]
+        if n < 2:
+            raise ValueError(f"batch normalisation needs more than one example per global batch, got {int(n)}")
+        mean = stats[:c] / n
+        var = (stats[c:2 * c] / n - mean * mean).clamp_min(0)
+        with torch.no_grad():
+            self.num_batches_tracked += 1
+            m = self.momentum if self.momentum is not None else 1.0 / float(self.num_batches_tracked)
+            self.running_mean.mul_(1 - m).add_((m * mean).float())
+            self.running_var.mul_(1 - m).add_((m * var * n / (n - 1)).float())
+        return (x - mean.float()) * torch.rsqrt(var.float() + self.eps) * self.weight + self.bias
