@@ -1,8 +1,8 @@
-"""The pipelined probes (``index_kernels.find``, ``row_kernels.lookup``) against a dict.
+"""The prefetching probes (``index_kernels.find``, ``row_kernels.lookup``) against a dict.
 
-The pipeline takes the first slot whose 7-bit tag matches as a candidate and confirms it
-AHEAD keys later; these tests make that candidate wrong on purpose: every key shares one
-sub-table and one tag, so nearly every probe walks past other keys' matching tags.
+Every key here shares one sub-table and one 7-bit tag, so nearly every probe walks past
+other keys' matching tags (false hits the ids confirm must reject); other keys fall in other
+sub-tables, so a thread's range [lo, hi) skips some, as ``parallel.over_subs`` splits work.
 """
 
 import numpy as np

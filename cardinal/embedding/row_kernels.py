@@ -11,7 +11,7 @@ import numba as nb
 import numpy as np
 
 from cardinal.embedding.hashing import U64, index_hash
-from cardinal.embedding.index_kernels import AHEAD, NOT_MINE, RING, is_mine, stage_candidate, stage_confirm, stage_home
+from cardinal.embedding.index_kernels import AHEAD, find, is_mine
 from cardinal.embedding.prefetch import prefetch, prefetch_row
 from cardinal.optim.guard import before_row, row_bad
 
@@ -39,32 +39,25 @@ def lookup(tags, slots, sub_off, sub_cap, ids, data, count, last_step, keys, row
     """The fast path of a pull, for keys in sub-tables [lo, hi): find each key's row, count a
     sighting (``seen``), and copy its values; rows[i] = -1 and zeros for absent keys.
 
-    The pipeline of ``index_kernels.find`` with one more stage's worth of prefetches: when a
-    key's candidate row is known, its id, values and metadata are prefetched too, so the
-    confirming stage AHEAD keys later finds all of them in cache. Threads given disjoint
-    sub-table ranges write disjoint rows.
+    Two tight loops, each with its next misses prefetched AHEAD: the probes (``find``), then
+    the copies, whose rows, counts and steps are then known in advance. Threads given
+    disjoint sub-table ranges write disjoint rows.
     keys, rows,  # (n,) int64
     out,         # (n, dim) float32
     """
+    find(tags, slots, sub_off, sub_cap, ids, keys, rows, lo, hi)
     n = keys.shape[0]
-    hashes = np.empty(RING, np.uint64)
-    for i in range(-2 * AHEAD, n):
-        stage_home(tags, slots, sub_off, sub_cap, keys, hashes, i + 2 * AHEAD, n)
-        b = i + AHEAD
-        if 0 <= b < n:
-            r = stage_candidate(tags, slots, sub_off, sub_cap, hashes, b, lo, hi)
-            if r != NOT_MINE:
-                rows[b] = r
-                if r >= 0:
-                    prefetch(ids, r)
-                    prefetch_row(data, r)
-                    if seen:
-                        prefetch(count, r)
-                        prefetch(last_step, r)
-        if i < 0 or not is_mine(hashes[i % RING], lo, hi):
+    for i in range(n):
+        if i + AHEAD < n and is_mine(index_hash(keys[i + AHEAD]), lo, hi):
+            a = rows[i + AHEAD]
+            if a >= 0:
+                prefetch_row(data, a)
+                if seen:
+                    prefetch(count, a)
+                    prefetch(last_step, a)
+        if not is_mine(index_hash(keys[i]), lo, hi):
             continue
-        r = stage_confirm(tags, slots, ids, sub_off, sub_cap, keys[i], rows[i])
-        rows[i] = r
+        r = rows[i]
         if r < 0:
             for j in range(dim):
                 out[i, j] = 0.0
