@@ -13,7 +13,6 @@ import numpy as np
 from cardinal.embedding.hashing import U64, index_hash
 from cardinal.embedding.index_kernels import AHEAD, find, is_mine
 from cardinal.embedding.prefetch import prefetch, prefetch_row
-from cardinal.optim.guard import before_row, row_bad
 
 
 @nb.njit(nogil=True, cache=True)
@@ -71,21 +70,15 @@ def lookup(tags, slots, sub_off, sub_cap, ids, data, count, last_step, keys, row
 
 
 @nb.njit(nogil=True, cache=True)
-def add_values(data, rows, deltas, backup):
-    """data[rows[i], :dim] += deltas[i]: a GEO-SGD delta, no optimizer. Guarded as the
-    optimizer kernels are (``optim/guard.py``): returns the first row made non-finite, or -1.
+def add_values(data, rows, deltas):
+    """data[rows[i], :dim] += deltas[i]: a GEO-SGD delta, no optimizer.
 
     deltas,  # (u, dim) float32, rows unique
-    backup,  # (>= u, width) float32, or (0, 0): not guarded
     """
     for i in range(rows.shape[0]):
-        before_row(data, rows, i, backup)
         r = rows[i]
         for j in range(deltas.shape[1]):
             data[r, j] += deltas[i, j]
-        if row_bad(data, r, backup):
-            return i
-    return -1
 
 
 @nb.njit(nogil=True, cache=True)
@@ -122,9 +115,41 @@ def digest_rows(ids, data_bits, count, last_step, n):
 
 
 @nb.njit(nogil=True, cache=True)
+def copy_rows(data, rows, lo, hi, out):
+    """out[i] = data[rows[i]] (values and optimizer state) for i in [lo, hi): a backup.
+
+    data,  # (R, width) float32
+    rows,  # (u,) int64, unique
+    out,   # (>= hi, width) float32
+    """
+    for i in range(lo, hi):
+        r = rows[i]
+        for j in range(data.shape[1]):
+            out[i, j] = data[r, j]
+
+
+@nb.njit(nogil=True, cache=True)
 def restore_rows(data, rows, hi, backup):
     """data[rows[i]] = backup[i] for i in [0, hi): undo an update."""
     for i in range(hi):
         r = rows[i]
         for j in range(data.shape[1]):
             data[r, j] = backup[i, j]
+
+
+@nb.njit(nogil=True, cache=True)
+def first_nonfinite(data_bits, rows, lo, hi):
+    """The first i in [lo, hi) whose row data[rows[i]] holds NaN or Inf, or -1.
+
+    data_bits,  # (R, width) int32: the float32 rows viewed as their bit patterns; a value is
+                # NaN or Inf when its exponent bits are all ones (an integer test that vectorizes)
+    """
+    exponent = np.int32(0x7F800000)
+    for i in range(lo, hi):
+        r = rows[i]
+        bad = 0
+        for j in range(data_bits.shape[1]):
+            bad |= (data_bits[r, j] & exponent) == exponent
+        if bad:
+            return i
+    return -1

@@ -25,6 +25,7 @@ from cardinal.embedding.index import IdIndex
 from cardinal.embedding.storage import MemoryRowStorage, RowStorage
 from cardinal.optim import SparseOptimizer
 
+TRY_BLOCK_BYTES = 512 << 10  # rows updated per block: still in (one core's) L2 when checked
 Admit = Callable[[int], Callable[[], None]]  # admit(n_new) -> release(); raises to refuse
 
 
@@ -122,12 +123,14 @@ class EmbeddingTable:
         Duplicate ids are summed in order of appearance first; unknown ids are created. If any
         value or optimizer state would become NaN or Inf, ``NonFiniteUpdate`` is raised and the
         whole request changes nothing (no row created, none updated): new ids are tried on the
-        rows they would start as, and existing rows are updated in place by a kernel that saves
-        each row before updating it and checks it right after (``optim/guard.py``), so at the
-        first bad row the rows before it are restored from their copies.
+        rows they would start as, and existing rows are updated in place a cache-sized block at
+        a time, each block copied first and checked while still in cache, every block restored
+        from its copy at the first bad one.
         """
         unique, inverse = unique_inverse(ids)
         summed = segment_sum(grads, inverse, len(unique))
+        update = RK.add_values if kind == "delta" else (
+            lambda data, rows, g: self.optimizer.apply(data, rows, g, self.dim))
         with self.lock:
             cols = self.storage.columns()
             rows = self.index.find(cols.ids, unique)
@@ -136,39 +139,39 @@ class EmbeddingTable:
             if len(missing):
                 fresh = self._fresh(unique[missing])
                 local = np.arange(len(missing), dtype=np.int64)
-                bad = self._update(fresh, local, summed[missing], kind)
+                update(fresh, local, summed[missing])
+                bad = RK.first_nonfinite(fresh.view(np.int32), local, 0, len(missing))
                 if bad >= 0:
                     raise self._non_finite(kind, unique[missing[bad]])
                 release = admit(len(missing)) if admit is not None else None
             try:
                 if len(missing):
                     present = np.flatnonzero(rows >= 0)
-                    self._update_in_place(cols.data, rows[present], summed[present], kind, unique[present])
+                    self._update_in_place(cols.data, rows[present], summed[present], update, kind, unique[present])
                     rows[missing] = self._rows(unique[missing])
                     cols = self.storage.columns()
                     RK.restore_rows(cols.data, rows[missing], len(missing), fresh)  # the tried rows, written
                 else:
-                    self._update_in_place(cols.data, rows, summed, kind, unique)
+                    self._update_in_place(cols.data, rows, summed, update, kind, unique)
             finally:
                 if release is not None:
                     release()
             RK.touch(cols.count, cols.last_step, rows, np.uint32(step), False)
 
-    def _update(self, data, rows, summed, kind) -> int:
-        """The guarded update of ``data[rows]``: the index of the first row it made
-        non-finite (rows up to it changed, their copies in ``self._backup``), or -1."""
+    def _update_in_place(self, data, rows, summed, update, kind, ids) -> None:
+        """``update`` block by block; at the first non-finite result every block is restored."""
+        width = data.shape[1]
         if self._backup.shape[0] < len(rows):  # kept: a fresh array each push would fault its pages in
-            self._backup = np.empty((max(len(rows), 2 * self._backup.shape[0]), data.shape[1]), np.float32)
-        if kind == "delta":
-            return RK.add_values(data, rows, summed, self._backup)
-        return self.optimizer.apply_guarded(data, rows, summed, self.dim, self._backup)
-
-    def _update_in_place(self, data, rows, summed, kind, ids) -> None:
-        """The guarded update; at a non-finite result the rows it changed are restored."""
-        bad = self._update(data, rows, summed, kind)
-        if bad >= 0:
-            RK.restore_rows(data, rows, bad + 1, self._backup)
-            raise self._non_finite(kind, ids[bad])
+            self._backup = np.empty((max(len(rows), 2 * self._backup.shape[0]), width), np.float32)
+        block = max(64, TRY_BLOCK_BYTES // (4 * width))
+        for lo in range(0, len(rows), block):
+            hi = min(lo + block, len(rows))
+            RK.copy_rows(data, rows, lo, hi, self._backup)
+            update(data, rows[lo:hi], summed[lo:hi])
+            bad = RK.first_nonfinite(data.view(np.int32), rows, lo, hi)
+            if bad >= 0:
+                RK.restore_rows(data, rows, hi, self._backup)
+                raise self._non_finite(kind, ids[bad])
 
     def _fresh(self, ids: np.ndarray) -> np.ndarray:
         """The rows new ``ids`` would start as (values and optimizer state), not stored."""

@@ -10,7 +10,6 @@ import numba as nb
 import numpy as np
 
 from cardinal.optim.base import OptimizerConfig, SparseOptimizer
-from cardinal.optim.guard import before_row, row_bad
 
 
 @dataclass(frozen=True)
@@ -22,9 +21,8 @@ class AdagradConfig(OptimizerConfig):
 
 
 @nb.njit(nogil=True, cache=True)
-def adagrad_kernel(data, rows, grads, dim, lr, eps, wd, backup):
+def adagrad_kernel(data, rows, grads, dim, lr, eps, wd):
     for i in range(rows.shape[0]):
-        before_row(data, rows, i, backup)
         r = rows[i]
         for j in range(dim):
             w = data[r, j]
@@ -32,9 +30,6 @@ def adagrad_kernel(data, rows, grads, dim, lr, eps, wd, backup):
             s = data[r, dim + j] + g * g
             data[r, dim + j] = s
             data[r, j] = w - lr * (g / (np.sqrt(s) + eps))
-        if row_bad(data, r, backup):
-            return i
-    return -1
 
 
 @nb.njit(nogil=True, cache=True)
@@ -55,5 +50,5 @@ class Adagrad(SparseOptimizer):
         if self.config.initial_accumulator:
             fill_state(data, start, stop, dim, 2 * dim, np.float32(self.config.initial_accumulator))
 
-    def run(self, data, rows, grads, dim, backup):
-        return adagrad_kernel(data, rows, grads, dim, *self.f32("lr", "eps", "weight_decay"), backup)
+    def apply(self, data, rows, grads, dim):
+        adagrad_kernel(data, rows, grads, dim, *self.f32("lr", "eps", "weight_decay"))

@@ -14,7 +14,6 @@ import numba as nb
 import numpy as np
 
 from cardinal.optim.base import OptimizerConfig, SparseOptimizer
-from cardinal.optim.guard import before_row, row_bad
 
 
 @dataclass(frozen=True)
@@ -33,11 +32,10 @@ class AdamConfig(OptimizerConfig):
 
 
 @nb.njit(nogil=True, cache=True)
-def adam_kernel(data, rows, grads, dim, lr, beta1, beta2, eps, wd, backup):
+def adam_kernel(data, rows, grads, dim, lr, beta1, beta2, eps, wd):
     one = np.float32(1.0)
     m0, v0, t0 = dim, 2 * dim, 3 * dim  # state offsets within a row
     for i in range(rows.shape[0]):
-        before_row(data, rows, i, backup)
         r = rows[i]
         t = data[r, t0] + one
         data[r, t0] = t
@@ -52,9 +50,6 @@ def adam_kernel(data, rows, grads, dim, lr, beta1, beta2, eps, wd, backup):
             data[r, m0 + j] = m
             data[r, v0 + j] = v
             data[r, j] = w - step_size * (m / (np.sqrt(v) / bc2_sqrt + eps))
-        if row_bad(data, r, backup):
-            return i
-    return -1
 
 
 class Adam(SparseOptimizer):
@@ -64,5 +59,5 @@ class Adam(SparseOptimizer):
     def state_width(self, dim: int) -> int:
         return 2 * dim + 1
 
-    def run(self, data, rows, grads, dim, backup):
-        return adam_kernel(data, rows, grads, dim, *self.f32("lr", "beta1", "beta2", "eps", "weight_decay"), backup)
+    def apply(self, data, rows, grads, dim):
+        adam_kernel(data, rows, grads, dim, *self.f32("lr", "beta1", "beta2", "eps", "weight_decay"))

@@ -16,8 +16,6 @@ from typing import ClassVar
 
 import numpy as np
 
-from cardinal.optim.guard import NO_BACKUP
-
 
 @dataclass(frozen=True)
 class OptimizerConfig:
@@ -48,6 +46,7 @@ class SparseOptimizer(ABC):
     def init_state(self, data: np.ndarray, start: int, stop: int, dim: int) -> None:
         """Initialise the state of new rows [start, stop); storage is zero-filled already."""
 
+    @abstractmethod
     def apply(self, data: np.ndarray, rows: np.ndarray, grads: np.ndarray, dim: int) -> None:
         """One update of ``data[rows]``.
 
@@ -55,21 +54,6 @@ class SparseOptimizer(ABC):
         rows,   # (u,) int64, unique
         grads,  # (u, dim) float32, finite
         """
-        self.run(data, rows, grads, dim, NO_BACKUP)
-
-    def apply_guarded(self, data: np.ndarray, rows: np.ndarray, grads: np.ndarray, dim: int,
-                      backup: np.ndarray) -> int:
-        """``apply`` that stops at the first row it makes non-finite and returns its index i
-        (rows [0, i] updated, their previous contents in ``backup[:i + 1]``), or -1.
-
-        backup,  # (>= u, dim + width) float32, C-contiguous
-        """
-        assert backup.shape[0] >= len(rows) and backup.shape[1] == data.shape[1]
-        return self.run(data, rows, grads, dim, backup)
-
-    @abstractmethod
-    def run(self, data: np.ndarray, rows: np.ndarray, grads: np.ndarray, dim: int, backup: np.ndarray) -> int:
-        """The optimizer's kernel (see ``guard.py``): guarded when ``backup`` has rows."""
 
     def describe(self) -> dict:
         """Name and hyper-parameters, as recorded in checkpoint manifests."""

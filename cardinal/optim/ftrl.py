@@ -14,7 +14,6 @@ import numpy as np
 
 from cardinal.optim.adagrad import fill_state
 from cardinal.optim.base import OptimizerConfig, SparseOptimizer
-from cardinal.optim.guard import before_row, row_bad
 
 
 @dataclass(frozen=True)
@@ -27,9 +26,8 @@ class FTRLConfig(OptimizerConfig):
 
 
 @nb.njit(nogil=True, cache=True)
-def ftrl_kernel(data, rows, grads, dim, lr, beta, l1, l2, backup):
+def ftrl_kernel(data, rows, grads, dim, lr, beta, l1, l2):
     for i in range(rows.shape[0]):
-        before_row(data, rows, i, backup)
         r = rows[i]
         for j in range(dim):
             w = data[r, j]
@@ -44,9 +42,6 @@ def ftrl_kernel(data, rows, grads, dim, lr, beta, l1, l2, backup):
                 data[r, j] = np.float32(0.0)
             else:
                 data[r, j] = -(z - np.sign(z) * l1) / ((beta + np.sqrt(n_new)) / lr + l2)
-        if row_bad(data, r, backup):
-            return i
-    return -1
 
 
 class FTRL(SparseOptimizer):
@@ -59,5 +54,5 @@ class FTRL(SparseOptimizer):
     def init_state(self, data, start, stop, dim):
         fill_state(data, start, stop, 2 * dim, 3 * dim, np.float32(self.config.initial_accumulator))
 
-    def run(self, data, rows, grads, dim, backup):
-        return ftrl_kernel(data, rows, grads, dim, *self.f32("lr", "beta", "l1", "l2"), backup)
+    def apply(self, data, rows, grads, dim):
+        ftrl_kernel(data, rows, grads, dim, *self.f32("lr", "beta", "l1", "l2"))

@@ -11,7 +11,6 @@ import numpy as np
 
 from cardinal.optim.adagrad import AdagradConfig, fill_state
 from cardinal.optim.base import SparseOptimizer
-from cardinal.optim.guard import before_row, row_bad
 
 
 @dataclass(frozen=True)
@@ -20,10 +19,9 @@ class RowWiseAdagradConfig(AdagradConfig):
 
 
 @nb.njit(nogil=True, cache=True)
-def rowwise_adagrad_kernel(data, rows, grads, dim, lr, eps, wd, backup):
+def rowwise_adagrad_kernel(data, rows, grads, dim, lr, eps, wd):
     inv_dim = np.float32(1.0) / np.float32(dim)
     for i in range(rows.shape[0]):
-        before_row(data, rows, i, backup)
         r = rows[i]
         sq = np.float32(0.0)
         for j in range(dim):
@@ -35,9 +33,6 @@ def rowwise_adagrad_kernel(data, rows, grads, dim, lr, eps, wd, backup):
         for j in range(dim):
             w = data[r, j]
             data[r, j] = w - scale * (grads[i, j] + wd * w)
-        if row_bad(data, r, backup):
-            return i
-    return -1
 
 
 class RowWiseAdagrad(SparseOptimizer):
@@ -51,5 +46,5 @@ class RowWiseAdagrad(SparseOptimizer):
         if self.config.initial_accumulator:
             fill_state(data, start, stop, dim, dim + 1, np.float32(self.config.initial_accumulator))
 
-    def run(self, data, rows, grads, dim, backup):
-        return rowwise_adagrad_kernel(data, rows, grads, dim, *self.f32("lr", "eps", "weight_decay"), backup)
+    def apply(self, data, rows, grads, dim):
+        rowwise_adagrad_kernel(data, rows, grads, dim, *self.f32("lr", "eps", "weight_decay"))

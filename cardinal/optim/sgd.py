@@ -5,7 +5,6 @@ from dataclasses import dataclass
 import numba as nb
 
 from cardinal.optim.base import OptimizerConfig, SparseOptimizer
-from cardinal.optim.guard import before_row, row_bad
 
 
 @dataclass(frozen=True)
@@ -15,16 +14,12 @@ class SGDConfig(OptimizerConfig):
 
 
 @nb.njit(nogil=True, cache=True)
-def sgd_kernel(data, rows, grads, dim, lr, wd, backup):
+def sgd_kernel(data, rows, grads, dim, lr, wd):
     for i in range(rows.shape[0]):
-        before_row(data, rows, i, backup)
         r = rows[i]
         for j in range(dim):
             w = data[r, j]
             data[r, j] = w - lr * (grads[i, j] + wd * w)
-        if row_bad(data, r, backup):
-            return i
-    return -1
 
 
 class SGD(SparseOptimizer):
@@ -34,5 +29,5 @@ class SGD(SparseOptimizer):
     def state_width(self, dim: int) -> int:
         return 0
 
-    def run(self, data, rows, grads, dim, backup):
-        return sgd_kernel(data, rows, grads, dim, *self.f32("lr", "weight_decay"), backup)
+    def apply(self, data, rows, grads, dim):
+        sgd_kernel(data, rows, grads, dim, *self.f32("lr", "weight_decay"))
