@@ -126,6 +126,8 @@ def copy_rows(data, rows, lo, hi, out):
     out,   # (>= hi, width) float32
     """
     for i in range(lo, hi):
+        if i + AHEAD < hi:  # this pass takes the block's misses: keep many in flight
+            prefetch_row(data, rows[i + AHEAD])
         r = rows[i]
         for j in range(data.shape[1]):
             out[i, j] = data[r, j]
