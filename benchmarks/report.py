@@ -19,8 +19,20 @@ def machine() -> dict:
     except OSError:
         commit = ""
     return {"date": time.strftime("%Y-%m-%d %H:%M"), "commit": commit, "python": platform.python_version(),
-            "cpu": platform.processor() or platform.machine(), "cores": __import__("os").cpu_count(),
+            "cpu": cpu_model(), "cores": __import__("os").cpu_count(),
             "torch": torch.__version__, "numpy": np.__version__}
+
+
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo (Linux), else what ``platform`` knows."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and value.strip():
+                return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def fmt(value) -> str:
@@ -42,7 +54,7 @@ def write(name: str, title: str, rows: list[dict], notes: list[str], extra: dict
     table = [line(columns), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, cells)]
     info = machine()
     text = "\n".join([f"# {title}", "", *table, "", *(f"- {n}" for n in notes), "",
-                      f"_{info['date']}, commit {info['commit']}, {info['cores']} cores, "
+                      f"_{info['date']}, commit {info['commit']}, {info['cores']} cores ({info['cpu']}), "
                       f"Python {info['python']}, torch {info['torch']}_", ""])
     print(text)
     RESULTS.mkdir(exist_ok=True)
