@@ -63,6 +63,7 @@ def _run(command: list[str], sets: list[str], root: Path, timeout_s: float) -> R
             code = process.wait(timeout_s)
         except subprocess.TimeoutExpired:
             out.write(f"\nbenchmark: no result after {timeout_s:.0f} s; stopping the run\n")
+            out.flush()
             _stop(process)
             code = 124
         except BaseException:  # Ctrl-C: leave no server or worker behind
