@@ -205,7 +205,12 @@ def main(argv: list[str] | None = None) -> None:
              f"({RECIPE}: {recipe.model['name']}, dim {recipe.embedding.dim}, data.batch_size {recipe.data.batch_size})")
     table = build_rows([runs[0], torch_run, *runs[1:]], embedded, torch)
     plot(runs[1:], embedded, torch, RESULTS / f"{name}.png", title)
-    write(name, title, table, notes(recipe, args, sets, settings, runs, torch, cores), extra={
+    header = [f"**every run**: recipe {RECIPE} with {' '.join(f'--set {s}' for s in sets)}; that is: {settings}",
+              f"**launched runs** add --set embedding.consistency=<mode>, with S = max(1, min(W // 2, (cores - W) // 2)) "
+              f"servers on this machine's {cores} cores; **embedded**: `cardinal train`, the recipe's consistency "
+              f"({recipe.embedding.consistency}) and {recipe.ps.shards} in-process shards",
+              f"**machine**: {cores} cores ({info['cpu']}), torch {info['torch']}"]
+    write(name, title, table, notes(args, runs, torch, cores), header=header, extra={
         "recipe_sets": sets, "torch_grid": torch["grid"],
         "summaries": [{k: r[k] for k in ("run", "mode", "W", "S", "code", "summary")} for r in runs]})
     print(f"plot: {RESULTS / f'{name}.png'}")
@@ -232,17 +237,13 @@ def describe(recipe) -> str:
             f"sparse_optimizer: {', '.join(f'{k}={v}' for k, v in so.items())}, dense_optimizer: {do.name} lr={do.lr}")
 
 
-def notes(recipe, args, sets, settings, runs, torch, cores) -> list[str]:
+def notes(args, runs, torch, cores) -> list[str]:
     crowded = sorted({(r["W"], r["S"]) for r in runs[1:] if r["W"] + r["S"] > cores})
     failed = [f"{r['run']} {r['mode']} W={r['W']}" for r in runs if r["summary"] is None]
     reproduce = " ".join(["python benchmarks/scaling.py", f"--workers {','.join(map(str, args.workers))}",
                           f"--modes {','.join(args.modes)}", *([f"--rows {args.rows}"] if args.rows else []),
                           *([f"--steps {args.steps}"] if args.steps else []), *(["--quick"] if args.quick else [])])
     return [
-        f"every run: recipe {RECIPE} with {' '.join(f'--set {s}' for s in sets)}; that is: {settings}",
-        f"launched runs add --set embedding.consistency=<mode>; S = max(1, min(W // 2, (cores - W) // 2)) "
-        f"with {cores} cores; embedded: the recipe's consistency ({recipe.embedding.consistency}) and "
-        f"{recipe.ps.shards} in-process shards",
         "samples/s: training samples of all workers over the training time the trainer reports (steps and "
         "reading their batches; evaluation and checkpoints excluded); samples/step: samples over steps, "
         "so it shows what one step means with W workers",

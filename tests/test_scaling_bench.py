@@ -77,3 +77,18 @@ def test_options():
     assert scaling.recipe_sets(0, 0, 0) == ["train.eval_every=0"]
     assert scaling.recipe_sets(50_000, 20_000, 7) == ["train.eval_every=0", "data.synthetic.rows=50000",
                                                        "data.synthetic.eval_rows=20000", "train.steps=7"]
+
+
+def test_report_names_the_cpu_and_puts_the_header_between_title_and_table(tmp_path, monkeypatch):
+    import report
+
+    cpuinfo = Path("/proc/cpuinfo")
+    names = [line.split(":", 1)[1].strip() for line in (cpuinfo.read_text().splitlines() if cpuinfo.exists() else [])
+             if line.split(":")[0].strip() == "model name"]
+    if names:
+        assert report.cpu_model() == names[0]
+    monkeypatch.setattr(report, "RESULTS", tmp_path)
+    report.write("t", "Title", [{"a": 1}], ["a note"], header=["recipe line"])
+    lines = (tmp_path / "t.md").read_text().splitlines()
+    assert lines[:4] == ["# Title", "", "recipe line  ", ""] and lines[4].startswith("|")
+    assert f"({report.cpu_model()})" in lines[-1]
