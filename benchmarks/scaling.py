@@ -31,17 +31,17 @@ import e2e  # noqa: E402
 import jobs  # noqa: E402
 from report import RESULTS, machine, write  # noqa: E402
 
-from cardinal.train import config  # noqa: E402
-from cardinal.train.readers import make_readers  # noqa: E402
+from cardinal.train import Trainer, config  # noqa: E402
 
 RECIPE = "criteo_synthetic"
 MODES = ("sync", "async", "geo")
 QUICK = {"rows": 50_000, "eval_rows": 20_000, "workers": "1,2"}
 RUN_TIMEOUT_S = {"quick": 900.0, "full": 4 * 3600.0}
+SERVER_RULE = "S = max(1, min(W // 2, (cores - W) // 2))"
 
 
 def servers_for(workers: int, cores: int) -> int:
-    """S for W workers on ``cores`` cores: W // 2, capped at half the cores the workers leave, at least 1."""
+    """SERVER_RULE: W // 2, capped at half the cores the workers leave, at least 1."""
     return max(1, min(workers // 2, (cores - workers) // 2))
 
 
@@ -70,10 +70,14 @@ class FirstBatches:
             yield batch
 
 
-def torch_baseline(recipe, steps: int) -> dict:
-    """Summary-like dict of plain PyTorch at its best sparse lr of ``e2e.SPARSE_LRS``; generates the data."""
-    train, evaluation, _ = make_readers(recipe.data, recipe.train.seed, progress=True)
-    ev = e2e.Cached(evaluation)
+def torch_baseline(recipe, steps: int, tmp: Path) -> dict:
+    """Summary-like dict of plain PyTorch at its best sparse lr of ``e2e.SPARSE_LRS``; generates the data.
+
+    The readers come from a trainer that never trains (as in e2e.py), so they are the ones a
+    one-process ``cardinal train`` reads: the same files, batches of data.batch_size."""
+    probe = Trainer(recipe, tmp / "probe")
+    train = probe.train_data
+    ev = e2e.Cached(probe.eval_data)
     if len(ev.batches) < 2:
         raise SystemExit(f"the eval split has {len(ev.batches)} batch(es); the lr grid needs 2 or more: "
                          f"raise data.synthetic.eval_rows above data.eval_batch_size ({recipe.data.eval_batch_size})")
@@ -81,8 +85,7 @@ def torch_baseline(recipe, steps: int) -> dict:
     splits = [e2e.Batches(ev.batches[:half], ev), e2e.Batches(ev.batches[half:], ev), ev]  # select, holdout, all
     source, grid = FirstBatches(train, steps), []
     for lr in e2e.SPARSE_LRS:
-        seconds, metrics = e2e.run_torch(recipe, source, splits, list(train.sparse_fields), "adagrad", lr,
-                                         e2e.TORCH_TABLE_ROWS)
+        seconds, metrics = e2e.run_torch(recipe, source, splits, probe.fields, "adagrad", lr, e2e.TORCH_TABLE_ROWS)
         grid.append({"sparse_lr": lr, "samples_per_s": source.samples / seconds, "steps": source.steps,
                      "samples": source.samples, "select_auc": metrics[0][0], "holdout_auc": metrics[1][0],
                      "eval_auc": metrics[2][0]})
@@ -113,9 +116,14 @@ def build_rows(runs: list[dict], embedded: dict | None, torch: dict | None) -> l
                      "samples/s": rate, "x embedded": rate / base_rate if base_rate else "-",
                      "x torch": rate / torch_rate if torch_rate else "-", "eval AUC": f"{s['eval_auc']:.4f}",
                      "AUC - embedded": f"{s['eval_auc'] - embedded['eval_auc']:+.4f}" if embedded else "-",
-                     "staleness p50": s.get("staleness_p50", "-"), "staleness p99": s.get("staleness_p99", "-"),
+                     "staleness p50": _or_dash(s.get("staleness_p50")),
+                     "staleness p99": _or_dash(s.get("staleness_p99")),
                      "bytes/sample": "-" if traffic is None else traffic})
     return rows
+
+
+def _or_dash(value):
+    return "-" if value is None else value
 
 
 def plot(runs: list[dict], embedded: dict | None, torch: dict | None, out: Path, title: str) -> None:
@@ -188,7 +196,7 @@ def main(argv: list[str] | None = None) -> None:
     runs = []
     with tempfile.TemporaryDirectory(prefix="cardinal-scaling-") as tmp:
         print("plain PyTorch, sparse lr grid (generates the data set first when needed):")
-        torch = torch_baseline(recipe, args.steps)
+        torch = torch_baseline(recipe, args.steps, Path(tmp))
         warm = jobs.train([*sets, "train.steps=2"], Path(tmp) / "warm-up", timeout)  # compiles the kernels once
         if warm.summary is None:
             raise SystemExit(f"cardinal train fails on this recipe (exit {warm.code}); its output ends:\n{warm.tail()}")
@@ -201,13 +209,13 @@ def main(argv: list[str] | None = None) -> None:
             run = jobs.launch(s, w, [*sets, f'embedding.consistency="{mode}"'], Path(tmp) / f"{mode}-{w}x{s}", timeout)
             _record(runs, "cardinal launch", mode, w, s, run)
     name = "scaling" + ("_quick" if args.quick else "")
-    title = (f"Scaling: W workers x S servers vs the embedded default and plain PyTorch "
-             f"({RECIPE}: {recipe.model['name']}, dim {recipe.embedding.dim}, data.batch_size {recipe.data.batch_size})")
+    title = (f"Scaling: W workers x S servers vs the embedded default and plain PyTorch ({RECIPE}: "
+             f"{recipe.model['name']}, dim {recipe.embedding.dim}, data.batch_size {recipe.data.batch_size})")
     table = build_rows([runs[0], torch_run, *runs[1:]], embedded, torch)
     plot(runs[1:], embedded, torch, RESULTS / f"{name}.png", title)
     header = [f"**every run**: recipe {RECIPE} with {' '.join(f'--set {s}' for s in sets)}; that is: {settings}",
-              f"**launched runs** add --set embedding.consistency=<mode>, with S = max(1, min(W // 2, (cores - W) // 2)) "
-              f"servers on this machine's {cores} cores; **embedded**: `cardinal train`, the recipe's consistency "
+              f"**launched runs** add --set embedding.consistency=<mode>, with {SERVER_RULE} servers on this "
+              f"machine's {cores} cores; **embedded**: `cardinal train`, the recipe's consistency "
               f"({recipe.embedding.consistency}) and {recipe.ps.shards} in-process shards",
               f"**machine**: {cores} cores ({info['cpu']}), torch {info['torch']}"]
     write(name, title, table, notes(args, runs, torch, cores), header=header, extra={

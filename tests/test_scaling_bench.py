@@ -30,7 +30,7 @@ def test_rows_from_summaries_ratios_auc_staleness_and_traffic():
          "summary": _summary(1500.0, 0.79, steps=5, bytes_sent=3000, bytes_received=1096,
                              staleness_p50=0, staleness_p99=2)},
         {"run": "launch", "mode": "async", "W": 2, "S": 1, "code": 0,
-         "summary": _summary(2000.0, 0.775, bytes_sent=40960, bytes_received=0)},
+         "summary": _summary(2000.0, 0.775, bytes_sent=40960, bytes_received=0, staleness_p99=None)},
         {"run": "launch", "mode": "async", "W": 4, "S": 2, "code": 3, "summary": None},
     ]
     rows = scaling.build_rows(runs, embedded, torch)
@@ -41,7 +41,7 @@ def test_rows_from_summaries_ratios_auc_staleness_and_traffic():
     assert sync["eval AUC"] == "0.7900" and sync["AUC - embedded"] == "+0.0100"
     assert sync["samples/step"] == 40960 / 5 and sync["bytes/sample"] == 4096 / 40960
     assert (sync["staleness p50"], sync["staleness p99"]) == (0, 2)
-    assert (stale_free["staleness p50"], stale_free["staleness p99"]) == ("-", "-")  # keys absent: "-"
+    assert (stale_free["staleness p50"], stale_free["staleness p99"]) == ("-", "-")  # key absent or null: "-"
     assert stale_free["AUC - embedded"] == "-0.0050" and stale_free["bytes/sample"] == 1.0
     assert failed["run"] == "launch (failed, exit 3)" and failed["W"] == 4
     assert all(failed[c] == "-" for c in scaling.COLUMNS)
