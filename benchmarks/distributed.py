@@ -12,14 +12,12 @@ gRPC message bytes each training sample costs.
 """
 
 import argparse
-import json
-import re
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+import jobs  # noqa: E402
 from report import write  # noqa: E402
 
 from cardinal.train import Trainer, config  # noqa: E402
@@ -36,13 +34,10 @@ def main():
         base = Trainer(recipe, Path(tmp) / "embedded", progress=False).fit()
         rows.append(_row("embedded (4 in-process shards)", base, base))
         for servers, workers in ((1, 1), (2, 2)):
-            cmd = [sys.executable, "-m", "cardinal.cli", "launch", "--servers", str(servers), "--workers", str(workers),
-                   "--", *sum((["--set", s] for s in [*sets, f'train.run_dir="{tmp}/runs"']), [])]
-            out = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
-            if out.returncode != 0:
-                raise SystemExit(out.stdout[-3000:] + out.stderr[-3000:])
-            run_dir = Path(re.search(r"run directory (\S+)", out.stdout).group(1))
-            rows.append(_row(f"{servers} server x {workers} worker", json.loads((run_dir / "summary.json").read_text()), base))
+            run = jobs.launch(servers, workers, sets, Path(tmp) / f"{servers}x{workers}", timeout_s=3600)
+            if run.summary is None:
+                raise SystemExit(f"{servers} x {workers} failed (exit {run.code}):\n{run.tail()}")
+            rows.append(_row(f"{servers} server x {workers} worker", run.summary, base))
     write("distributed", "Parameter servers as processes vs the embedded default (DeepFM, batch 4096)", rows, [
         f"{recipe.data.synthetic.rows:,} generated rows, one epoch; servers and workers share this machine's cores",
         "traffic: gRPC message bytes (requests + replies) per training sample",
@@ -50,7 +45,7 @@ def main():
 
 
 def _row(name, s, base):
-    traffic = (s.get("bytes_sent", 0) + s.get("bytes_received", 0)) / s["samples"]
+    traffic = jobs.traffic_per_sample(s) or 0.0
     return {"run": name, "samples/s": s["samples_per_s"], "time vs embedded": base["samples_per_s"] / s["samples_per_s"],
             "eval AUC": s["eval_auc"], "bytes/sample": traffic}
 

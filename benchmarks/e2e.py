@@ -78,6 +78,7 @@ class HashedEmbeddings(nn.Module):
 
 
 SPARSE_LRS = (0.003, 0.01, 0.03, 0.1)  # the same grid for every system's sparse optimizer
+TORCH_TABLE_ROWS = 1 << 22  # the torch runs' hashed table: ids % this
 
 
 def evaluate(logits_fn, batches):
@@ -187,7 +188,7 @@ def main():
     args = parser.parse_args()
     sets = ["data.synthetic.rows=200000", "data.synthetic.eval_rows=20000"] if args.quick else []
     recipe = config.load("criteo_synthetic", [*sets, "train.eval_every=0"])
-    size = 1 << 22
+    size = TORCH_TABLE_ROWS
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         probe = Trainer(recipe, tmp / "probe", progress=False)  # generates the data set once

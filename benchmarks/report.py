@@ -19,8 +19,20 @@ def machine() -> dict:
     except OSError:
         commit = ""
     return {"date": time.strftime("%Y-%m-%d %H:%M"), "commit": commit, "python": platform.python_version(),
-            "cpu": platform.processor() or platform.machine(), "cores": __import__("os").cpu_count(),
+            "cpu": cpu_model(), "cores": __import__("os").cpu_count(),
             "torch": torch.__version__, "numpy": np.__version__}
+
+
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo (Linux), else what ``platform`` knows."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and value.strip():
+                return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def fmt(value) -> str:
@@ -33,19 +45,22 @@ def fmt(value) -> str:
     return str(value)
 
 
-def write(name: str, title: str, rows: list[dict], notes: list[str], extra: dict | None = None) -> None:
-    """Print ``rows`` as a table and save results/<name>.md and results/<name>.json."""
+def write(name: str, title: str, rows: list[dict], notes: list[str], extra: dict | None = None,
+          header: list[str] | None = None) -> None:
+    """Print ``rows`` as a table and save results/<name>.md and results/<name>.json; ``header`` lines
+    (what every row shares, e.g. the recipe) go between the title and the table, ``notes`` after it."""
     columns = list(rows[0])
     cells = [[fmt(r[c]) for c in columns] for r in rows]
     widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
     line = lambda vals: "| " + " | ".join(v.rjust(w) for v, w in zip(vals, widths)) + " |"
     table = [line(columns), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, cells)]
     info = machine()
-    text = "\n".join([f"# {title}", "", *table, "", *(f"- {n}" for n in notes), "",
-                      f"_{info['date']}, commit {info['commit']}, {info['cores']} cores, "
+    text = "\n".join([f"# {title}", "", *(f"{h}  " for h in header or []), *([""] if header else []),
+                      *table, "", *(f"- {n}" for n in notes), "",
+                      f"_{info['date']}, commit {info['commit']}, {info['cores']} cores ({info['cpu']}), "
                       f"Python {info['python']}, torch {info['torch']}_", ""])
     print(text)
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"{name}.md").write_text(text)
-    (RESULTS / f"{name}.json").write_text(json.dumps({"title": title, "machine": info, "rows": rows,
-                                                      "notes": notes, **(extra or {})}, indent=1))
+    (RESULTS / f"{name}.json").write_text(json.dumps({"title": title, "machine": info, "header": header or [],
+                                                      "rows": rows, "notes": notes, **(extra or {})}, indent=1))
