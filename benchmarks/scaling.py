@@ -2,7 +2,8 @@
 
     python benchmarks/scaling.py [--workers 1,2,4,8] [--modes sync,async] [--rows N] [--steps N] [--quick]
 
-For each W in ``--workers`` and each consistency mode in ``--modes`` (sync, async, geo), one
+For each W in ``--workers`` and each mode in ``--modes`` (sync, async, async-lr: async with
+staleness compensation, geo), one
 ``cardinal launch --servers S --workers W`` on the default recipe, and beside them, in the same
 invocation and on the same generated data:
   - embedded: ``cardinal train`` (one process, the recipe's in-process shards and consistency);
@@ -34,7 +35,12 @@ from report import RESULTS, machine, write  # noqa: E402
 from cardinal.train import Trainer, config  # noqa: E402
 
 RECIPE = "criteo_synthetic"
-MODES = ("sync", "async", "geo")
+MODES = {  # mode -> what a launched run adds to the recipe
+    "sync": ['embedding.consistency="sync"'],
+    "async": ['embedding.consistency="async"'],
+    "async-lr": ['embedding.consistency="async"', 'embedding.compensation="lr"'],  # staleness-compensated
+    "geo": ['embedding.consistency="geo"'],
+}
 QUICK = {"rows": 50_000, "eval_rows": 20_000, "workers": "1,2"}
 RUN_TIMEOUT_S = {"quick": 900.0, "full": 4 * 3600.0}
 SERVER_RULE = "S = max(1, min(W // 2, (cores - W) // 2))"
@@ -163,7 +169,8 @@ def plot(runs: list[dict], embedded: dict | None, torch: dict | None, out: Path,
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workers", help="worker counts, comma-separated (default 1,2,4,8; 1,2 with --quick)")
-    p.add_argument("--modes", default="sync,async", help=f"consistency modes, comma-separated, of {MODES}")
+    p.add_argument("--modes", default="sync,async,async-lr",
+                   help=f"consistency modes, comma-separated, of {', '.join(MODES)}")
     p.add_argument("--rows", type=int, default=0, help="generated training rows (default: the recipe's; "
                                                         f"{QUICK['rows']:,} with --quick)")
     p.add_argument("--steps", type=int, default=0, help="train.steps for every run (default: one epoch)")
@@ -206,7 +213,7 @@ def main(argv: list[str] | None = None) -> None:
                      "code": 0, "summary": torch}
         for mode, w in itertools.product(args.modes, args.workers):
             s = servers_for(w, cores)
-            run = jobs.launch(s, w, [*sets, f'embedding.consistency="{mode}"'], Path(tmp) / f"{mode}-{w}x{s}", timeout)
+            run = jobs.launch(s, w, [*sets, *MODES[mode]], Path(tmp) / f"{mode}-{w}x{s}", timeout)
             _record(runs, "cardinal launch", mode, w, s, run)
     name = "scaling" + ("_quick" if args.quick else "")
     title = (f"Scaling: W workers x S servers vs the embedded default and plain PyTorch ({RECIPE}: "
@@ -214,7 +221,8 @@ def main(argv: list[str] | None = None) -> None:
     table = build_rows([runs[0], torch_run, *runs[1:]], embedded, torch)
     plot(runs[1:], embedded, torch, RESULTS / f"{name}.png", title)
     header = [f"**every run**: recipe {RECIPE} with {' '.join(f'--set {s}' for s in sets)}; that is: {settings}",
-              f"**launched runs** add --set embedding.consistency=<mode>, with {SERVER_RULE} servers on this "
+              f"**launched runs** add, per mode, {'; '.join(f'{m}: ' + ' '.join(v) for m, v in MODES.items())}, "
+              f"with {SERVER_RULE} servers on this "
               f"machine's {cores} cores; **embedded**: `cardinal train`, the recipe's consistency "
               f"({recipe.embedding.consistency}) and {recipe.ps.shards} in-process shards",
               f"**machine**: {cores} cores ({info['cpu']}), torch {info['torch']}"]
