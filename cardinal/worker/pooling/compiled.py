@@ -19,6 +19,8 @@ import torch
 from cardinal.embedding import parallel
 from cardinal.worker.pooling.base import Pooling
 
+PARALLEL_MIN = 8192  # ids per thread below which pooling stays on one thread (benchmarks/worker_path.py)
+
 
 @nb.njit(nogil=True, cache=True)
 def pool_forward(rows, inverse, offsets, n_fields, mean, out, bag_lo, bag_hi):
@@ -72,7 +74,8 @@ def forward(rows: np.ndarray, inverse: np.ndarray, offsets: np.ndarray, n_fields
     n_bags = len(offsets) - 1
     out = np.empty((n_bags, rows.shape[1]), np.float32)
     parallel.over_parts(len(inverse), lambda i, k: pool_forward(rows, inverse, offsets, n_fields, mean, out,
-                                                                 n_bags * i // k, n_bags * (i + 1) // k))
+                                                                 n_bags * i // k, n_bags * (i + 1) // k),
+                        PARALLEL_MIN)
     return out
 
 
@@ -81,7 +84,7 @@ def backward(grad: np.ndarray, inverse: np.ndarray, offsets: np.ndarray, n_field
     """(n_rows, d) gradient of the pulled rows, split by rows over the kernel threads."""
     grad_rows = np.zeros((n_rows, grad.shape[1]), np.float32)
     parallel.over_parts(len(inverse), lambda i, k: pool_backward(grad, inverse, offsets, n_fields, mean,
-                                                                  grad_rows, i, k))
+                                                                  grad_rows, i, k), PARALLEL_MIN)
     return grad_rows
 
 
