@@ -101,7 +101,8 @@ def endless(state: dict):
 
 def test_an_early_stop_stops_the_thread_and_closes_the_reader():
     state: dict = {}
-    it = prefetched(endless(state))
+    source = endless(state)  # held here too: the thread must close it, not the garbage collector
+    it = prefetched(source)
     assert next(it) == 1
     it.close()
     assert not prefetch_threads()  # close() waits for the thread
