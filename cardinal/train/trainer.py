@@ -35,11 +35,11 @@ import torch.nn.functional as F
 from torchmetrics.functional.classification import binary_auroc
 from tqdm import tqdm
 
-from cardinal.embedding import parallel
+from cardinal.data.prefetch import prefetched
 from cardinal.models import MODELS
 from cardinal.ps import PSClient, checkpoint, embedded
 from cardinal.ps.transport.grpc_transport import GrpcTransport
-from cardinal.train import tables
+from cardinal.train import tables, threads
 from cardinal.train.config import DENSE_OPTIMIZERS, Recipe
 from cardinal.train.readers import make_readers
 from cardinal.train.report import MetricsLog, plot_curves
@@ -60,8 +60,7 @@ class Trainer:
         if self.workers.leader:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             (self.run_dir / "recipe.json").write_text(json.dumps(recipe.to_dict(), indent=1))
-        if t.kernel_threads:
-            parallel.set_threads(t.kernel_threads)
+        self.threads = threads.apply(t.threads)  # torch, kernels and numba: one budget
         torch.manual_seed(t.seed)
         if not self.workers.leader:
             self.workers.barrier()  # worker 0 generates the data set first
@@ -131,8 +130,9 @@ class Trainer:
         train_time, samples, window, final, trained = 0.0, 0, [], None, None
         last_saved = self.step if resume else None
         done = bool(t.steps and self.step >= t.steps)
-        while self.epoch < t.epochs and not done:
-            groups = _groups(itertools.islice(iter(self.train_data), self.batch_in_epoch, None), w.world)
+        groups = None
+        while self.epoch < t.epochs and not done:  # batches read on a thread, ahead of the step (data/prefetch.py)
+            groups = _groups(prefetched(itertools.islice(iter(self.train_data), self.batch_in_epoch, None)), w.world)
             batch = self._next(groups)
             while batch is not None:
                 start = time.perf_counter()
@@ -168,6 +168,8 @@ class Trainer:
             if not done:
                 self.epoch, self.batch_in_epoch = self.epoch + 1, 0
         bar.close()
+        if groups is not None:
+            groups.close()  # stops the reading thread before the reader's counts are looked at
         if getattr(self.train_data, "bad", None) is not None:
             self.train_data.bad.check()  # the share of bad lines read, also when train.steps ended the run early
         if self.step == 0:
@@ -357,6 +359,10 @@ class Trainer:
 
 
 def _groups(batches, size: int):
-    """Consecutive groups of ``size`` batches; a last, incomplete group is dropped."""
-    while len(group := list(itertools.islice(batches, size))) == size:
-        yield group
+    """Consecutive groups of ``size`` batches; a last, incomplete group is dropped. Closing
+    the groups closes ``batches`` (a prefetcher's thread stops)."""
+    try:
+        while len(group := list(itertools.islice(batches, size))) == size:
+            yield group
+    finally:
+        batches.close()
