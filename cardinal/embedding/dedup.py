@@ -54,12 +54,21 @@ def _unique_inverse(ids, unique, inverse):
 
 
 @nb.njit(nogil=True, cache=True)
-def _first_positions(ids, first, part, n_parts):
-    """first[i] = the first position of ids[i], for the ids of partition ``part`` (hash bits 32..63)."""
+def _partitions(ids, hashes, parts, n_parts, lo, hi):
+    """hashes[i] = index_hash(ids[i]) and parts[i] = its partition (hash bits 32..63 scaled to n_parts)."""
+    for i in range(lo, hi):
+        h = index_hash(ids[i])
+        hashes[i] = h
+        parts[i] = np.int32(((h >> U64(32)) * U64(n_parts)) >> U64(32))
+
+
+@nb.njit(nogil=True, cache=True)
+def _first_positions(ids, hashes, parts, first, part):
+    """first[i] = the first position of ids[i], for the ids of partition ``part``."""
     n = ids.shape[0]
     mine = 0
     for i in range(n):
-        if (index_hash(ids[i]) >> U64(32)) % U64(n_parts) == U64(part):
+        if parts[i] == part:
             mine += 1
     cap = 16
     while cap < 2 * mine:
@@ -67,11 +76,10 @@ def _first_positions(ids, first, part, n_parts):
     mask = U64(cap - 1)
     table = np.full(cap, -1, np.int64)  # slot -> first position of its id
     for i in range(n):
-        key = ids[i]
-        h = index_hash(key)
-        if (h >> U64(32)) % U64(n_parts) != U64(part):
+        if parts[i] != part:
             continue
-        s = h & mask
+        key = ids[i]
+        s = hashes[i] & mask
         while True:
             j = table[s]
             if j < 0:
@@ -114,12 +122,14 @@ def _copy_numbers(first, inverse, lo, hi):
 
 
 def _unique_inverse_parallel(ids, unique, inverse, n_parts: int) -> int:
-    """Four passes over n_parts threads: first positions by hash partition, then by position
-    ranges: count first occurrences, number them (unique, their inverse), copy to the rest."""
+    """Five passes over n_parts threads: hash each id (by position ranges); find first positions
+    (by hash partition); then by position ranges: count first occurrences, number them (unique,
+    their inverse), copy the numbers to the other positions."""
     n = len(ids)
-    first = np.empty(n, np.int64)
-    parallel.each(n_parts, lambda p, k: _first_positions(ids, first, p, k))
+    first, hashes, parts = np.empty(n, np.int64), np.empty(n, np.uint64), np.empty(n, np.int32)
     bounds = [n * p // n_parts for p in range(n_parts + 1)]
+    parallel.each(n_parts, lambda p, k: _partitions(ids, hashes, parts, k, bounds[p], bounds[p + 1]))
+    parallel.each(n_parts, lambda p, k: _first_positions(ids, hashes, parts, first, p))
     counts = [0] * n_parts
     parallel.each(n_parts, lambda p, k: counts.__setitem__(p, _count_firsts(first, bounds[p], bounds[p + 1])))
     bases = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64).tolist()

@@ -17,9 +17,18 @@ import numpy as np
 import torch
 
 from cardinal.embedding import parallel
+from cardinal.embedding.hashing import U64
 from cardinal.worker.pooling.base import Pooling
 
 PARALLEL_MIN = 8192  # ids per thread below which pooling stays on one thread (benchmarks/worker_path.py)
+
+
+@nb.njit(inline="always")
+def owner(r, n_parts):
+    """The thread that owns row r: rows scattered by a multiplicative hash (first-occurrence
+    order puts hot rows first, so contiguous ranges would not balance), without a division."""
+    h = (U64(r) * U64(0x9E3779B97F4A7C15)) >> U64(32)
+    return np.int64((h * U64(n_parts)) >> U64(32))
 
 
 @nb.njit(nogil=True, cache=True)
@@ -50,7 +59,7 @@ def pool_forward(rows, inverse, offsets, n_fields, mean, out, bag_lo, bag_hi):
 @nb.njit(nogil=True, cache=True)
 def pool_backward(grad_out, inverse, offsets, n_fields, mean, grad_rows, part, n_parts):
     """grad_out (B * n_fields, d), laid out as pool_forward's out -> grad_rows (U, d), zeroed by the caller;
-    only the rows r with r % n_parts == part (threads own disjoint rows).
+    only the rows r that ``owner(r, n_parts) == part`` (threads own disjoint rows).
 
     Every thread walks all uses k in increasing order and adds the ones of its rows, so each
     row's sum is added in increasing k whatever n_parts: the same bits as one thread.
@@ -63,7 +72,7 @@ def pool_backward(grad_out, inverse, offsets, n_fields, mean, grad_rows, part, n
         scale = np.float32(1.0) / np.float32(hi - lo) if mean and hi > lo else np.float32(1.0)
         for k in range(lo, hi):
             r = inverse[k]
-            if n_parts > 1 and r % n_parts != part:
+            if n_parts > 1 and owner(r, n_parts) != part:
                 continue
             for j in range(d):
                 grad_rows[r, j] += grad_out[o, j] * scale
