@@ -22,6 +22,7 @@ def split_everything(monkeypatch):
     """Threaded paths from the smallest input; the thread budget restored afterwards."""
     before = parallel.threads()
     monkeypatch.setattr(dedup, "PARALLEL_MIN", 1)
+    monkeypatch.setattr(dedup, "MIN_THREADS", 2)
     monkeypatch.setattr(compiled, "PARALLEL_MIN", 1)
     yield
     parallel.set_threads(before)
@@ -55,7 +56,8 @@ def test_dedup_of_a_criteo_batch_at_the_real_cut_off(monkeypatch, rng):
     want = reference.unique_inverse(ids)
     for threads in THREADS:
         unique, inverse = dedup_with(threads, ids)
-        assert (parallel.parts(len(ids), dedup.PARALLEL_MIN) > 1) == (threads > 1)  # the threaded path ran
+        threaded = parallel.parts(len(ids), dedup.PARALLEL_MIN) >= dedup.MIN_THREADS
+        assert threaded == (threads >= 3)  # the threaded path ran from 3 threads
         np.testing.assert_array_equal(unique, want[0])
         np.testing.assert_array_equal(inverse, want[1])
 

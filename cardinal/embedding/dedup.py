@@ -24,6 +24,8 @@ from cardinal.embedding import parallel
 from cardinal.embedding.hashing import U64, index_hash
 
 PARALLEL_MIN = 1 << 15  # ids per thread below which one thread is faster (benchmarks/worker_path.py)
+MIN_THREADS = 3  # the threaded path does ~2.4x one thread's work in all (benchmarks/worker_path.py), so
+                 # it pays from 3 threads; with fewer the caller's thread de-duplicates alone
 
 
 @nb.njit(nogil=True, cache=True)
@@ -142,12 +144,12 @@ def _unique_inverse_parallel(ids, unique, inverse, n_parts: int) -> int:
 def unique_inverse(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """ids (n,) int64 -> (unique (u,) int64 in first-occurrence order, inverse (n,) int64).
 
-    The same result for any thread count; inputs below ``PARALLEL_MIN`` ids per thread stay on
-    the caller's thread."""
+    The same result for any thread count; inputs below ``PARALLEL_MIN`` ids per thread, or
+    fewer than ``MIN_THREADS`` threads, stay on the caller's thread."""
     unique = np.empty(len(ids), np.int64)
     inverse = np.empty(len(ids), np.int64)
     n_parts = parallel.parts(len(ids), PARALLEL_MIN)
-    if n_parts > 1:
+    if n_parts >= MIN_THREADS:
         u = _unique_inverse_parallel(ids, unique, inverse, n_parts)
     else:
         u = _unique_inverse(ids, unique, inverse)
