@@ -50,14 +50,17 @@ def test_dedup_is_the_same_for_any_thread_count(ids):
 
 
 def test_dedup_of_a_criteo_batch_at_the_real_cut_off(monkeypatch, rng):
-    monkeypatch.undo()  # the module's own PARALLEL_MIN: a 4096 x 26 batch is split above one thread
+    monkeypatch.undo()  # the module's own cut-offs: a 4096 x 26 batch is split from 3 threads
+    calls = []
+    threaded = dedup._unique_inverse_parallel
+    monkeypatch.setattr(dedup, "_unique_inverse_parallel", lambda *a: calls.append(a[-1]) or threaded(*a))
     ranks = rng.zipf(1.1, (26, 4096)) % 100_000
     ids = (ranks + (np.arange(1, 27)[:, None] << 32)).astype(np.int64).ravel()
     want = reference.unique_inverse(ids)
     for threads in THREADS:
         unique, inverse = dedup_with(threads, ids)
-        threaded = parallel.parts(len(ids), dedup.PARALLEL_MIN) >= dedup.MIN_THREADS
-        assert threaded == (threads >= 3)  # the threaded path ran from 3 threads
+        assert bool(calls) == (threads >= 3), threads  # the threaded path ran, from 3 threads only
+        calls.clear()
         np.testing.assert_array_equal(unique, want[0])
         np.testing.assert_array_equal(inverse, want[1])
 
