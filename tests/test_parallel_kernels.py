@@ -50,7 +50,7 @@ def test_dedup_is_the_same_for_any_thread_count(ids):
 
 
 def test_dedup_of_a_criteo_batch_at_the_real_cut_off(monkeypatch, rng):
-    monkeypatch.undo()  # the module's own cut-offs: a 4096 x 26 batch is split from 3 threads
+    monkeypatch.undo()  # the module's own cut-offs: a 4096 x 26 batch is split from 4 threads
     calls = []
     threaded = dedup._unique_inverse_parallel
     monkeypatch.setattr(dedup, "_unique_inverse_parallel", lambda *a: calls.append(a[-1]) or threaded(*a))
@@ -59,7 +59,7 @@ def test_dedup_of_a_criteo_batch_at_the_real_cut_off(monkeypatch, rng):
     want = reference.unique_inverse(ids)
     for threads in THREADS:
         unique, inverse = dedup_with(threads, ids)
-        assert bool(calls) == (threads >= 3), threads  # the threaded path ran, from 3 threads only
+        assert bool(calls) == (threads >= dedup.MIN_THREADS), threads  # the threaded path ran, from 4 threads
         calls.clear()
         np.testing.assert_array_equal(unique, want[0])
         np.testing.assert_array_equal(inverse, want[1])

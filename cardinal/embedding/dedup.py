@@ -23,9 +23,9 @@ import numpy as np
 from cardinal.embedding import parallel
 from cardinal.embedding.hashing import U64, index_hash
 
-PARALLEL_MIN = 1 << 15  # ids per thread below which one thread is faster (benchmarks/worker_path.py)
-MIN_THREADS = 3  # the threaded path does ~2.4x one thread's work in all (benchmarks/worker_path.py), so
-                 # it pays from 3 threads; with fewer the caller's thread de-duplicates alone
+PARALLEL_MIN = 1 << 14  # ids per thread below which a thread does not pay for its hop
+MIN_THREADS = 4  # the threaded path does ~3.2x one thread's work in all (benchmarks/worker_path.py, 2
+                 # threads forced), so it pays from 4 threads; with fewer the caller's thread dedups alone
 
 
 @nb.njit(nogil=True, cache=True)

@@ -40,9 +40,15 @@ def pool_forward(rows, inverse, offsets, n_fields, mean, out, bag_lo, bag_hi):
     (B, n_fields, d) is the stacked per-field embeddings with no copy.
     """
     d = rows.shape[1]
+    if bag_hi <= bag_lo:
+        return
     batch = (offsets.shape[0] - 1) // n_fields
+    f, i = bag_lo // batch, bag_lo % batch  # bag b = f * batch + i, counted up without a division per bag
     for b in range(bag_lo, bag_hi):
-        o = (b % batch) * n_fields + b // batch
+        o = i * n_fields + f
+        i += 1
+        if i == batch:
+            f, i = f + 1, 0
         lo, hi = offsets[b], offsets[b + 1]
         for j in range(d):
             out[o, j] = 0.0
@@ -66,8 +72,12 @@ def pool_backward(grad_out, inverse, offsets, n_fields, mean, grad_rows, part, n
     """
     d = grad_out.shape[1]
     batch = (offsets.shape[0] - 1) // n_fields
+    f, i = 0, 0  # bag b = f * batch + i, counted up without a division per bag
     for b in range(offsets.shape[0] - 1):
-        o = (b % batch) * n_fields + b // batch
+        o = i * n_fields + f
+        i += 1
+        if i == batch:
+            f, i = f + 1, 0
         lo, hi = offsets[b], offsets[b + 1]
         scale = np.float32(1.0) / np.float32(hi - lo) if mean and hi > lo else np.float32(1.0)
         for k in range(lo, hi):
