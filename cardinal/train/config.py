@@ -166,13 +166,20 @@ class TrainConfig:
     keep_checkpoints: int = 1
     run_dir: str = "runs"
     seed: int = 0
-    kernel_threads: int = 0       # threads per kernel call (0: one per core, at most 8)
+    # One thread budget for the worker (train/threads.py): torch's intra-op threads, Cardinal's
+    # kernel threads (dedup, pooling, the embedded shards' pull/push) and numba's all get it; the
+    # phases of a step take turns, so they share the cores without oversubscribing them. 0: the
+    # cores this worker may use (OMP_NUM_THREADS when a launcher split the machine, else its CPU
+    # affinity). The batch prefetcher adds one thread outside the budget.
+    threads: int = 0
 
     def __post_init__(self):
         if self.epochs < 1 or self.steps < 0 or self.eval_every < 0 or self.checkpoint_every < 0:
             raise ValueError("train.epochs must be >= 1; steps, eval_every, checkpoint_every >= 0")
         if self.keep_checkpoints < 1 or self.log_every < 1:
             raise ValueError("train.keep_checkpoints and train.log_every must be >= 1")
+        if self.threads < 0:
+            raise ValueError(f"train.threads must be >= 0 (0: the cores this worker may use), got {self.threads}")
 
 
 @dataclass(frozen=True)

@@ -43,11 +43,11 @@ import torch.nn.functional as F
 from torchmetrics.functional.classification import binary_auroc
 from tqdm import tqdm
 
-from cardinal.embedding import parallel
+from cardinal.data.prefetch import prefetched
 from cardinal.models import MODELS
 from cardinal.ps import PSClient, checkpoint, embedded
 from cardinal.ps.transport.grpc_transport import GrpcTransport
-from cardinal.train import tables
+from cardinal.train import tables, threads
 from cardinal.train.config import DENSE_OPTIMIZERS, Recipe
 from cardinal.train.readers import make_readers
 from cardinal.train.report import MetricsLog, plot_curves
@@ -68,8 +68,7 @@ class Trainer:
         if self.workers.leader:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             (self.run_dir / "recipe.json").write_text(json.dumps(recipe.to_dict(), indent=1))
-        if t.kernel_threads:
-            parallel.set_threads(t.kernel_threads)
+        self.threads = threads.apply(t.threads)  # torch, kernels and numba: one budget
         torch.manual_seed(t.seed)
         if not self.workers.leader:
             self.workers.barrier()  # worker 0 generates the data set first
@@ -161,8 +160,9 @@ class Trainer:
         train_time, samples, window, final, trained = 0.0, 0, [], None, None
         last_saved = self.step if resume else None
         done = bool(t.steps and self.step >= t.steps)
-        while self.epoch < t.epochs and not done:
-            batches = itertools.islice(iter(self.train_data), self.batch_in_epoch, None)
+        batches = None
+        while self.epoch < t.epochs and not done:  # batches read on a thread, ahead of the step (data/prefetch.py)
+            batches = prefetched(itertools.islice(iter(self.train_data), self.batch_in_epoch, None))
             batch = self._next(batches)
             while batch is not None:
                 start = time.perf_counter()
@@ -205,6 +205,8 @@ class Trainer:
             if not done:
                 self.epoch, self.batch_in_epoch = self.epoch + 1, 0
         bar.close()
+        if batches is not None:
+            batches.close()  # stops the reading thread before the reader's counts are looked at
         if getattr(self.train_data, "bad", None) is not None:
             self.train_data.bad.check()  # the share of bad lines read, also when train.steps ended the run early
         if self.step == 0:

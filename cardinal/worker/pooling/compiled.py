@@ -6,26 +6,49 @@
 ``F.embedding_bag`` computes the same, but its backward for a dense weight sorts the
 indices and costs several times the forward; here backward is one pass over the ids, in a
 fixed order (so bitwise deterministic), producing the (U, dim) gradient that is pushed.
+
+Both run on the kernel threads (``embedding.parallel``), with the same bits for any thread
+count: forward splits the bags (each bag is summed by one thread, as before), backward splits
+the rows (each row's uses are added by one thread, in increasing position, as before).
 """
 
 import numba as nb
 import numpy as np
 import torch
 
+from cardinal.embedding import parallel
+from cardinal.embedding.hashing import U64
 from cardinal.worker.pooling.base import Pooling
+
+PARALLEL_MIN = 8192  # ids per thread below which pooling stays on one thread (benchmarks/worker_path.py)
+
+
+@nb.njit(inline="always")
+def owner(r, n_parts):
+    """The thread that owns row r: rows scattered by a multiplicative hash (first-occurrence
+    order puts hot rows first, so contiguous ranges would not balance), without a division."""
+    h = (U64(r) * U64(0x9E3779B97F4A7C15)) >> U64(32)
+    return np.int64((h * U64(n_parts)) >> U64(32))
 
 
 @nb.njit(nogil=True, cache=True)
-def pool_forward(rows, inverse, offsets, n_fields, mean, out):
-    """rows (U, d) float32, inverse (nnz,) int64, offsets (n_fields * B + 1,) int64 -> out (B * n_fields, d).
+def pool_forward(rows, inverse, offsets, n_fields, mean, out, bag_lo, bag_hi):
+    """rows (U, d) float32, inverse (nnz,) int64, offsets (n_fields * B + 1,) int64 -> out (B * n_fields, d),
+    for bags bag_lo .. bag_hi - 1 only (threads take disjoint bag ranges; each bag is one thread's).
 
     Bag f * B + i (field f, example i) lands in out[i * n_fields + f], so ``out`` reshaped to
     (B, n_fields, d) is the stacked per-field embeddings with no copy.
     """
     d = rows.shape[1]
+    if bag_hi <= bag_lo:
+        return
     batch = (offsets.shape[0] - 1) // n_fields
-    for b in range(offsets.shape[0] - 1):
-        o = (b % batch) * n_fields + b // batch
+    f, i = bag_lo // batch, bag_lo % batch  # bag b = f * batch + i, counted up without a division per bag
+    for b in range(bag_lo, bag_hi):
+        o = i * n_fields + f
+        i += 1
+        if i == batch:
+            f, i = f + 1, 0
         lo, hi = offsets[b], offsets[b + 1]
         for j in range(d):
             out[o, j] = 0.0
@@ -40,34 +63,62 @@ def pool_forward(rows, inverse, offsets, n_fields, mean, out):
 
 
 @nb.njit(nogil=True, cache=True)
-def pool_backward(grad_out, inverse, offsets, n_fields, mean, grad_rows):
-    """grad_out (B * n_fields, d), laid out as pool_forward's out -> grad_rows (U, d), zeroed by the caller."""
+def pool_backward(grad_out, inverse, offsets, n_fields, mean, grad_rows, part, n_parts):
+    """grad_out (B * n_fields, d), laid out as pool_forward's out -> grad_rows (U, d), zeroed by the caller;
+    only the rows r that ``owner(r, n_parts) == part`` (threads own disjoint rows).
+
+    Every thread walks all uses k in increasing order and adds the ones of its rows, so each
+    row's sum is added in increasing k whatever n_parts: the same bits as one thread.
+    """
     d = grad_out.shape[1]
     batch = (offsets.shape[0] - 1) // n_fields
+    f, i = 0, 0  # bag b = f * batch + i, counted up without a division per bag
     for b in range(offsets.shape[0] - 1):
-        o = (b % batch) * n_fields + b // batch
+        o = i * n_fields + f
+        i += 1
+        if i == batch:
+            f, i = f + 1, 0
         lo, hi = offsets[b], offsets[b + 1]
         scale = np.float32(1.0) / np.float32(hi - lo) if mean and hi > lo else np.float32(1.0)
         for k in range(lo, hi):
             r = inverse[k]
+            if n_parts > 1 and owner(r, n_parts) != part:
+                continue
             for j in range(d):
                 grad_rows[r, j] += grad_out[o, j] * scale
+
+
+def forward(rows: np.ndarray, inverse: np.ndarray, offsets: np.ndarray, n_fields: int, mean: bool) -> np.ndarray:
+    """(B * n_fields, d) pooled bags, split by bag ranges over the kernel threads."""
+    n_bags = len(offsets) - 1
+    out = np.empty((n_bags, rows.shape[1]), np.float32)
+    parallel.over_parts(len(inverse), lambda i, k: pool_forward(rows, inverse, offsets, n_fields, mean, out,
+                                                                 n_bags * i // k, n_bags * (i + 1) // k),
+                        PARALLEL_MIN)
+    return out
+
+
+def backward(grad: np.ndarray, inverse: np.ndarray, offsets: np.ndarray, n_fields: int, mean: bool,
+             n_rows: int) -> np.ndarray:
+    """(n_rows, d) gradient of the pulled rows, split by rows over the kernel threads."""
+    grad_rows = np.zeros((n_rows, grad.shape[1]), np.float32)
+    parallel.over_parts(len(inverse), lambda i, k: pool_backward(grad, inverse, offsets, n_fields, mean,
+                                                                  grad_rows, i, k), PARALLEL_MIN)
+    return grad_rows
 
 
 class BagPool(torch.autograd.Function):
     @staticmethod
     def forward(ctx, rows: torch.Tensor, inverse: np.ndarray, offsets: np.ndarray, n_fields: int,
                 mean: bool) -> torch.Tensor:
-        out = np.empty((len(offsets) - 1, rows.shape[1]), np.float32)
-        pool_forward(rows.detach().numpy(), inverse, offsets, n_fields, mean, out)
+        out = forward(rows.detach().numpy(), inverse, offsets, n_fields, mean)
         ctx.inverse, ctx.offsets, ctx.n_fields, ctx.mean, ctx.n_rows = inverse, offsets, n_fields, mean, rows.shape[0]
         return torch.from_numpy(out).view(-1, n_fields, rows.shape[1])
 
     @staticmethod
     def backward(ctx, grad_out: torch.Tensor):
         grad = np.ascontiguousarray(grad_out.reshape(-1, grad_out.shape[-1]).numpy())
-        grad_rows = np.zeros((ctx.n_rows, grad.shape[1]), np.float32)
-        pool_backward(grad, ctx.inverse, ctx.offsets, ctx.n_fields, ctx.mean, grad_rows)
+        grad_rows = backward(grad, ctx.inverse, ctx.offsets, ctx.n_fields, ctx.mean, ctx.n_rows)
         return torch.from_numpy(grad_rows), None, None, None, None
 
 
