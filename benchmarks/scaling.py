@@ -2,8 +2,9 @@
 
     python benchmarks/scaling.py [--workers 1,2,4,8] [--modes sync,async] [--rows N] [--steps N] [--quick]
 
-For each W in ``--workers`` and each mode in ``--modes`` (sync, async, async-lr: async with
-staleness compensation, geo), one
+For each W in ``--workers`` and each mode in ``--modes`` (sync; async, where the servers combine
+each step's pushes as in sync; async-each, each push applied on arrival; async-each-lr, the same
+with staleness compensation; geo), one
 ``cardinal launch --servers S --workers W`` on the default recipe, and beside them, in the same
 invocation and on the same generated data:
   - embedded: ``cardinal train`` (one process, the recipe's in-process shards and consistency);
@@ -37,8 +38,9 @@ from cardinal.train import Trainer, config  # noqa: E402
 RECIPE = "criteo_synthetic"
 MODES = {  # mode -> what a launched run adds to the recipe
     "sync": ['embedding.consistency="sync"'],
-    "async": ['embedding.consistency="async"'],
-    "async-lr": ['embedding.consistency="async"', 'embedding.compensation="lr"'],  # staleness-compensated
+    "async": ['embedding.consistency="async"'],  # servers combine each step's pushes (the default)
+    "async-each": ['embedding.consistency="async"', "embedding.combine=false"],  # each push applied on arrival
+    "async-each-lr": ['embedding.consistency="async"', "embedding.combine=false", 'embedding.compensation="lr"'],
     "geo": ['embedding.consistency="geo"'],
 }
 QUICK = {"rows": 50_000, "eval_rows": 20_000, "workers": "1,2"}
@@ -169,7 +171,7 @@ def plot(runs: list[dict], embedded: dict | None, torch: dict | None, out: Path,
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workers", help="worker counts, comma-separated (default 1,2,4,8; 1,2 with --quick)")
-    p.add_argument("--modes", default="sync,async,async-lr",
+    p.add_argument("--modes", default="sync,async,async-each,async-each-lr",
                    help=f"consistency modes, comma-separated, of {', '.join(MODES)}")
     p.add_argument("--rows", type=int, default=0, help="generated training rows (default: the recipe's; "
                                                         f"{QUICK['rows']:,} with --quick)")

@@ -69,7 +69,7 @@ def test_plot_writes_a_png(tmp_path):
 
 def test_options():
     args = scaling.parse_args(["--quick"])
-    assert args.workers == [1, 2] and args.modes == ["sync", "async", "async-lr"]
+    assert args.workers == [1, 2] and args.modes == ["sync", "async", "async-each", "async-each-lr"]
     assert scaling.parse_args(["--workers", "1,2,4,8", "--modes", "geo"]).workers == [1, 2, 4, 8]
     for bad in (["--modes", "sync,eventual"], ["--workers", "0,2"], ["--workers", "two"], ["--rows", "-1"]):
         with pytest.raises(SystemExit):

@@ -150,3 +150,13 @@ def test_pushes_with_an_origin_reach_every_shard_and_combine_over_grpc_in_parts(
         assert empty == {"clock": 2}  # an empty push still reaches, and moves the clock of, every shard
     finally:
         cluster.stop()
+
+
+def test_a_combined_step_is_compensated_by_the_largest_staleness_of_its_pushes():
+    slow = ShardStore(StoreConfig(CONFIG.tables, {"name": "rowwise_adagrad", "lr": 0.05}))
+    combined = store_with_rows()
+    slow.pull("a", ALL)
+    slow.push("a", np.concatenate([SHARES[0][0], SHARES[1][0]]), np.concatenate([SHARES[0][1], SHARES[1][1]]), step=1)
+    combined.push("a", *SHARES[1], step=1, origin=Origin(1, 2, combine=True, staleness=2))
+    combined.push("a", *SHARES[0], step=1, origin=Origin(0, 2, combine=True, staleness=0))
+    np.testing.assert_array_equal(values(combined), values(slow))

@@ -82,7 +82,7 @@ class ShardStore:
 
         With an ``origin`` (several workers, ``worker_steps.py``) the push moves that worker's
         clock, is held until the step is whole when ``origin.combine``, and its learning rate is
-        divided by ``origin.staleness`` when that is above 1. Returns {"clock": the slowest
+        divided by ``origin.staleness`` (a combined step's: the largest of its pushes') when above 1. Returns {"clock": the slowest
         worker's clock} for such a push, else {}."""
         self._check_ids(table, ids)
         validate.check_grads(grads, len(ids), self.tables[table].dim, table)
@@ -106,17 +106,17 @@ class ShardStore:
             t.push(ids, grads, step=step, kind=kind, admit=self._admit)
             return
         self.steps.check_fresh(table, step, origin)
-        scale = 1.0 / origin.staleness if origin.staleness > 1 else 1.0
         if not origin.combine or origin.workers == 1:
-            t.push(ids, grads, step=step, admit=self._admit, lr_scale=scale)
+            t.push(ids, grads, step=step, admit=self._admit, lr_scale=_lr_scale(origin.staleness))
             self.steps.applied(table, step, origin.worker, origin.parts)
             return
-        parts = self.steps.hold(table, step, origin, ids, grads)
-        if parts is None:
+        whole = self.steps.hold(table, step, origin, ids, grads)
+        if whole is None:
             return
+        parts, staleness = whole
         # every worker's push of the step, in (worker, part) order: one update, whatever the arrival order
         t.push(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]), step=step,
-               admit=self._admit, lr_scale=scale)
+               admit=self._admit, lr_scale=_lr_scale(staleness))
         self.steps.applied_all(table, step, origin.workers)
 
     def _admit(self, n_new: int):
@@ -213,6 +213,11 @@ class ShardStore:
     def check(self) -> None:
         for t in self.tables.values():
             t.check()
+
+
+def _lr_scale(staleness: int) -> float:
+    """Staleness compensation: a gradient computed from rows s steps behind takes 1/s of the step."""
+    return 1.0 / staleness if staleness > 1 else 1.0
 
 
 def _fingerprint(request_id: str | None, table: str, what: str, *arrays: np.ndarray) -> int:

@@ -61,6 +61,7 @@ class _Held:
     workers: int
     parts: dict[int, int] = field(default_factory=dict)       # worker -> parts it sends
     messages: dict[tuple[int, int], tuple] = field(default_factory=dict)  # (worker, part) -> (ids, grads)
+    staleness: int = 0
 
 
 class WorkerSteps:
@@ -102,7 +103,8 @@ class WorkerSteps:
 
     def hold(self, table: str, step: int, origin: Origin, ids: np.ndarray, grads: np.ndarray):
         """Keep one part of a combined push; once every worker's every part of the step is in,
-        returns them as (ids, grads) pairs in (worker, part) order, else None."""
+        returns (the (ids, grads) pairs in (worker, part) order, the largest staleness any part
+        carried), else None."""
         with self._lock:
             held = self._held.setdefault((table, step), _Held(origin.workers))
             if held.workers != origin.workers:
@@ -114,10 +116,11 @@ class WorkerSteps:
             if (origin.worker, origin.part) in held.messages:
                 raise ValueError(f"push of step {step}: worker {origin.worker} sent part {origin.part} twice")
             held.messages[(origin.worker, origin.part)] = (np.array(ids), np.array(grads))
+            held.staleness = max(held.staleness, origin.staleness)
             if len(held.messages) < sum(held.parts.values()) or len(held.parts) < held.workers:
                 return None
             del self._held[(table, step)]
-            return [held.messages[key] for key in sorted(held.messages)]
+            return [held.messages[key] for key in sorted(held.messages)], held.staleness
 
     def applied_all(self, table: str, step: int, workers: int) -> None:
         """A combined step was applied: every worker's clock passes it."""

@@ -73,7 +73,9 @@ class EmbeddingConfig:
     staleness: int = 1            # async only: with 1, the next batch's pull overlaps this step (prefetch)
     geo_interval: int = 4         # geo only
     max_in_flight: int = 4
-    compensation: str = "none"    # async, several workers: "lr" divides a push's sparse lr by its rows' staleness
+    combine: bool = True          # several workers: servers apply each step's pushes of all workers as one update
+                                  # (what one process computes); false: each worker's push applies on arrival
+    compensation: str = "none"    # several workers: "lr" divides a push's sparse lr by its rows' staleness
 
     def __post_init__(self):
         if self.dim < 1:

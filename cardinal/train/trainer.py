@@ -11,12 +11,14 @@ Several workers (``torchrun``, ``cardinal launch``): the recipe defines the math
 only the speed. ``data.batch_size`` is the global batch: worker r of W reads and trains only its
 share of every batch (``data.batch_scope = "worker"`` makes it each worker's share instead).
 The loss is the sum over the share divided by the global batch's size, dense gradients are
-summed across workers (DDP), and in sync mode the servers combine the step's pushes of every
-worker and apply them once, so W workers compute what one computes (up to the order of float
-additions). In async mode no worker pulls rows for step t before every worker's pushes of
-step t - 1 - k are applied (stale-synchronous, by the servers' clocks; k = embedding.staleness),
-and with ``embedding.compensation = "lr"`` a push's sparse learning rate is divided by the
-measured staleness of its rows. Worker 0 writes metrics and coordinates checkpoints.
+summed across workers (DDP), and the servers combine each step's pushes of every worker and
+apply them once (``embedding.combine``), so sync workers compute what one process computes (up
+to the order of float additions). No worker pulls rows for step t before every worker's pushes
+of step t - 1 - k are applied (stale-synchronous, by the servers' clocks; k = 0 in sync mode,
+embedding.staleness in async mode, where the next batch's pull overlaps this step as it does
+in one process); with ``embedding.compensation = "lr"`` a push's sparse learning rate is
+divided by the measured staleness of its rows. Worker 0 writes metrics and coordinates
+checkpoints.
 
 A checkpoint is a barrier: pushes are flushed, and the batch after it is pulled only after
 the save. So a run resumed from step k is bitwise equal, tables and dense weights, to a run
@@ -88,7 +90,7 @@ class Trainer:
         w = self.workers
         source = GeoReplica(self.client, recipe.sparse_optimizer, e.geo_interval, recipe.ps.timeout_s) \
             if e.consistency == "geo" else PSSource(self.client, e.max_in_flight, recipe.ps.timeout_s, worker=w.rank,
-                                                    workers=w.world, combine=e.consistency == "sync",
+                                                    workers=w.world, combine=e.combine,
                                                     compensate=e.compensation == "lr")
         self.embedding = EmbeddingCollection(source, tables.features(recipe), e.pooling, staleness,
                                              timeout=recipe.ps.timeout_s)
