@@ -99,7 +99,8 @@ class WorkerSteps:
             if step <= self._clock.get((table, origin.worker), self.base):
                 raise ValueError(f"push of step {step} by worker {origin.worker}: this shard has applied that "
                                  f"worker's pushes of table {table!r} up to step "
-                                 f"{self._clock.get((table, origin.worker), self.base)} already")
+                                 f"{self._clock.get((table, origin.worker), self.base)} already (did another run "
+                                 "use these servers? start fresh servers, or resume that run)")
 
     def hold(self, table: str, step: int, origin: Origin, ids: np.ndarray, grads: np.ndarray):
         """Keep one part of a combined push; once every worker's every part of the step is in,
