@@ -114,7 +114,7 @@ def launch(n_servers: int, n_workers: int, train_args: list[str]) -> int:
                     return 130 if interrupted.is_set() else 1
         addresses = [f"127.0.0.1:{p.fields['port']}" for p in processes]
         say(f"cardinal launch: {n_servers} servers at {', '.join(addresses)}; run directory {run_dir}")
-        threads = str(max(1, (os.cpu_count() or 1) // n_workers))  # as torchrun does: no oversubscription
+        threads = str(max(1, (os.cpu_count() or 1) // n_workers))  # each worker its share: no oversubscription
         worker_env = {**env, "OMP_NUM_THREADS": env.get("OMP_NUM_THREADS", threads), "WORLD_SIZE": str(n_workers),
                       "MASTER_ADDR": "127.0.0.1",
                       "MASTER_PORT": str(free_port()), "CARDINAL_RUN_DIR": str(run_dir)}

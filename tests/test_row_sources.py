@@ -171,3 +171,32 @@ def test_the_module_takes_a_client_or_a_source():
         EmbeddingCollection(PSSource(client), {"x": "a"}, max_in_flight=7)
     with pytest.raises(TypeError, match="a PSClient or a RowSource, got dict"):
         EmbeddingCollection({}, {"x": "a"})
+
+
+class SettleLog(RowSource):
+    """Records what the collection asks the source to settle before each pull."""
+
+    def __init__(self):
+        self.settled = []
+
+    def pull(self, table, ids, *, create, step):
+        return Completed(np.zeros((len(ids), 4), np.float32))
+
+    def push(self, table, ids, grads, *, step):
+        pass
+
+    def settle(self, up_to_step):
+        self.settled.append(up_to_step)
+
+    def flush(self, step):
+        pass
+
+
+@pytest.mark.parametrize("staleness,expected", [(None, None), (1, 5)])
+def test_sync_settles_every_push_whatever_the_collections_step(staleness, expected):
+    """Sync: every earlier push, even when the user never advances .step; async k: steps <= t - 1 - k."""
+    log = SettleLog()
+    emb = EmbeddingCollection(log, {"f": "a"}, staleness=staleness)
+    emb.step = 7
+    emb({"f": Bag(np.array([1, 2], np.int64), np.array([0, 1, 2], np.int64))})
+    assert log.settled == [expected]

@@ -147,3 +147,27 @@ def test_a_global_batch_of_only_bad_lines_is_skipped_not_trained_on(tmp_path, da
     code, run = train(tmp_path, tmp_path, "data.max_bad_fraction=0.5", train_file="holey.tsv",
                       eval_file=str(data / "eval.tsv"))
     assert code == 0 and committed(run) == [6]  # 7 batches of 200 lines, one of them all bad
+
+
+def test_several_workers_judge_the_share_of_bad_lines_over_all_their_lines():
+    """Each worker counts only its own share's lines; the run stops, or goes on, on the total,
+    as one process would, and on every worker alike."""
+    from types import SimpleNamespace
+
+    from cardinal.data.bad_rows import BadRows
+
+    class TwoWorkers:  # the other worker read 1200 lines, none bad
+        world = 2
+
+        def sum(self, *values):
+            return [values[0], values[1] + 1200]
+
+    bad = BadRows(max_fraction=0.01, min_rows=math.inf)  # as the trainer sets it for several workers
+    bad.add([f"a.tsv:{i}: bad label" for i in range(15)], 1200)  # 1.25% of this worker's lines
+    trainer = SimpleNamespace(train_data=SimpleNamespace(bad=bad), workers=TwoWorkers())
+    Trainer._check_bad_rows(trainer)  # 15 of 2400: 0.6%, under 1%
+    assert (bad.bad, bad.rows) == (15, 2400)
+    bad.reset()
+    bad.add([f"a.tsv:{i}: bad label" for i in range(30)], 1200)
+    with pytest.raises(ValueError, match="30 of 2400 input rows read are bad"):
+        Trainer._check_bad_rows(trainer)

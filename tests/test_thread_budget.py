@@ -65,3 +65,11 @@ def test_the_reading_thread_is_stopped_before_the_bad_row_check(tmp_path, restor
     trainer.train_data = Reader()
     trainer.fit()
     assert seen and "cardinal-prefetch" not in seen[0]
+
+
+def test_torchruns_one_thread_for_several_local_workers_is_not_taken_as_a_share(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # torchrun with --nproc-per-node 4 sets 1 whatever the cores
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    assert threads.budget(0) == max(1, parallel.available_cores() // 4)
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")  # a real share, set by someone on purpose
+    assert threads.budget(0) == 3

@@ -96,6 +96,20 @@ CORPUS = {
     "request id not CLIENT-SEQ": ("Push", push(NEW, GRADS, request_id="free text"), INVALID, "CLIENT-SEQ"),
     "a 12 KB request id": ("Push", push(NEW, GRADS, request_id="r" * 12_000), INVALID, "12000 characters"),
     "request id a number": ("Pull", pull(NEW, request_id=12), INVALID, "request_id: expected str"),
+    "origin without workers": ("Push", push(IDS, GRADS, worker=1, combine=True, parts=3), INVALID,
+                               "workers: expected int, got nothing"),
+    "origin with null workers": ("Push", wire.encode({**header(ids_bytes=32, grads_bytes=128, dim=8, dtype="float32"),
+                                                      "workers": None, "worker": 0}, IDS, GRADS), INVALID, "workers"),
+    "origin with a null part": ("Push", wire.encode({**header(ids_bytes=32, grads_bytes=128, dim=8, dtype="float32"),
+                                                     "workers": 2, "worker": 0, "part": None}, IDS, GRADS), INVALID,
+                                "part: expected int, got null"),
+    "origin worker past workers": ("Push", push(IDS, GRADS, worker=2, workers=2), INVALID, "worker 2 of 2"),
+    "origin part past parts": ("Push", push(IDS, GRADS, worker=0, workers=2, part=3, parts=3), INVALID, "part 3 of 3"),
+    "origin combine an int": ("Push", push(IDS, GRADS, worker=0, workers=2, combine=1), INVALID,
+                              "combine: expected bool"),
+    "origin staleness negative": ("Push", push(IDS, GRADS, worker=0, workers=2, staleness=-1), INVALID, "staleness"),
+    "origin far ahead of the slowest": ("Push", push(IDS, GRADS, worker=0, workers=2, step=500), INVALID,
+                                        "more than 64 steps ahead"),
     "bad step": ("Pull", pull(IDS, step=-5), INVALID, "step"),
     "step a bool": ("Pull", pull(IDS, step=True), INVALID, "step: expected int, got bool"),
     "create an int": ("Pull", pull(NEW, create=1), INVALID, "create: expected bool"),
@@ -124,6 +138,7 @@ def state(c) -> dict:
     probe = np.concatenate([KNOWN, np.frombuffer(NEW, np.int64), np.arange(100_000, 100_100, dtype=np.int64)])
     return {"digests": {t: c.client.digest(t) for t in ("user", "item")},
             "rows": [s["tables"] for s in c.client.stats()],
+            "steps": [(s["clocks"], s["held"]) for s in c.client.stats()],
             "user": c.client.pull("user", probe, create=False).wait().tobytes(),
             "item": c.client.pull("item", probe, create=False).wait().tobytes()}
 

@@ -121,7 +121,7 @@ def test_a_worker_waits_for_the_slowest_and_names_it_when_it_waits_too_long():
     slow.push("a", ids, g, step=1)
     slow.settle(1)
     fast.settle(1)  # every worker finished step 1
-    with pytest.raises(TimeoutError, match="worker 1 has finished only step 1 on shard"):
+    with pytest.raises(TimeoutError, match="only up to step 1, and waits for worker 1"):
         fast.settle(2)  # worker 1 never pushes step 2
     slow.push("a", ids, g, step=2)
     slow.settle(None)
@@ -145,7 +145,7 @@ def test_pushes_with_an_origin_reach_every_shard_and_combine_over_grpc_in_parts(
         assert [r["clock"] for r in replies] == [0, 1]
         np.testing.assert_array_equal(cluster.client.pull("a", ids, create=False).wait(),
                                       one.pull("a", ids, create=False).wait())
-        assert cluster.client.clock("a", 2)[0] == 1
+        assert cluster.client.clocks(2)["a"][0] == 1
         empty = cluster.client.push("a", ids[:0], grads[:0], step=2, origin=Origin(0, 1)).wait()
         assert empty == {"clock": 2}  # an empty push still reaches, and moves the clock of, every shard
     finally:
@@ -160,3 +160,59 @@ def test_a_combined_step_is_compensated_by_the_largest_staleness_of_its_pushes()
     combined.push("a", *SHARES[1], step=1, origin=Origin(1, 2, combine=True, staleness=2))
     combined.push("a", *SHARES[0], step=1, origin=Origin(0, 2, combine=True, staleness=0))
     np.testing.assert_array_equal(values(combined), values(slow))
+
+
+def test_a_combined_step_refused_when_applied_keeps_the_other_workers_pushes_held():
+    """The push that completes a step is refused (its result would not be finite): it changes
+    nothing, the other worker's acknowledged push stays held, and a good resend completes it."""
+    one, s = store_with_rows(), store_with_rows()
+    one.push("a", np.concatenate([SHARES[0][0], SHARES[1][0]]), np.concatenate([SHARES[0][1], SHARES[1][1]]), step=1)
+    s.push("a", *SHARES[0], step=1, origin=Origin(0, 2, combine=True))
+    before = values(s)
+    with pytest.raises(ValueError, match="NaN or Inf"):
+        s.push("a", SHARES[1][0], np.full_like(SHARES[1][1], 3e38), step=1, origin=Origin(1, 2, combine=True))
+    np.testing.assert_array_equal(values(s), before)
+    assert s.stats()["held"] == {"a": {"1": [0]}} and s.steps.clock("a", 2) == 0
+    assert s.push("a", *SHARES[1], step=1, origin=Origin(1, 2, combine=True)) == {"clock": 1}
+    np.testing.assert_array_equal(values(s), values(one))
+    assert s.stats()["held"] == {}
+
+
+def test_a_push_far_ahead_of_the_slowest_worker_is_refused():
+    s = store_with_rows()
+    with pytest.raises(ValueError, match="more than 64 steps ahead of the slowest"):
+        s.push("a", *SHARES[0], step=65, origin=Origin(0, 2))
+    s.push("a", *SHARES[0], step=64, origin=Origin(0, 2))
+
+
+def test_a_waiting_worker_names_the_one_missing_from_a_combined_step():
+    stores = [ShardStore(CONFIG, s, 2) for s in range(2)]
+    client = PSClient(InProcessTransport(stores))
+    w0, w1, w2 = (PSSource(client, 2, 0.3, worker=w, workers=3, combine=True) for w in range(3))
+    ids, g = SHARES[0]
+    for w in (w0, w2):  # worker 1 never pushes step 1
+        w.pull("a", ids, create=True, step=1).wait()
+        w.push("a", ids, g, step=1)
+    with pytest.raises(TimeoutError, match="waits for worker 1"):
+        w0.settle(1)
+
+
+def test_with_several_workers_a_table_is_pushed_once_per_step():
+    _, (w0, _) = sources()
+    ids, g = SHARES[0]
+    w0.push("a", ids, g, step=1)
+    with pytest.raises(ValueError, match="pushed once per step"):
+        w0.push("a", ids, g, step=1)
+    w0.settle(0)  # the first push was sent
+
+
+def test_staleness_compensation_is_refused_for_ftrl():
+    """FTRL recomputes a weight from its accumulators with the lr: a smaller lr for one push
+    would rescale the whole weight, so compensation is refused, in the recipe and on the server."""
+    from cardinal.optim import make_optimizer
+    from cardinal.train import config
+
+    with pytest.raises(ValueError, match="does not apply to sparse_optimizer ftrl"):
+        config.load(None, ['embedding.compensation="lr"', 'sparse_optimizer.name="ftrl"'])
+    with pytest.raises(ValueError, match="does not apply to FTRL"):
+        make_optimizer({"name": "ftrl"}).scaled(0.5)

@@ -54,5 +54,11 @@ class FTRL(SparseOptimizer):
     def init_state(self, data, start, stop, dim):
         fill_state(data, start, stop, 2 * dim, 3 * dim, np.float32(self.config.initial_accumulator))
 
+    def scaled(self, factor: float) -> "SparseOptimizer":
+        """FTRL recomputes each weight from its accumulators with the lr, so a smaller lr for one
+        push would rescale the whole weight, not that push's step: no staleness compensation."""
+        raise ValueError("embedding.compensation = 'lr' does not apply to FTRL (its lr rescales the whole "
+                         "weight); use 'none' with FTRL")
+
     def apply(self, data, rows, grads, dim):
         ftrl_kernel(data, rows, grads, dim, *self.f32("lr", "beta", "l1", "l2"))

@@ -111,17 +111,23 @@ class PSClient:
             return Gathered(handles, lambda _: {})
         return Gathered(handles, lambda replies: {"clock": min(r["clock"] for r in replies)})
 
-    def clock(self, table: str, workers: int) -> tuple[int, int, int]:
-        """(clock, slowest worker, shard): the slowest of ``workers`` workers' last step whose
-        pushes of ``table`` every shard has applied, and where it stands (to name a culprit)."""
-        best = None
-        for s, st in enumerate(self.stats()):
-            known = st["clocks"].get(table, {})
-            for w in range(workers):
-                c = known.get(str(w), st["clock_base"])
-                if best is None or c < best[0]:
-                    best = (c, w, s)
-        return best
+    def clocks(self, workers: int, timeout: float | None = DEFAULT_TIMEOUT) -> dict[str, tuple[int, int, int]]:
+        """Per table (clock, culprit, shard): the last step whose pushes by all ``workers``
+        workers every shard has applied, the shard where that stands, and the worker it waits
+        for there (one missing from the next combined step, else the slowest)."""
+        handles = [self.transport.stats(s) for s in range(self.n_shards)]
+        out: dict[str, tuple[int, int, int]] = {}
+        for s, h in enumerate(handles):
+            st = h.wait(timeout)
+            for table in st["tables"]:
+                known = st["clocks"].get(table, {})
+                c, w = min((known.get(str(w), st["clock_base"]), w) for w in range(workers))
+                if table not in out or c < out[table][0]:
+                    waiting = st["held"].get(table, {}).get(str(c + 1))
+                    if waiting is not None:  # the step after: held, waiting for the workers not yet in
+                        w = next((x for x in range(workers) if x not in waiting), w)
+                    out[table] = (c, w, s)
+        return out
 
     def _resending(self, send) -> Handle:
         return Resending(send, self.retries)

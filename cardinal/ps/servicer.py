@@ -127,8 +127,13 @@ class ShardServicer:
     def _push(self, header, payload):
         ids, grads = wire.split_payload(header, payload, with_grads=True)
         origin = None
-        if "workers" in header:  # fields typed by SCHEMAS; Origin checks their ranges
-            origin = Origin(**{k: header[k] for k in wire.ORIGIN if header.get(k) is not None})
+        if any(k in header for k in wire.ORIGIN):  # typed by SCHEMAS; Origin checks their ranges
+            for k in ("worker", "workers"):
+                wire.field(header, k, int)  # a push with an origin names its worker and their number
+            nulls = [k for k in wire.ORIGIN if k in header and header[k] is None]
+            if nulls:
+                raise ValueError(f"{nulls[0]}: expected {wire.ORIGIN[nulls[0]].__name__}, got null")
+            origin = Origin(**{k: header[k] for k in wire.ORIGIN if k in header})
         reply = self.store.push(wire.field(header, "table", str), ids, grads, step=wire.field(header, "step", int, 0),
                                 kind=wire.field(header, "kind", str, "grad"),
                                 request_id=wire.field(header, "request_id", str), origin=origin)

@@ -105,7 +105,7 @@ class ShardStore:
         if origin is None:
             t.push(ids, grads, step=step, kind=kind, admit=self._admit)
             return
-        self.steps.check_fresh(table, step, origin)
+        self.steps.admit(table, step, origin)
         if not origin.combine or origin.workers == 1:
             t.push(ids, grads, step=step, admit=self._admit, lr_scale=_lr_scale(origin.staleness))
             self.steps.applied(table, step, origin.worker, origin.parts)
@@ -114,10 +114,13 @@ class ShardStore:
         if whole is None:
             return
         parts, staleness = whole
-        # every worker's push of the step, in (worker, part) order: one update, whatever the arrival order
-        t.push(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]), step=step,
-               admit=self._admit, lr_scale=_lr_scale(staleness))
-        self.steps.applied_all(table, step, origin.workers)
+        try:  # every worker's push of the step, in (worker, part) order: one update, whatever the arrival order
+            t.push(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]), step=step,
+                   admit=self._admit, lr_scale=_lr_scale(staleness))
+        except BaseException:
+            self.steps.withdraw(table, step, origin)
+            raise
+        self.steps.finish(table, step, origin.workers)
 
     def _admit(self, n_new: int):
         """Reserve ``n_new`` rows under the limits, or raise ``StoreFull``; returns the release
@@ -204,7 +207,7 @@ class ShardStore:
             if digest:
                 tables[name]["digest_parts"] = t.digest_parts()
         return {"shard": self.shard, "n_shards": self.n_shards, "step": self.step, "tables": tables,
-                "clocks": self.steps.clocks(), "clock_base": self.steps.base}
+                "clocks": self.steps.clocks(), "clock_base": self.steps.base, "held": self.steps.held()}
 
     def health(self) -> dict:
         return {"status": "serving", "shard": self.shard, "n_shards": self.n_shards,

@@ -23,6 +23,7 @@ import numpy as np
 
 MAX_WORKERS = 4096
 MAX_PARTS = 1 << 20
+MAX_AHEAD = 64  # steps a push may run ahead of the slowest worker's clock (bounds what a shard holds)
 
 
 @dataclass(frozen=True)
@@ -93,19 +94,34 @@ class WorkerSteps:
                 out.setdefault(table, {})[str(w)] = step
             return out
 
-    def check_fresh(self, table: str, step: int, origin: Origin) -> None:
-        """Refuse a push of a step this worker's clock has passed (it was applied already)."""
+    def held(self) -> dict[str, dict[str, list[int]]]:
+        """Combined steps still waiting, {table: {step: [workers whose every part is in]}}: a
+        worker missing from its step's list is the one the others wait for."""
         with self._lock:
-            if step <= self._clock.get((table, origin.worker), self.base):
+            out: dict[str, dict[str, list[int]]] = {}
+            for (table, step), h in sorted(self._held.items()):
+                whole = [w for w, n in sorted(h.parts.items()) if sum(k[0] == w for k in h.messages) == n]
+                out.setdefault(table, {})[str(step)] = whole
+            return out
+
+    def admit(self, table: str, step: int, origin: Origin) -> None:
+        """Refuse a push of a step this worker's clock has passed (applied already), or of a step
+        more than ``MAX_AHEAD`` past the slowest worker's clock (a shard holds only so much)."""
+        with self._lock:
+            mine = self._clock.get((table, origin.worker), self.base)
+            if step <= mine:
                 raise ValueError(f"push of step {step} by worker {origin.worker}: this shard has applied that "
-                                 f"worker's pushes of table {table!r} up to step "
-                                 f"{self._clock.get((table, origin.worker), self.base)} already (did another run "
+                                 f"worker's pushes of table {table!r} up to step {mine} already (did another run "
                                  "use these servers? start fresh servers, or resume that run)")
+            slowest = min(self._clock.get((table, w), self.base) for w in range(origin.workers))
+            if step > slowest + MAX_AHEAD:
+                raise ValueError(f"push of step {step} by worker {origin.worker}: more than {MAX_AHEAD} steps ahead "
+                                 f"of the slowest of {origin.workers} workers (at step {slowest}) on table {table!r}")
 
     def hold(self, table: str, step: int, origin: Origin, ids: np.ndarray, grads: np.ndarray):
         """Keep one part of a combined push; once every worker's every part of the step is in,
         returns (the (ids, grads) pairs in (worker, part) order, the largest staleness any part
-        carried), else None."""
+        carried), else None. The parts stay held until ``finish`` (applied) or ``withdraw``."""
         with self._lock:
             held = self._held.setdefault((table, step), _Held(origin.workers))
             if held.workers != origin.workers:
@@ -120,11 +136,25 @@ class WorkerSteps:
             held.staleness = max(held.staleness, origin.staleness)
             if len(held.messages) < sum(held.parts.values()) or len(held.parts) < held.workers:
                 return None
-            del self._held[(table, step)]
             return [held.messages[key] for key in sorted(held.messages)], held.staleness
 
-    def applied_all(self, table: str, step: int, workers: int) -> None:
-        """A combined step was applied: every worker's clock passes it."""
+    def withdraw(self, table: str, step: int, origin: Origin) -> None:
+        """Drop one part again: its push was refused when the step was applied, and a refused
+        push changes nothing (the other workers' parts stay held for its resend)."""
+        with self._lock:
+            held = self._held.get((table, step))
+            if held is None:
+                return
+            held.messages.pop((origin.worker, origin.part), None)
+            if not any(w == origin.worker for w, _ in held.messages):
+                held.parts.pop(origin.worker, None)
+            if not held.messages:
+                del self._held[(table, step)]
+
+    def finish(self, table: str, step: int, workers: int) -> None:
+        """A combined step was applied: its parts go, and every worker's clock passes it."""
+        with self._lock:
+            self._held.pop((table, step), None)
         for w in range(workers):
             self.applied(table, step, w, 1)
 

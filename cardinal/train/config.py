@@ -197,6 +197,9 @@ class Recipe:
     def __post_init__(self):
         check_model(self.model)
         make_optimizer(self.sparse_optimizer)
+        if self.embedding.compensation == "lr" and self.sparse_optimizer.get("name") == "ftrl":
+            raise ValueError("embedding.compensation = 'lr' does not apply to sparse_optimizer ftrl (its lr rescales "
+                             "the whole weight, not one step); use embedding.compensation = 'none'")
 
     def to_dict(self) -> dict:
         return asdict(self)

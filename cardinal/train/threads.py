@@ -17,16 +17,19 @@ from cardinal.embedding import parallel
 
 def budget(threads: int) -> int:
     """``threads``, or for 0 the cores this worker may use: its launcher's share when one set
-    OMP_NUM_THREADS (``cardinal launch`` and torchrun split the machine among local workers),
-    else the cores in this process's CPU affinity."""
+    OMP_NUM_THREADS (``cardinal launch`` splits the machine among its local workers), else the
+    cores in this process's CPU affinity, split among LOCAL_WORLD_SIZE local workers (torchrun
+    sets OMP_NUM_THREADS=1 for several local workers whatever the cores: that is not a share)."""
     if threads < 0:
         raise ValueError(f"train.threads must be >= 0 (0: the cores this process may use), got {threads}")
     if threads:
         return threads
     share = os.environ.get("OMP_NUM_THREADS", "")
-    if share.isdigit() and int(share) > 0:
+    local = os.environ.get("LOCAL_WORLD_SIZE", "1")
+    local = int(local) if local.isdigit() and int(local) > 0 else 1
+    if share.isdigit() and int(share) > 0 and not (share == "1" and local > 1):
         return int(share)
-    return parallel.available_cores()
+    return max(1, parallel.available_cores() // local)
 
 
 def apply(threads: int) -> int:

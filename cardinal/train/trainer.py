@@ -76,6 +76,8 @@ class Trainer:
             self.workers.barrier()  # worker 0 generates the data set first
         self.train_data, self.eval_data, self.data_info = make_readers(
             self._global_data(recipe), t.seed, self.progress, share=(self.workers.rank, self.workers.world))
+        if self.workers.world > 1 and getattr(self.train_data, "bad", None) is not None:
+            self.train_data.bad.min_rows = math.inf  # a share's count alone decides nothing: see _check_bad_rows
         if self.workers.leader:
             self.workers.barrier()
         self.fields = list(self.train_data.sparse_fields)
@@ -209,8 +211,7 @@ class Trainer:
         bar.close()
         if batches is not None:
             batches.close()  # stops the reading thread before the reader's counts are looked at
-        if getattr(self.train_data, "bad", None) is not None:
-            self.train_data.bad.check()  # the share of bad lines read, also when train.steps ended the run early
+        self._check_bad_rows()  # the share of bad lines read, also when train.steps ended the run early
         if self.step == 0:
             files = ", ".join(map(str, self.data_info["train_files"])) or "none"
             raise ValueError(f"no training step: the training data ({files}) gave no batch; "
@@ -221,6 +222,16 @@ class Trainer:
         result = final[1] if final and final[0] == self.step else self._log_eval()
         (samples,) = w.sum(samples)
         return self._summary(result, int(samples), train_time)
+
+    def _check_bad_rows(self) -> None:
+        """The share of bad lines over every worker's lines, so W workers stop, or go on, together
+        and as one process would (each worker counts only the lines of its own share)."""
+        bad = getattr(self.train_data, "bad", None)
+        if bad is None:
+            return
+        if self.workers.world > 1:
+            bad.bad, bad.rows = (int(x) for x in self.workers.sum(bad.bad, bad.rows))
+        bad.check()
 
     def _next(self, batches):
         start = time.perf_counter()

@@ -104,7 +104,7 @@ class EmbeddingCollection(nn.Module):
         if missing:
             raise ValueError(f"batch has no sparse field {missing[0]!r}; it has {sorted(sparse)}")
         # sync: every earlier push is applied before this pull; async: all but the last k steps'
-        self._settle(step - 1 - (self.staleness or 0))
+        self._settle(None if self.staleness is None else step - 1 - self.staleness)
         out = {}
         for table, fields in self._fields.items():
             start_time = time.perf_counter()

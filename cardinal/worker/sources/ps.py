@@ -49,6 +49,7 @@ class PSSource(RowSource):
         self._pushed: int | None = None              # the last step this worker pushed
         self._clock: dict[str, int] = {}             # table -> the slowest worker's clock, as last known
         self._pulled: dict[tuple[str, int], int] = {}  # (table, step) -> staleness of the rows pulled
+        self._last: dict[str, int] = {}              # table -> the step of its last push
         self.staleness_counts: Counter[int] = Counter()
 
     def pull(self, table: str, ids: np.ndarray, *, create: bool, step: int) -> Handle:
@@ -61,13 +62,18 @@ class PSSource(RowSource):
     def _known_clock(self, table: str, step: int) -> int:
         if self.workers > 1:
             if table not in self._clock:  # first pull of the table: ask where the servers' clocks stand
-                self._clock[table] = self.client.clock(table, self.workers)[0]
+                self._clock[table] = self.client.clocks(self.workers, self.timeout)[table][0]
             return self._clock[table]
         # one worker: its pushes are its clock; those of steps before the oldest unacknowledged are applied
         oldest = [s for s, _ in self._pushes[:1]]
         return oldest[0] - 1 if oldest else self._pushed if self._pushed is not None else step - 1
 
     def push(self, table: str, ids: np.ndarray, grads: np.ndarray, *, step: int) -> None:
+        if self.workers > 1 and self._last.get(table, -1) >= step:
+            raise ValueError(f"a second push of table {table!r} at step {step}: with several workers each table is "
+                             "pushed once per step (pool every field of a table in one call of the collection, and "
+                             "advance its .step every step)")
+        self._last[table] = step
         staleness = self._pulled.pop((table, step), 0)
         origin = None
         if self.workers > 1:
@@ -92,24 +98,29 @@ class PSSource(RowSource):
             self._sending.pop(0).result(self.timeout)
         while self._pushes and (up_to_step is None or self._pushes[0][0] <= up_to_step):
             self._acknowledged(*self._pushes.pop(0))
-        if self.workers > 1 and up_to_step is not None:
-            self._await_clocks(up_to_step)
+        target = self._pushed if up_to_step is None else up_to_step  # None: up to this worker's last push
+        if self.workers > 1 and target is not None:  # every worker's pushes too, by the servers' clocks
+            self._await_clocks(target)
 
     def _await_clocks(self, step: int) -> None:
         """Until every worker's pushes of steps <= ``step`` are applied on every shard."""
         deadline, pause = time.monotonic() + self.timeout, POLL_S[0]
-        for table in sorted({t for t, _ in self._pulled} | set(self._clock)):
-            while self._clock.get(table, -1) < step:
-                clock, slowest, shard = self.client.clock(table, self.workers)
-                self._clock[table] = max(self._clock.get(table, -1), clock)
-                if clock >= step:
-                    break
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"worker {self.worker} waited {self.timeout} s for step {step} of table "
-                                       f"{table!r}: worker {slowest} has finished only step {clock} on shard "
-                                       f"{shard} (is it slow, stopped, or started with other settings?)")
-                time.sleep(pause)
-                pause = min(2 * pause, POLL_S[1])
+        tables = {t for t, _ in self._pulled} | set(self._clock)
+        while behind := [t for t in sorted(tables) if self._clock.get(t, -1) < step]:
+            clocks = self.client.clocks(self.workers, self.timeout)  # one look at every shard, every table
+            for t in behind:
+                self._clock[t] = max(self._clock.get(t, -1), clocks[t][0])
+            late = [t for t in behind if clocks[t][0] < step]
+            if not late:
+                return
+            if time.monotonic() > deadline:
+                clock, culprit, shard = clocks[late[0]]
+                raise TimeoutError(f"worker {self.worker} waited {self.timeout} s for step {step} of table "
+                                   f"{late[0]!r}: shard {shard} has every worker's pushes only up to step {clock}, "
+                                   f"and waits for worker {culprit} (is it slow, stopped, or started with other "
+                                   "settings?)")
+            time.sleep(pause)
+            pause = min(2 * pause, POLL_S[1])
 
     def flush(self, step: int) -> None:
         self.settle(None)  # nothing is held here: every push was handed to the push thread
