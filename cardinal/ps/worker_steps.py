@@ -9,9 +9,10 @@ whether to combine. Every worker pushes every table to every shard at every trai
     clocks    per table and worker, the last step whose every part has been applied;
               ``clock(table, W)`` = the slowest worker's. A worker pulls rows for step t only
               once the clock is >= t - 1 - k (stale-synchronous, bound k; sync is k = 0).
-    combine   (sync) a push is held until every worker's push of that table and step is in;
-              then all of them are applied as one, in (worker, part) order, so W workers
-              make one update per step and the result does not depend on arrival order.
+    combine   a push is held until every worker's push of that table and step is in; then
+              all of them are applied as one, in (worker, part) order, so W workers make one
+              update per step and the result does not depend on arrival order. A push that
+              runs more than ``MAX_AHEAD`` steps ahead of the slowest clock is refused.
 
 A push without an origin (one worker, GEO deltas) is applied at once and moves no clock.
 """

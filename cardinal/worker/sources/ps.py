@@ -11,8 +11,9 @@ One worker of several (``workers > 1``): every push carries its origin (``ps/wor
 and goes to every shard, and ``settle(k)`` also waits until every worker's pushes of steps
 <= k are applied, by the servers' clocks (read from push replies, or asked for while waiting):
 no worker runs more than the collection's staleness bound ahead of the slowest (stale-
-synchronous; sync is bound 0). With ``combine`` (sync) the servers apply one step's pushes of
-all workers as one update. A worker that waits too long names the slowest worker and shard.
+synchronous; sync is bound 0). With ``combine`` the servers apply one step's pushes of all
+workers as one update. A worker that waits too long names the worker it waits for and the
+shard. Each table is pushed once per step (a second push of a step is refused).
 
 Staleness is measured at each training pull: the steps of updates, by any worker, that the
 rows cannot reflect (step - 1 - the clock known then). ``staleness_counts`` holds how often
