@@ -81,6 +81,5 @@ def test_async_workers_keep_the_staleness_bound_and_report_it(tmp_path):
     together = launched(tmp_path, 2, 2, *sets)
     assert together[0]["steps"] == 12 and together[0]["samples"] == alone[0]["samples"]
     assert 1 <= together[0]["staleness_p50"] <= together[0]["staleness_p99"] <= 2  # bound k = 1, plus the prefetch
-    print(largest_difference(alone, together), alone[0]["eval_auc"], together[0]["eval_auc"])
     assert abs(together[0]["eval_auc"] - alone[0]["eval_auc"]) < 0.02  # close, not equal: pushes apply as they come
     assert leftovers(tmp_path) == []
