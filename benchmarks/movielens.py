@@ -32,7 +32,7 @@ def main():
                      "steps": s["steps"], "samples/s": s["samples_per_s"], "wall s": time.perf_counter() - start})
     write("movielens", "MovieLens ml-latest-small: each model, embedded parameter server", rows,
           ["rating >= 4 is a click; user, movie, genres (multi-hot), year; latest 20% of ratings evaluate",
-           "recipe: cardinal/recipes/movielens.toml (dim 16, Adagrad 0.05 on the servers, Adam 1e-3, 1 epoch)",
+           "recipe: src/cardinal/recipes/movielens.toml (dim 16, Adagrad 0.05 on the servers, Adam 1e-3, 1 epoch)",
            "reproduce: python benchmarks/movielens.py"])
 
 

@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> None:
         warm = jobs.train([*sets, "train.steps=2"], Path(tmp) / "warm-up", timeout)  # compiles the kernels once
         if warm.summary is None:
             raise SystemExit(f"cardinal train fails on this recipe (exit {warm.code}); its output ends:\n{warm.tail()}")
-        embedded = _record(runs, "embedded (cardinal train)", recipe.embedding.consistency, 1,
+        embedded = _record(runs, "embedded (cardinal train)", recipe.embedding.mode(distributed=False), 1,
                            f"{recipe.ps.shards} in-process", jobs.train(sets, Path(tmp) / "embedded", timeout))
         torch_run = {"run": f"torch EmbeddingBag + Adagrad (lr {torch['sparse_lr']})", "mode": "-", "W": 1, "S": "-",
                      "code": 0, "summary": torch}
@@ -226,7 +226,7 @@ def main(argv: list[str] | None = None) -> None:
               f"**launched runs** add, per mode, {'; '.join(f'{m}: ' + ' '.join(v) for m, v in MODES.items())}, "
               f"with {SERVER_RULE} servers on this "
               f"machine's {cores} cores; **embedded**: `cardinal train`, the recipe's consistency "
-              f"({recipe.embedding.consistency}) and {recipe.ps.shards} in-process shards",
+              f"({recipe.embedding.mode(distributed=False)}) and {recipe.ps.shards} in-process shards",
               f"**machine**: {cores} cores ({info['cpu']}), torch {info['torch']}"]
     write(name, title, table, notes(args, runs, torch, cores), header=header, extra={
         "recipe_sets": sets, "torch_grid": torch["grid"],

@@ -74,7 +74,8 @@ def flood(port: int, size: int, token: bool, rounds: int, pid: int) -> tuple[flo
 
 
 def serve(pythonpath: Path, data_dir: str, sets: list[str]) -> tuple[subprocess.Popen, int]:
-    env = {**os.environ, "CARDINAL_TOKEN": TOKEN, "PYTHONPATH": str(pythonpath)}
+    src = pythonpath / "src"  # a checkout with the src layout, or an older flat one
+    env = {**os.environ, "CARDINAL_TOKEN": TOKEN, "PYTHONPATH": str(src if src.is_dir() else pythonpath)}
     cmd = [sys.executable, "-m", "cardinal.cli", "server", "--shard", "0/1", "--data-dir", data_dir,
            "--set", f'ps.job="{JOB}"', *(x for s in sets for x in ("--set", s))]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)

@@ -94,7 +94,7 @@ def test_non_finite_eval_metrics_are_an_error(tmp_path):
 
 def test_the_process_exit_code_says_the_run_failed(tmp_path, data):
     """The real command, as a user runs it: exit status 2 and the reason on stderr."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     sets = ['data.format="criteo"', f"data.train={data / 'train.tsv'}", f"data.eval={data / 'eval.tsv'}",
             "data.batch_size=200", "model.hidden=[8]", "embedding.dim=4", f'train.run_dir="{tmp_path}"',
             "dense_optimizer.lr=1e12"]

@@ -109,3 +109,11 @@ def test_no_new_cli_options():
                        "generate": ["--help", "--set", "-h"], "convert": ["--help", "--out", "--strict", "-h"],
                        "server": ["--data-dir", "--help", "--host", "--port", "--set", "--shard", "-h"],
                        "launch": ["--help", "--servers", "--workers", "-h"]}
+
+
+def test_auto_consistency_is_async_in_one_process_and_sync_with_servers_or_workers(tmp_path):
+    e = config.EmbeddingConfig()
+    assert e.consistency == "auto"
+    assert (e.mode(distributed=False), e.mode(distributed=True)) == ("async", "sync")
+    assert config.EmbeddingConfig(consistency="async").mode(distributed=True) == "async"
+    assert Trainer(tiny_recipe(tmp_path), tmp_path / "run", progress=False).consistency == "async"

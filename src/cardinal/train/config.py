@@ -68,8 +68,10 @@ class EmbeddingConfig:
     shared: bool = True           # one table for all fields (ids never collide) or one per field
     init_scale: float = 0.01
     seed: int = 0
-    consistency: str = "async"    # sync: pulls see every earlier push; async: all but the last `staleness` steps';
-                                  # geo: rows train on the worker, changes pushed every `geo_interval` steps
+    consistency: str = "auto"     # sync: pulls see every earlier push; async: all but the last `staleness` steps';
+                                  # geo: rows train on the worker, changes pushed every `geo_interval` steps;
+                                  # auto: async in one process (the next pull overlaps the step), sync with
+                                  # parameter servers or several workers (as fast there, and a better model)
     staleness: int = 1            # async only: with 1, the next batch's pull overlaps this step (prefetch)
     geo_interval: int = 4         # geo only
     max_in_flight: int = 4
@@ -77,11 +79,17 @@ class EmbeddingConfig:
                                   # (what one process computes); false: each worker's push applies on arrival
     compensation: str = "none"    # several workers: "lr" divides a push's sparse lr by its rows' staleness
 
+    def mode(self, distributed: bool) -> str:
+        """The consistency this run trains with: "auto" is sync for servers or several workers."""
+        if self.consistency != "auto":
+            return self.consistency
+        return "sync" if distributed else "async"
+
     def __post_init__(self):
         if self.dim < 1:
             raise ValueError(f"embedding.dim must be >= 1, got {self.dim}")
-        if self.consistency not in ("sync", "async", "geo"):
-            raise ValueError(f"embedding.consistency must be 'sync', 'async' or 'geo', got {self.consistency!r}")
+        if self.consistency not in ("auto", "sync", "async", "geo"):
+            raise ValueError(f"embedding.consistency must be 'auto', 'sync', 'async' or 'geo', got {self.consistency!r}")
         if self.geo_interval < 1:
             raise ValueError(f"embedding.geo_interval must be >= 1, got {self.geo_interval}")
         if self.staleness < 0:

@@ -88,10 +88,11 @@ class Trainer:
 
         self.net = self.workers.wrap(self.model)
         self.client = self._client(recipe)
-        staleness = e.staleness if e.consistency == "async" else None
         w = self.workers
+        self.consistency = e.mode(distributed=bool(recipe.ps.servers) or w.world > 1)
+        staleness = e.staleness if self.consistency == "async" else None
         source = GeoReplica(self.client, recipe.sparse_optimizer, e.geo_interval, recipe.ps.timeout_s) \
-            if e.consistency == "geo" else PSSource(self.client, e.max_in_flight, recipe.ps.timeout_s, worker=w.rank,
+            if self.consistency == "geo" else PSSource(self.client, e.max_in_flight, recipe.ps.timeout_s, worker=w.rank,
                                                     workers=w.world, combine=e.combine,
                                                     compensate=e.compensation == "lr")
         self.embedding = EmbeddingCollection(source, tables.features(recipe), e.pooling, staleness,
@@ -160,7 +161,7 @@ class Trainer:
         per_epoch = self.data_info["train_steps"]
         total = t.steps or (per_epoch * t.epochs if per_epoch else None)
         bar = tqdm(total=total, initial=self.step, unit="step", disable=not self.progress, desc="training")
-        prefetching = self.recipe.embedding.consistency == "async" and self.recipe.embedding.staleness >= 1
+        prefetching = self.consistency == "async" and self.recipe.embedding.staleness >= 1
         train_time, samples, window, final, trained = 0.0, 0, [], None, None
         last_saved = self.step if resume else None
         done = bool(t.steps and self.step >= t.steps)
