@@ -12,10 +12,10 @@ from cardinal.optim import OPTIMIZERS, make_optimizer
 from cardinal.optim.reference import initial_state, update_row
 
 SPECS = {
-    "sgd": {"lr": 0.1, "weight_decay": 0.01},
-    "adagrad": {"lr": 0.1, "initial_accumulator": 0.1, "weight_decay": 0.01},
-    "rowwise_adagrad": {"lr": 0.1, "initial_accumulator": 0.1, "weight_decay": 0.01},
-    "adam": {"lr": 0.01, "beta1": 0.8, "beta2": 0.99, "weight_decay": 0.01},
+    "sgd": {"lr": 0.1, "l2": 0.01},
+    "adagrad": {"lr": 0.1, "initial_accumulator": 0.1, "l2": 0.01},
+    "rowwise_adagrad": {"lr": 0.1, "initial_accumulator": 0.1, "l2": 0.01},
+    "adam": {"lr": 0.01, "beta1": 0.8, "beta2": 0.99, "l2": 0.01},
     "ftrl": {"lr": 0.1, "beta": 1.0, "l1": 0.01, "l2": 0.1, "initial_accumulator": 0.1},
 }
 

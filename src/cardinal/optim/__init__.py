@@ -28,6 +28,9 @@ def make_optimizer(spec: dict | SparseOptimizer) -> SparseOptimizer:
     cls = OPTIMIZERS[name]
     allowed = {f.name for f in fields(cls.Config)}
     for key in spec:
+        if key == "weight_decay" and "l2" in allowed:
+            raise ValueError(f"optimizer {name!r}: sparse optimizers call weight decay 'l2' (lazy, on the rows "
+                             f"a push touches; see cardinal/optim/l2.py): write l2 = ... instead of weight_decay")
         if key not in allowed:
             raise ValueError(f"optimizer {name!r} has no setting {key!r}; it takes {sorted(allowed)}")
     return cls(cls.Config(**spec))

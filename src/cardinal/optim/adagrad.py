@@ -1,6 +1,6 @@
 """Element-wise Adagrad, as ``torch.optim.Adagrad`` (no lr decay).
 
-    g += weight_decay * w;  s += g * g;  w -= lr * g / (sqrt(s) + eps)
+    g += l2 * w;  s += g * g;  w -= lr * g / (sqrt(s) + eps)
 State: one accumulator per element (width = dim).
 """
 
@@ -10,6 +10,7 @@ import numba as nb
 import numpy as np
 
 from cardinal.optim.base import OptimizerConfig, SparseOptimizer
+from cardinal.optim.l2 import variants
 
 
 @dataclass(frozen=True)
@@ -17,19 +18,24 @@ class AdagradConfig(OptimizerConfig):
     lr: float = 0.05
     eps: float = 1e-10
     initial_accumulator: float = 0.0
-    weight_decay: float = 0.0
+    l2: float = 0.0
 
 
-@nb.njit(nogil=True, cache=True)
-def adagrad_kernel(data, rows, grads, dim, lr, eps, wd):
-    for i in range(rows.shape[0]):
-        r = rows[i]
-        for j in range(dim):
-            w = data[r, j]
-            g = grads[i, j] + wd * w
-            s = data[r, dim + j] + g * g
-            data[r, dim + j] = s
-            data[r, j] = w - lr * (g / (np.sqrt(s) + eps))
+def _adagrad(with_l2: bool):
+    @nb.njit(nogil=True, cache=True)
+    def adagrad_kernel(data, rows, grads, dim, lr, eps, l2):
+        for i in range(rows.shape[0]):
+            r = rows[i]
+            for j in range(dim):
+                w = data[r, j]
+                g = grads[i, j] + l2 * w if with_l2 else grads[i, j]
+                s = data[r, dim + j] + g * g
+                data[r, dim + j] = s
+                data[r, j] = w - lr * (g / (np.sqrt(s) + eps))
+    return adagrad_kernel
+
+
+adagrad_kernel = variants(_adagrad)
 
 
 @nb.njit(nogil=True, cache=True)
@@ -51,4 +57,4 @@ class Adagrad(SparseOptimizer):
             fill_state(data, start, stop, dim, 2 * dim, np.float32(self.config.initial_accumulator))
 
     def apply(self, data, rows, grads, dim):
-        adagrad_kernel(data, rows, grads, dim, *self.f32("lr", "eps", "weight_decay"))
+        adagrad_kernel(self.config.l2)(data, rows, grads, dim, *self.f32("lr", "eps", "l2"))

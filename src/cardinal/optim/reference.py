@@ -9,21 +9,21 @@ def update_row(name: str, cfg, row: np.ndarray, g: np.ndarray, dim: int) -> None
     """Apply one update to ``row`` = [values | state] in place."""
     w = row[:dim]
     if name == "sgd":
-        w -= f32(cfg.lr) * (g + f32(cfg.weight_decay) * w)
+        w -= f32(cfg.lr) * (g + f32(cfg.l2) * w)
     elif name == "adagrad":
-        g = g + f32(cfg.weight_decay) * w
+        g = g + f32(cfg.l2) * w
         s = row[dim:2 * dim]
         s += g * g
         w -= f32(cfg.lr) * (g / (np.sqrt(s) + f32(cfg.eps)))
     elif name == "rowwise_adagrad":
-        g = g + f32(cfg.weight_decay) * w
+        g = g + f32(cfg.l2) * w
         row[dim] += f32(np.sum(g * g, dtype=np.float32) / f32(dim))
         w -= (f32(cfg.lr) / (np.sqrt(row[dim]) + f32(cfg.eps))) * g
     elif name == "adam":
         m, v = row[dim:2 * dim], row[2 * dim:3 * dim]
         row[3 * dim] += 1
         t = float(row[3 * dim])
-        g = g + f32(cfg.weight_decay) * w
+        g = g + f32(cfg.l2) * w
         m[:] = f32(cfg.beta1) * m + (1 - f32(cfg.beta1)) * g
         v[:] = f32(cfg.beta2) * v + (1 - f32(cfg.beta2)) * g * g
         step = f32(cfg.lr / (1 - cfg.beta1 ** t))

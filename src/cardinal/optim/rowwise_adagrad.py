@@ -1,6 +1,6 @@
 """Row-wise Adagrad (as fbgemm's ``EXACT_ROWWISE_ADAGRAD``): one accumulator per row.
 
-    g += weight_decay * w;  s += mean(g * g);  w -= lr * g / (sqrt(s) + eps)
+    g += l2 * w;  s += mean(g * g);  w -= lr * g / (sqrt(s) + eps)
 State: one float per row (width = 1), the cheapest adaptive optimizer for embeddings.
 """
 
@@ -11,6 +11,7 @@ import numpy as np
 
 from cardinal.optim.adagrad import AdagradConfig, fill_state
 from cardinal.optim.base import SparseOptimizer
+from cardinal.optim.l2 import variants
 
 
 @dataclass(frozen=True)
@@ -18,21 +19,27 @@ class RowWiseAdagradConfig(AdagradConfig):
     """The same hyper-parameters as element-wise Adagrad."""
 
 
-@nb.njit(nogil=True, cache=True)
-def rowwise_adagrad_kernel(data, rows, grads, dim, lr, eps, wd):
-    inv_dim = np.float32(1.0) / np.float32(dim)
-    for i in range(rows.shape[0]):
-        r = rows[i]
-        sq = np.float32(0.0)
-        for j in range(dim):
-            g = grads[i, j] + wd * data[r, j]
-            sq += g * g
-        s = data[r, dim] + sq * inv_dim
-        data[r, dim] = s
-        scale = lr / (np.sqrt(s) + eps)
-        for j in range(dim):
-            w = data[r, j]
-            data[r, j] = w - scale * (grads[i, j] + wd * w)
+def _rowwise_adagrad(with_l2: bool):
+    @nb.njit(nogil=True, cache=True)
+    def rowwise_adagrad_kernel(data, rows, grads, dim, lr, eps, l2):
+        inv_dim = np.float32(1.0) / np.float32(dim)
+        for i in range(rows.shape[0]):
+            r = rows[i]
+            sq = np.float32(0.0)
+            for j in range(dim):
+                g = grads[i, j] + l2 * data[r, j] if with_l2 else grads[i, j]
+                sq += g * g
+            s = data[r, dim] + sq * inv_dim
+            data[r, dim] = s
+            scale = lr / (np.sqrt(s) + eps)
+            for j in range(dim):
+                w = data[r, j]
+                g = grads[i, j] + l2 * w if with_l2 else grads[i, j]
+                data[r, j] = w - scale * g
+    return rowwise_adagrad_kernel
+
+
+rowwise_adagrad_kernel = variants(_rowwise_adagrad)
 
 
 class RowWiseAdagrad(SparseOptimizer):
@@ -47,4 +54,4 @@ class RowWiseAdagrad(SparseOptimizer):
             fill_state(data, start, stop, dim, dim + 1, np.float32(self.config.initial_accumulator))
 
     def apply(self, data, rows, grads, dim):
-        rowwise_adagrad_kernel(data, rows, grads, dim, *self.f32("lr", "eps", "weight_decay"))
+        rowwise_adagrad_kernel(self.config.l2)(data, rows, grads, dim, *self.f32("lr", "eps", "l2"))
