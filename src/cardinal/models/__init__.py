@@ -1,10 +1,10 @@
 """Dense CTR models over pooled embeddings: DeepFM, DLRM, Wide&Deep."""
 
-from cardinal.models.base import CTRModel
+from cardinal.models.base import CTRModel, dropout_seed
 from cardinal.models.deepfm import DeepFM
 from cardinal.models.dlrm import DLRM
 from cardinal.models.wide_deep import WideDeep
 
 MODELS: dict[str, type[CTRModel]] = {"deepfm": DeepFM, "dlrm": DLRM, "wide_deep": WideDeep}
 
-__all__ = ["CTRModel", "DeepFM", "DLRM", "WideDeep", "MODELS"]
+__all__ = ["CTRModel", "dropout_seed", "DeepFM", "DLRM", "WideDeep", "MODELS"]

@@ -7,18 +7,53 @@
         -> logits (B,)
 """
 
+import numpy as np
+import torch.nn.functional as F
 from torch import nn
 
 from cardinal.models.global_norm import GlobalBatchNorm
 
 
-def mlp(sizes: list[int], last_activation: bool = True) -> nn.Sequential:
+class MLP(nn.Sequential):
+    """Linear and ReLU layers; with ``dropout`` > 0, dropout after each ReLU in training mode.
+
+    Dropout is applied in ``forward``, not as modules between the layers, so the parameter
+    names (``0.weight``, ``2.weight``, ...) are the same for any rate: a checkpoint loads
+    whatever ``model.dropout`` the resumed run sets. ``eval()`` turns it off; a rate of 0
+    calls nothing, so no random number is drawn and runs stay bitwise as before.
+    """
+
+    def __init__(self, *layers: nn.Module, dropout: float = 0.0):
+        super().__init__(*layers)
+        self.dropout = dropout
+
+    def forward(self, x):
+        for layer in self:
+            x = layer(x)
+            if self.dropout and isinstance(layer, nn.ReLU):
+                x = F.dropout(x, self.dropout, self.training)
+        return x
+
+
+def mlp(sizes: list[int], last_activation: bool = True, dropout: float = 0.0) -> MLP:
     layers: list[nn.Module] = []
     for i, (a, b) in enumerate(zip(sizes, sizes[1:])):
         layers.append(nn.Linear(a, b))
         if last_activation or i < len(sizes) - 2:
             layers.append(nn.ReLU())
-    return nn.Sequential(*layers)
+    return MLP(*layers, dropout=dropout)
+
+
+def dropout_seed(seed: int, step: int, worker: int) -> int:
+    """The torch seed of one training step's dropout masks: a function of (seed, step, worker),
+    so a run resumed at step k draws the masks the uninterrupted run drew, with no RNG state saved."""
+    return int(np.random.SeedSequence([seed, step, worker]).generate_state(1, np.uint64)[0] >> 1)
+
+
+def check_dropout(dropout: float) -> float:
+    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
+        raise ValueError(f"model.dropout must be a number in [0, 1), got {dropout!r}")
+    return float(dropout)
 
 
 class CTRModel(nn.Module):

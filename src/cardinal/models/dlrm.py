@@ -1,17 +1,23 @@
-"""DLRM (Naumov et al. 2019): bottom MLP on dense features, pairwise dot interactions, top MLP."""
+"""DLRM (Naumov et al. 2019): bottom MLP on dense features, pairwise dot interactions, top MLP.
+
+``dropout``: the rate after each hidden layer of the top MLP in training (``MLP``), 0 = none;
+the bottom MLP's output, a vector of the dot interactions, is left whole.
+"""
 
 import torch
 
-from cardinal.models.base import CTRModel, mlp
+from cardinal.models.base import CTRModel, check_dropout, mlp
 
 
 class DLRM(CTRModel):
-    def __init__(self, n_dense: int, n_fields: int, dim: int, bottom: list[int] = (64,), top: list[int] = (256, 128)):
+    def __init__(self, n_dense: int, n_fields: int, dim: int, bottom: list[int] = (64,), top: list[int] = (256, 128),
+                 dropout: float = 0.0):
         super().__init__(n_dense, n_fields, dim)
         self.bottom = mlp([n_dense, *bottom, dim]) if n_dense else None
         n = n_fields + (1 if n_dense else 0)
         self.pairs = torch.triu_indices(n, n, offset=1)
-        self.top = mlp([(dim if n_dense else 0) + n * (n - 1) // 2, *top, 1], last_activation=False)
+        self.top = mlp([(dim if n_dense else 0) + n * (n - 1) // 2, *top, 1], last_activation=False,
+                       dropout=check_dropout(dropout))
 
     def forward(self, dense, emb, wide=None):
         vectors = emb

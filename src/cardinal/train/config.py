@@ -15,6 +15,7 @@ one value (TOML syntax: ``--set model.hidden=[256,128]``, ``--set data.format=cr
 """
 
 import inspect
+import math
 import os
 import tomllib
 from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
@@ -23,6 +24,7 @@ from pathlib import Path
 from cardinal.data.synthetic import SyntheticConfig
 from cardinal.models import MODELS
 from cardinal.optim import make_optimizer
+from cardinal.train.schedule import DECAYS
 
 RECIPES = Path(__file__).resolve().parent.parent / "recipes"
 FORMATS = ("synthetic", "criteo", "parquet", "movielens")
@@ -78,6 +80,8 @@ class EmbeddingConfig:
     combine: bool = True          # several workers: servers apply each step's pushes of all workers as one update
                                   # (what one process computes); false: each worker's push applies on arrival
     compensation: str = "none"    # several workers: "lr" divides a push's sparse lr by its rows' staleness
+    clip_ratio: float = 0.0       # CowClip (worker/clip.py): each id's gradient row to norm <= its uses in the batch
+    clip_min: float = 1e-5        # x max(clip_ratio x |row|, clip_min); clip_ratio = 0: no clipping
 
     def mode(self, distributed: bool) -> str:
         """The consistency this run trains with: "auto" is sync for servers or several workers."""
@@ -98,6 +102,9 @@ class EmbeddingConfig:
             raise ValueError(f"embedding.compensation must be 'none' or 'lr', got {self.compensation!r}")
         if self.pooling not in ("sum", "mean"):
             raise ValueError(f"embedding.pooling must be 'sum' or 'mean', got {self.pooling!r}")
+        if not (0 <= self.clip_ratio < math.inf and 0 <= self.clip_min < math.inf):
+            raise ValueError(f"embedding.clip_ratio and clip_min must be finite and >= 0, got {self.clip_ratio}, "
+                             f"{self.clip_min}")
 
 
 @dataclass(frozen=True)
@@ -107,6 +114,9 @@ class DenseOptimizerConfig:
     weight_decay: float = 0.0
     lr_scaling: str = "none"      # "sqrt": with data.batch_scope = "worker", lr x sqrt(workers) (CowClip's rule;
                                   # the sparse lr stays); with a global batch the workers change nothing
+    warmup_steps: int = 0         # lr rises linearly from 0 over these steps (train/schedule.py)...
+    decay: str = "none"           # ...then "none", "cosine" or "linear" down to lr x min_lr_ratio at the run's last step
+    min_lr_ratio: float = 0.0
 
     def __post_init__(self):
         if self.name not in DENSE_OPTIMIZERS:
@@ -115,6 +125,9 @@ class DenseOptimizerConfig:
             raise ValueError(f"dense_optimizer.lr must be > 0, got {self.lr}")
         if self.lr_scaling not in ("none", "sqrt"):
             raise ValueError(f"dense_optimizer.lr_scaling must be 'none' or 'sqrt', got {self.lr_scaling!r}")
+        if self.warmup_steps < 0 or self.decay not in DECAYS or not 0 <= self.min_lr_ratio <= 1:
+            raise ValueError(f"dense_optimizer: warmup_steps must be >= 0 (got {self.warmup_steps}), decay one of "
+                             f"{DECAYS} (got {self.decay!r}), min_lr_ratio in [0, 1] (got {self.min_lr_ratio})")
 
 
 @dataclass(frozen=True)

@@ -46,16 +46,18 @@ from torchmetrics.functional.classification import binary_auroc
 from tqdm import tqdm
 
 from cardinal.data.prefetch import prefetched
-from cardinal.models import MODELS
+from cardinal.models import MODELS, dropout_seed
 from cardinal.ps import PSClient, checkpoint, embedded
 from cardinal.ps.transport.grpc_transport import GrpcTransport
 from cardinal.train import tables, threads
 from cardinal.train.config import DENSE_OPTIMIZERS, Recipe
 from cardinal.train.readers import make_readers
 from cardinal.train.report import MetricsLog, plot_curves
+from cardinal.train.schedule import DenseSchedule
 from cardinal.train.state_io import load_tree, save_tree
 from cardinal.train.workers import Workers
 from cardinal.worker import EmbeddingCollection
+from cardinal.worker.clip import CowClip
 from cardinal.worker.sources import GeoReplica, PSSource
 
 log = logging.getLogger(__name__)
@@ -85,6 +87,7 @@ class Trainer:
         model_spec = dict(recipe.model)
         model_cls = MODELS[model_spec.pop("name")]
         self.model = model_cls(len(self.train_data.dense_fields), len(self.fields), e.dim, **model_spec)
+        self.model_seeds = bool(model_spec.get("dropout"))
 
         self.net = self.workers.wrap(self.model)
         self.client = self._client(recipe)
@@ -96,10 +99,12 @@ class Trainer:
                                                     workers=w.world, combine=e.combine,
                                                     compensate=e.compensation == "lr")
         self.embedding = EmbeddingCollection(source, tables.features(recipe), e.pooling, staleness,
-                                             timeout=recipe.ps.timeout_s)
+                                             timeout=recipe.ps.timeout_s, clip=CowClip.from_config(e))
         d = recipe.dense_optimizer
         self.optimizer = getattr(torch.optim, DENSE_OPTIMIZERS[d.name])(self.model.parameters(), lr=self._dense_lr(),
                                                                         weight_decay=d.weight_decay)
+        per_epoch = self.data_info["train_steps"]
+        self.schedule = DenseSchedule(d, self._dense_lr(), t.steps or (per_epoch * t.epochs if per_epoch else None))
         self.metrics = MetricsLog(self.run_dir) if self.workers.leader else None
         self.step, self.epoch, self.batch_in_epoch = 0, 0, 0
         self.timings = {"data": 0.0, "compute": 0.0}
@@ -135,6 +140,9 @@ class Trainer:
 
     def _train_step(self, batch, n: float, upcoming) -> float:
         self.embedding.step = self.step
+        self.schedule.apply(self.optimizer, self.step)  # dense warmup and decay (train/schedule.py)
+        if self.model_seeds:  # dropout masks drawn from (seed, step, worker): a resumed run draws the same
+            torch.manual_seed(dropout_seed(self.recipe.train.seed, self.step, self.workers.rank))
         emb, wide = self._embed(batch)
         if upcoming is not None:
             self.embedding.prefetch(upcoming.sparse, self.step + 1)

@@ -16,10 +16,11 @@ per table):
     inverse  [0, 1, 0 | 2, 1]  -> pool(rows, inverse, offsets) -> pooled
 
 Backward gives ``rows.grad`` (one row per unique id, summed over its uses); a hook hands it
-to the row source's ``push``. Call ``flush()`` to wait for every push to be applied (before
-a checkpoint). The module keeps dedup, layout and autograd; where rows live is the source's
-business (``sources/``): ``PSSource`` (the servers, a bounded window of pushes in flight; built
-for you when a ``PSClient`` is given) or ``GeoReplica`` (GEO-SGD, rows trained on the worker).
+to the row source's ``push``, clipped per id first when a ``CowClip`` is given (``clip.py``).
+Call ``flush()`` to wait for every push to be applied (before a checkpoint). The module keeps
+dedup, layout and autograd; where rows live is the source's business (``sources/``):
+``PSSource`` (the servers, a bounded window of pushes in flight; built for you when a
+``PSClient`` is given) or ``GeoReplica`` (GEO-SGD, rows trained on the worker).
 
 Consistency, for the rows a pull of step t sees of this worker's own pushes: before pulling,
 the module settles the source up to a step:
@@ -45,6 +46,7 @@ from cardinal.data.batch import Bag
 from cardinal.embedding import unique_inverse
 from cardinal.ps.client import PSClient
 from cardinal.ps.transport.base import DEFAULT_TIMEOUT, Handle
+from cardinal.worker.clip import CowClip
 from cardinal.worker.pooling import CompiledPooling, Pooling
 from cardinal.worker.sources import PSSource, RowSource
 
@@ -65,12 +67,13 @@ class _Lookup:
 class EmbeddingCollection(nn.Module):
     """``rows``: a ``PSClient`` (a ``PSSource`` over it is built, with ``max_in_flight``
     pushes unacknowledged, 4 by default) or any ``RowSource``. ``pooler``: how bags are
-    pooled (``CompiledPooling`` by default). ``timings`` holds seconds spent in dedup,
+    pooled (``CompiledPooling`` by default). ``clip``: per-id gradient clipping (``CowClip``)
+    before each push, none by default. ``timings`` holds seconds spent in dedup,
     pull_wait and push (settling pushes)."""
 
     def __init__(self, rows: PSClient | RowSource, features: dict[str, str], pooling: str = "sum",
                  staleness: int | None = 1, max_in_flight: int | None = None, timeout: float = DEFAULT_TIMEOUT,
-                 pooler: Pooling | None = None):
+                 pooler: Pooling | None = None, clip: CowClip | None = None):
         super().__init__()
         if pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
@@ -90,6 +93,7 @@ class EmbeddingCollection(nn.Module):
         self.staleness, self.timeout = staleness, timeout
         self.features, self.pooling = dict(features), pooling
         self.pooler = CompiledPooling() if pooler is None else pooler
+        self.clip = clip
         self.tables = sorted(set(self.features.values()))
         self._fields: dict[str, list[str]] = {t: [] for t in self.tables}  # table -> its fields, in order
         for f, t in self.features.items():
@@ -151,11 +155,12 @@ class EmbeddingCollection(nn.Module):
         out = {}
         for table, lk in lookups.items():
             start_time = time.perf_counter()
-            rows = torch.from_numpy(lk.handle.wait(self.timeout))
+            pulled = lk.handle.wait(self.timeout)
+            rows = torch.from_numpy(pulled)
             self.timings["pull_wait"] += time.perf_counter() - start_time
             if self.training and torch.is_grad_enabled():
                 rows.requires_grad_(True)
-                rows.register_hook(self._pusher(table, lk.unique))
+                rows.register_hook(self._pusher(table, lk, pulled))
             if self.pooling == "none":
                 vectors = F.embedding(torch.from_numpy(lk.inverse), rows)
                 batch = (len(lk.offsets) - 1) // len(lk.fields)
@@ -166,11 +171,14 @@ class EmbeddingCollection(nn.Module):
                 out[table] = self.pooler.pool(rows, lk.inverse, lk.offsets, len(lk.fields), self.pooling == "mean")
         return out
 
-    def _pusher(self, table: str, unique: np.ndarray):
-        step = self.step
+    def _pusher(self, table: str, lk: _Lookup, pulled: np.ndarray):
+        step, clip, unique = self.step, self.clip, lk.unique
 
         def push(grad: torch.Tensor) -> None:
-            self.source.push(table, unique, np.ascontiguousarray(grad.detach().numpy(), dtype=np.float32), step=step)
+            grads = np.ascontiguousarray(grad.detach().numpy(), dtype=np.float32)
+            if clip is not None:
+                grads = clip(grads, pulled, np.bincount(lk.inverse, minlength=len(unique)))
+            self.source.push(table, unique, grads, step=step)
         return push
 
     def _settle(self, up_to_step: int | None) -> None:
