@@ -19,8 +19,9 @@ The steps a row was not seen are *not* made up for (no ``(1 - lr l2)^k`` catch-u
     not silenced for having been quiet (its few sightings would otherwise be erased).
 So L2 acts per sighting, like the optimizer's state (``optim/base.py``: untouched rows do
 not change). With several workers and ``embedding.combine = true`` a step's pushes are one
-update, so one decay; with ``combine = false`` each worker's push decays the row once. GEO
-pushes (``kind="delta"``) carry changes, not gradients: the servers apply no L2 to them.
+update, so one decay; with ``combine = false`` each worker's push decays the row once. In
+GEO mode the worker's replica applies the recipe's optimizer, L2 included, and the servers
+add the resulting changes (``kind="delta"``) without a second decay.
 
 Cost when off: each kernel is compiled twice from one source, with and without the
 ``l2 * w`` term (``with_l2`` is a closure constant, so numba drops the dead branch); ``l2 = 0``
