@@ -6,9 +6,9 @@ Each id's gradient row g (summed over its uses in the batch, as pushed) is scale
 
 where cnt is the id's uses in the batch (from the dedup's inverse) and w its row as pulled for
 this step. A frequent id may move further per step than a rare one, and no id's step is large
-against its own weights: what lets CowClip train CTR models on batches of 100k+ examples
-without the embeddings of frequent ids blowing up. ``floor`` (``embedding.clip_min``) keeps
-rows near zero (fresh ones) trainable.
+against its own weights; the paper uses it to train CTR models on very large batches, where
+the summed gradients of frequent ids grow with the batch. ``floor`` (``embedding.clip_min``)
+keeps rows at or near zero trainable.
 
     g (U, width), w (U, width), cnt (U,):  bound_u = cnt_u * max(ratio * |w_u|, floor)
     g_u * (bound_u / |g_u|)  where |g_u| > bound_u;  g_u unchanged (same bits) elsewhere
