@@ -14,9 +14,9 @@ SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "movielens-la
 
 def test_home_is_cardinal_home_else_the_xdg_cache_else_dot_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("CARDINAL_HOME", str(tmp_path / "h"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert home.home() == tmp_path / "h" and home.data_dir() == tmp_path / "h" / "data"
     monkeypatch.delenv("CARDINAL_HOME")
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert home.home() == tmp_path / "xdg" / "cardinal"
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "user"))

@@ -149,6 +149,41 @@ def test_an_interrupted_download_keeps_nothing(archive, home, monkeypatch):
     assert received == [4096, 4096] and leftovers(home) == []
 
 
+@needs_data
+def test_a_failure_while_unpacking_keeps_nothing(archive, home, monkeypatch):
+    """The disk fills up after the first file: no half-unpacked data folder appears."""
+    zip_path, sha = archive
+    serve(monkeypatch, zip_path.as_uri(), sha)
+    extract = zipfile.ZipFile._extract_member
+    done = []
+
+    def fill_up(self, member, *args):
+        if done:
+            raise OSError(28, "No space left on device")
+        done.append(extract(self, member, *args))
+        return done[-1]
+
+    monkeypatch.setattr(zipfile.ZipFile, "_extract_member", fill_up)
+    with pytest.raises(download.DownloadError, match="could not unpack .*No space left on device.*nothing was kept"):
+        download.fetch("movielens", progress=False)
+    assert len(done) == 1 and leftovers(home) == []
+
+
+@needs_data
+def test_the_data_folder_appears_only_by_the_final_rename(archive, home, monkeypatch):
+    """A crash at the commit (the rename) leaves nothing: the folder is never filled in place."""
+    zip_path, sha = archive
+    serve(monkeypatch, zip_path.as_uri(), sha)
+
+    def crash(src, dst):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(download.os, "rename", crash)
+    with pytest.raises(OSError, match="Input/output error"):
+        download.fetch("movielens", progress=False)
+    assert leftovers(home) == []
+
+
 def test_an_unreachable_url_names_it_and_how_to_place_the_files(home, monkeypatch, capsys):
     with Server(b"") as server:  # a port that was just listening and is now closed
         url = server.url

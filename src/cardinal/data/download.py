@@ -136,6 +136,8 @@ def _unpack(zip_path: Path, out: Path, archive: Archive, url: str) -> Path:
             z.extractall(out)
     except zipfile.BadZipFile as e:
         raise DownloadError(f"{url}: not a readable zip archive ({e}); nothing was kept") from e
+    except OSError as e:
+        raise DownloadError(f"could not unpack {url} into {out.parent} ({e}); nothing was kept") from e
     folder = out / archive.folder
     missing = [f for f in archive.files if not (folder / f).is_file()]
     if missing:
