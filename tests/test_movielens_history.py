@@ -5,7 +5,7 @@ import pytest
 
 from cardinal.data import MovieLensReader
 from cardinal.data.movielens import FIELD_CODE
-from cardinal.data.movielens_history import FIELDS, history_features
+from cardinal.data.movielens_history import FIELDS, genre_affinity, history_features
 
 
 def reference(key, rating, ts):
@@ -29,6 +29,25 @@ def test_history_matches_the_definition_with_ties_in_any_order(seed):
     np.testing.assert_array_equal(count, want[0])
     np.testing.assert_allclose(total, want[1], rtol=0, atol=1e-9)
     np.testing.assert_array_equal(clicks, want[2])
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_genre_affinity_matches_the_definition(seed):
+    """Per row: the user's strictly earlier ratings, once for each genre they share with this movie."""
+    rng = np.random.default_rng(seed)
+    n = 200
+    user = rng.integers(0, 5, n)
+    ts = rng.integers(0, 30, n).astype(np.float64)
+    rating = rng.integers(1, 11, n) / 2
+    genres = [sorted(set(rng.integers(0, 6, rng.integers(0, 4)).tolist())) for _ in range(n)]
+    offsets = np.concatenate([[0], np.cumsum([len(g) for g in genres])])
+    count, total = genre_affinity(user, np.array([g for gs in genres for g in gs], np.int64), offsets, rating, ts)
+    for i in range(n):
+        c = t = 0
+        for j in np.flatnonzero((user == user[i]) & (ts < ts[i])):
+            shared = len(set(genres[i]) & set(genres[j]))
+            c, t = c + shared, t + shared * rating[j]
+        assert (count[i], total[i]) == pytest.approx((c, t), abs=1e-9), i
 
 
 def test_the_docstring_example():
@@ -73,6 +92,7 @@ def test_eval_features_come_from_the_past_only(tmp_path):
     # the first eval rating (user 2, movie 2, t=500) sees user 2's rating 4.0 at t=300 and movie 2's 1.0 at t=200
     assert before["user_mean"][0] == 16 and before["user_count"][0] == 1 and before["user_likes"][0] == 10
     assert before["movie_mean"][0] == 4 and before["movie_count"][0] == 1
+    assert before["user_genre_mean"][0] == 16  # movie 2 (Comedy|Drama) shares Drama with user 2's movie 1
     assert before["movie_age"][0] == 0  # rated in 1970, released 2010: clipped at 0
     # the user's own past does count: change user 2's rating at t=300
     past = base[:2] + [(2, 1, 1.0, 300)] + base[3:]

@@ -94,8 +94,12 @@ class MovieLensReader:
         movie = ratings["movieId"][good].astype(np.int64)
         year = np.array([self.year_of.get(m, -1) for m in movie.tolist()], np.int64)
         ts = ratings["timestamp"][good]
+        genres = [self.genres_of.get(m, []) for m in movie.tolist()]
+        offsets = np.zeros(len(movie) + 1, np.int64)
+        np.cumsum([len(g) for g in genres], out=offsets[1:])
+        codes = np.fromiter((g for gs in genres for g in gs), np.int64, int(offsets[-1]))
         fields = history.encode(ratings["userId"][good].astype(np.int64), movie, ratings["rating"][good].astype(float),
-                                ts, year, np.floor(ts).astype(np.int64))
+                                ts, year, np.floor(ts).astype(np.int64), (codes, offsets))
         where = np.full(len(ratings["rating"]), -1, np.int64)
         where[good] = np.arange(len(good))
         return {name: values[where[rows]] for name, values in fields.items()}

@@ -12,6 +12,8 @@ rating ever part of its own history):
     movie_mean    the movie's mean rating so far, as user_mean
     movie_count   the movie's ratings so far, as user_count
     movie_age     years from the movie's release to the rating (0..50, later clipped); absent without a year
+    user_genre_mean  the user's mean rating so far of movies sharing a genre with this one (each
+                  earlier rating counted once per shared genre), as user_mean; absent without one
 
 Example, one user (ratings in time order, t = timestamp):
     t:      10   20   20   30
@@ -22,7 +24,7 @@ Example, one user (ratings in time order, t = timestamp):
 
 import numpy as np
 
-FIELDS = ["user_mean", "user_count", "user_likes", "movie_mean", "movie_count", "movie_age"]
+FIELDS = ["user_mean", "user_count", "user_likes", "movie_mean", "movie_count", "movie_age", "user_genre_mean"]
 MAX_AGE = 50
 
 
@@ -48,8 +50,18 @@ def history_features(key: np.ndarray, rating: np.ndarray, ts: np.ndarray) -> tup
     return out[0].astype(np.int64), out[1], out[2].astype(np.int64)
 
 
+def genre_affinity(user: np.ndarray, genres: np.ndarray, offsets: np.ndarray, rating: np.ndarray,
+                   ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each row, (count, sum of ratings) of the user's earlier ratings of movies sharing a genre
+    with this one, summed over this movie's genres (``genres[offsets[i]:offsets[i+1]]``, codes < 1024)."""
+    per_row = np.diff(offsets)
+    row = np.repeat(np.arange(len(user)), per_row)
+    count, total, _ = history_features(user[row] * 1024 + genres, rating[row], ts[row])
+    return (np.bincount(row, count, len(user)).astype(np.int64), np.bincount(row, total, len(user)))
+
+
 def encode(user: np.ndarray, movie: np.ndarray, rating: np.ndarray, ts: np.ndarray,
-           movie_year: np.ndarray, seconds: np.ndarray) -> dict[str, np.ndarray]:
+           movie_year: np.ndarray, seconds: np.ndarray, genres: tuple[np.ndarray, np.ndarray]) -> dict[str, np.ndarray]:
     """Each field of ``FIELDS`` as an int64 bucket per row, -1 where absent. ``movie_year`` -1:
     unknown; ``seconds``: ``ts`` as whole Unix seconds (for the year of the rating)."""
     out = {}
@@ -61,6 +73,8 @@ def encode(user: np.ndarray, movie: np.ndarray, rating: np.ndarray, ts: np.ndarr
         out[f"{who}_count"] = np.floor(np.log2(count + 1)).astype(np.int64)
         if who == "user":
             out["user_likes"] = np.where(seen, np.rint(clicks / safe * 10), -1).astype(np.int64)
+    count, total = genre_affinity(user, *genres, rating, ts)
+    out["user_genre_mean"] = np.where(count > 0, np.rint(total / np.maximum(count, 1) * 4), -1).astype(np.int64)
     year = seconds.astype("datetime64[s]").astype("datetime64[Y]").astype(np.int64) + 1970
     out["movie_age"] = np.where(movie_year >= 0, np.clip(year - movie_year, 0, MAX_AGE), -1).astype(np.int64)
     return {f: out[f] for f in FIELDS}
