@@ -1,4 +1,5 @@
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -47,8 +48,10 @@ def cardinal_home(tmp_path_factory):
     """The tests never write into the user's real cache (~/.cache/cardinal): CARDINAL_HOME, read
     by this process and inherited by every process a test starts, is a temporary folder."""
     old = os.environ.get("CARDINAL_HOME")
-    os.environ["CARDINAL_HOME"] = str(tmp_path_factory.mktemp("cardinal-home"))
-    yield Path(os.environ["CARDINAL_HOME"])
+    home = tmp_path_factory.mktemp("cardinal-home")
+    os.environ["CARDINAL_HOME"] = str(home)
+    yield home
+    shutil.rmtree(home, ignore_errors=True)  # generated data sets are large: none left in /tmp
     if old is None:
         del os.environ["CARDINAL_HOME"]
     else:
