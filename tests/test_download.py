@@ -7,6 +7,7 @@ and checksum are replaced through ``download.DATASETS``.
 
 import hashlib
 import http.server
+import ssl
 import threading
 import zipfile
 from dataclasses import replace
@@ -182,6 +183,30 @@ def test_the_data_folder_appears_only_by_the_final_rename(archive, home, monkeyp
     with pytest.raises(OSError, match="Input/output error"):
         download.fetch("movielens", progress=False)
     assert leftovers(home) == []
+
+
+@needs_data
+def test_a_certificate_that_does_not_verify_falls_back_to_the_checked_http_address(archive, home, monkeypatch, capsys):
+    zip_path, sha = archive
+    opened, urlopen = [], download.urllib.request.urlopen
+
+    def expired(url, *args, **kwargs):
+        opened.append(url)
+        if url.startswith("https://"):
+            raise download.urllib.error.URLError(ssl.SSLCertVerificationError(1, "certificate has expired"))
+        return urlopen(url, *args, **kwargs)
+
+    monkeypatch.setattr(download.urllib.request, "urlopen", expired)
+    with Server(zip_path.read_bytes()) as server:
+        known = replace(download.DATASETS["movielens"], url="https://127.0.0.1:9/ml-latest-small.zip", sha256=sha,
+                        fallback_url=server.url)
+        monkeypatch.setitem(download.DATASETS, "movielens", known)
+        assert download.fetch("movielens", progress=False) == (home / "data" / "movielens-latest-small", True)
+        assert opened == [known.url, server.url]
+        assert "certificate has expired" in capsys.readouterr().err
+        # the same failure on an address the caller chose is an error: no silent change of address
+        with pytest.raises(download.DownloadError, match="certificate has expired"):
+            download.fetch("movielens", home / "other", url="https://127.0.0.1:9/mine.zip", progress=False)
 
 
 def test_an_unreachable_url_names_it_and_how_to_place_the_files(home, monkeypatch, capsys):
