@@ -1,4 +1,6 @@
 import os
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -39,6 +41,21 @@ def tiny_recipe(tmp_path, *extra):
                               "data.synthetic.eval_rows=1000", "data.synthetic.vocab=300", "data.batch_size=256",
                               "data.eval_batch_size=1000", "model.hidden=[16]", "embedding.dim=4",
                               "train.log_every=2", *extra])
+
+
+@pytest.fixture(autouse=True, scope="session")
+def cardinal_home(tmp_path_factory):
+    """The tests never write into the user's real cache (~/.cache/cardinal): CARDINAL_HOME, read
+    by this process and inherited by every process a test starts, is a temporary folder."""
+    old = os.environ.get("CARDINAL_HOME")
+    home = tmp_path_factory.mktemp("cardinal-home")
+    os.environ["CARDINAL_HOME"] = str(home)
+    yield home
+    shutil.rmtree(home, ignore_errors=True)  # generated data sets are large: none left in /tmp
+    if old is None:
+        del os.environ["CARDINAL_HOME"]
+    else:
+        os.environ["CARDINAL_HOME"] = old
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from cardinal.data.movielens_history import FIELDS as HISTORY
 from cardinal.data import CriteoReader, MovieLensReader, ParquetReader, SyntheticConfig, convert, generate
 from cardinal.data.criteo import parse_buffer
 
@@ -162,7 +163,7 @@ def test_movielens_splits_by_time_and_encodes_fields():
     assert train_times.max() <= eval_times.min()  # every training rating is older than every eval one
     assert not (np.diff(train_times) >= 0).all()  # ...and training order is shuffled
     batch = next(iter(train))
-    assert set(batch.sparse) == {"user", "movie", "genres", "year"} and batch.dense.shape == (4096, 0)
+    assert set(batch.sparse) == {"user", "movie", "genres", "year", *HISTORY} and batch.dense.shape == (4096, 0)
     sizes = np.diff(batch.sparse["genres"].offsets)
     assert sizes.max() > 1  # multi-hot
     assert ((batch.sparse["genres"].values >> 40) == 3).all()

@@ -108,7 +108,7 @@ def test_no_new_cli_options():
     assert options == {"train": ["--help", "--resume", "--set", "-h"], "eval": ["--checkpoint", "--help", "-h"],
                        "generate": ["--help", "--set", "-h"], "convert": ["--help", "--out", "--strict", "-h"],
                        "server": ["--data-dir", "--help", "--host", "--port", "--set", "--shard", "-h"],
-                       "launch": ["--help", "--servers", "--workers", "-h"]}
+                       "launch": ["--help", "--servers", "--workers", "-h"], "data": ["--help", "-h"]}
 
 
 def test_auto_consistency_is_async_in_one_process_and_sync_with_servers_or_workers(tmp_path):

@@ -4,6 +4,7 @@
     cardinal eval RUN_DIR [--checkpoint STEP_DIR]
     cardinal generate OUT_DIR [--set key=value ...]        (keys of [data.synthetic])
     cardinal convert TSV [TSV ...] --out FILE.parquet [--strict]
+    cardinal data movielens [DIR]                          (download; DIR: $CARDINAL_HOME/data/...)
     cardinal server [RECIPE] --shard I/N --data-dir DIR [--port P] [--host H] [--set ...]
     cardinal launch --servers S --workers W -- [RECIPE] [--set ...] [--resume RUN_DIR]
 
@@ -51,6 +52,9 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("tsv", nargs="+")
     c.add_argument("--out", required=True)
     c.add_argument("--strict", action="store_true", help="stop at the first bad line")
+    d = sub.add_parser("data", help="download a public data set (movielens), check its checksum and unpack it")
+    d.add_argument("name", help="movielens: MovieLens ml-latest-small (1 MB)")
+    d.add_argument("dir", nargs="?", help="where to put it (default: $CARDINAL_HOME/data/<name>-...)")
     return p
 
 
@@ -59,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         commands = {"train": train, "eval": evaluate, "generate": generate, "convert": convert, "server": server,
-                    "launch": launch}
+                    "launch": launch, "data": data}
         return commands[args.command](args)
     except ValueError as e:  # what the user can change; anything else (a bug) is a traceback (exit 1)
         print(f"cardinal {args.command}: error: {e}", file=sys.stderr)
@@ -133,6 +137,13 @@ def generate(args) -> int:
         report = write(args.out_dir, cfg, progress=bar.update)
     print(f"teacher AUC on eval: {report['eval']['teacher_auc']:.4f} (logloss {report['eval']['teacher_logloss']:.4f}, "
           f"click rate {report['eval']['click_rate']:.3f}); files in {args.out_dir}")
+    return 0
+
+
+def data(args) -> int:
+    from cardinal.data.download import command
+
+    print(command(args.name, args.dir))
     return 0
 
 

@@ -1,7 +1,9 @@
 """MovieLens ratings as click data (``ml-latest-small`` layout: ratings.csv, movies.csv).
 
 A rating of 4 or more is a click. Sparse fields: ``user``, ``movie``, ``genres``
-(multi-hot), ``year`` (from the title; an empty bag when absent); no dense features.
+(multi-hot), ``year`` (from the title; an empty bag when absent), and what was known before
+the rating (``movielens_history``: the user's and the movie's earlier ratings, the movie's
+age); no dense features.
 Ids are ``(field << 40) | value`` so fields never collide. Split by time: the earliest
 ``1 - eval_fraction`` of ratings train, the latest evaluate; training order is shuffled
 with ``seed``. A global batch is ``batch_size`` consecutive rows of that order; a reader with
@@ -24,11 +26,13 @@ import pyarrow as pa
 import pyarrow.csv as pcsv
 import torch
 
+from cardinal.data import movielens_history as history
 from cardinal.data.bad_rows import BadRows
 from cardinal.data.batch import Batch, Bag, single_hot
 from cardinal.data.shares import bounds, check_share
 
-SPARSE = ["user", "movie", "genres", "year"]
+SPARSE = ["user", "movie", "genres", "year", *history.FIELDS]
+FIELD_CODE = {name: i + 1 for i, name in enumerate(SPARSE)}  # an id is (code << 40) | value
 _YEAR = re.compile(r"\((\d{4})\)\s*$")
 ID_LIMIT = 1 << 40   # ids sit below the field bits
 RATINGS = (0.5, 5.0)
@@ -57,6 +61,7 @@ class MovieLensReader:
             "rating": lambda v: (v >= RATINGS[0]) & (v <= RATINGS[1]), "timestamp": np.isfinite})
         movies, movie_ok = _read(path / "movies.csv", self.bad, {"movieId": lambda v: (v >= 0) & (v < ID_LIMIT)})
         self.bad.finish()
+        self._movie_info({k: v[movie_ok] for k, v in movies.items()})
         good = np.flatnonzero(good)
         order = good[np.argsort(ratings["timestamp"][good], kind="stable")]
         cut = int(len(order) * (1 - eval_fraction))
@@ -66,7 +71,7 @@ class MovieLensReader:
         self.user = ratings["userId"][rows].astype(np.int64)
         self.movie = ratings["movieId"][rows].astype(np.int64)
         self.labels = (ratings["rating"][rows] >= 4.0).astype(np.float32)
-        self._movie_info({k: v[movie_ok] for k, v in movies.items()})
+        self.history = self._history(ratings, good, rows)
         self.batch_size = batch_size
 
     @property
@@ -83,6 +88,22 @@ class MovieLensReader:
             m = _YEAR.search(title or "")
             self.year_of[mid] = int(m.group(1)) if m else -1
 
+    def _history(self, ratings: dict, good: np.ndarray, rows: np.ndarray) -> dict[str, np.ndarray]:
+        """Each history field's bucket for ``rows`` (-1: absent), from all good ratings of both splits
+        (each sees only earlier ones, so the eval split's come from its own past, never its future)."""
+        movie = ratings["movieId"][good].astype(np.int64)
+        year = np.array([self.year_of.get(m, -1) for m in movie.tolist()], np.int64)
+        ts = ratings["timestamp"][good]
+        genres = [self.genres_of.get(m, []) for m in movie.tolist()]
+        offsets = np.zeros(len(movie) + 1, np.int64)
+        np.cumsum([len(g) for g in genres], out=offsets[1:])
+        codes = np.fromiter((g for gs in genres for g in gs), np.int64, int(offsets[-1]))
+        fields = history.encode(ratings["userId"][good].astype(np.int64), movie, ratings["rating"][good].astype(float),
+                                ts, year, np.floor(ts).astype(np.int64), (codes, offsets))
+        where = np.full(len(ratings["rating"]), -1, np.int64)
+        where[good] = np.arange(len(good))
+        return {name: values[where[rows]] for name, values in fields.items()}
+
     def __iter__(self) -> Iterator[Batch]:
         for start in range(0, len(self.labels), self.batch_size):
             lo, hi = bounds(min(self.batch_size, len(self.labels) - start), self.share)
@@ -97,6 +118,9 @@ class MovieLensReader:
                       "movie": single_hot(movie | (2 << 40), np.ones(len(movie), bool)),
                       "genres": Bag(genre_ids, offsets),
                       "year": single_hot(years | (4 << 40), years >= 0)}
+            for name, values in self.history.items():
+                v = values[s]
+                sparse[name] = single_hot(v | (FIELD_CODE[name] << 40), v >= 0)
             yield Batch(torch.zeros(len(user), 0), sparse, torch.from_numpy(self.labels[s]))
 
 

@@ -22,6 +22,7 @@ from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
 
 from cardinal.data.synthetic import SyntheticConfig
+from cardinal.home import expand
 from cardinal.models import MODELS
 from cardinal.optim import make_optimizer
 from cardinal.train.schedule import DECAYS
@@ -42,13 +43,18 @@ class DataConfig:
     eval_batch_size: int = 16384
     strict: bool = False          # stop at the first bad input line instead of skipping it
     max_bad_fraction: float = 0.01  # stop the run when more of the lines read are bad than this share
-    cache_dir: str = "data"       # where generated data sets are kept
+    cache_dir: str = "$CARDINAL_HOME/data"  # where generated data sets are kept, shared by runs from any folder;
+                                  # CARDINAL_HOME defaults to $XDG_CACHE_HOME/cardinal, else ~/.cache/cardinal
+                                  # (cardinal/home.py). In train, eval and cache_dir, a leading $CARDINAL_HOME
+                                  # or ~ is expanded when the recipe is loaded
     synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
 
     def __post_init__(self):
         for name in ("train", "eval"):  # a plain string is a list of one file
             if isinstance(getattr(self, name), str):
                 object.__setattr__(self, name, [getattr(self, name)])
+            object.__setattr__(self, name, [expand(p) for p in getattr(self, name)])
+        object.__setattr__(self, "cache_dir", expand(self.cache_dir))
         if self.format not in FORMATS:
             raise ValueError(f"data.format must be one of {FORMATS}, got {self.format!r}")
         if self.format in ("criteo", "parquet") and not (self.train and self.eval):

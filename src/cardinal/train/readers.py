@@ -49,8 +49,20 @@ def make_readers(cfg: DataConfig, seed: int = 0, progress: bool = True, share: t
         train = ParquetReader(cfg.train, cfg.batch_size, **mine)
         evaluation = ParquetReader(cfg.eval, cfg.eval_batch_size, **checks)
     else:
+        _check_movielens(cfg.train[0])
         train = MovieLensReader(cfg.train[0], "train", cfg.batch_size, seed=seed, **mine)
         evaluation = MovieLensReader(cfg.train[0], "eval", cfg.eval_batch_size, seed=seed, **checks)
         info["train_steps"] = math.ceil(len(train.labels) / cfg.batch_size)
         info["eval_files"] = [f"{cfg.train[0]} (the latest ratings)"]
     return train, evaluation, info
+
+
+def _check_movielens(folder: str) -> None:
+    """A missing MovieLens folder is the first thing a new user meets: name both ways out."""
+    from cardinal.data.download import default_dir
+
+    if not (Path(folder) / "ratings.csv").is_file():
+        where = "" if Path(folder) == default_dir("movielens") else f" {folder}"
+        raise ValueError(f"MovieLens data not found: {folder} holds no ratings.csv. Download it with "
+                         f"`cardinal data movielens{where}`, or point to a copy (the folder of ratings.csv "
+                         f"and movies.csv) with --set data.train=\"PATH\"")
