@@ -195,10 +195,13 @@ def run(recipe: str, grids: list[str], base: list[str], parallel: int = 1, out_r
     echo(f"sweep directory: {out} ({len(items)} settings, {parallel} at a time)")
     prepare(recipe, items, out, threads)
     start = time.monotonic()
-    with ThreadPoolExecutor(parallel) as pool:
+    pool = ThreadPoolExecutor(parallel)
+    try:
         for s in pool.map(lambda s: run_one(recipe, s, timeout_s), items):
             auc = s.result.get("eval_auc")
             echo(f"[{s.index + 1}/{len(items)}] {s.label()}: " + (f"AUC {auc:.4f}" if auc is not None else s.error))
+    finally:  # Ctrl-C (which the children get too) starts no further setting
+        pool.shutdown(wait=True, cancel_futures=True)
     table = tabulate(recipe, items, base, parallel, time.monotonic() - start)
     (out / "sweep.json").write_text(json.dumps(table, indent=1))
     (out / "sweep.md").write_text(markdown(table))
