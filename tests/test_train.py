@@ -95,6 +95,14 @@ def test_switching_model_by_override_starts_from_its_defaults():
     assert r.model == {"name": "dlrm", "top": [32]}
 
 
+def test_switching_sparse_optimizer_by_override_starts_from_its_defaults():
+    # the default recipe's adagrad has initial_accumulator, which adam does not take
+    assert config.load("criteo_synthetic", ['sparse_optimizer.name="adam"']).sparse_optimizer == {"name": "adam"}
+    r = config.load("criteo_synthetic", ["sparse_optimizer.lr=0.5", 'sparse_optimizer.name="ftrl"'])
+    assert r.sparse_optimizer == {"name": "ftrl", "lr": 0.5}
+    assert config.load("criteo_synthetic", ['sparse_optimizer.name="adagrad"']).sparse_optimizer["lr"] == 0.03
+
+
 def test_shipped_recipes_load():
     for path in sorted(config.RECIPES.glob("*.toml")):
         config.load(path)
@@ -108,7 +116,8 @@ def test_no_new_cli_options():
     assert options == {"train": ["--help", "--resume", "--set", "-h"], "eval": ["--checkpoint", "--help", "-h"],
                        "generate": ["--help", "--set", "-h"], "convert": ["--help", "--out", "--strict", "-h"],
                        "server": ["--data-dir", "--help", "--host", "--port", "--set", "--shard", "-h"],
-                       "launch": ["--help", "--servers", "--workers", "-h"], "data": ["--help", "-h"]}
+                       "launch": ["--help", "--servers", "--workers", "-h"], "data": ["--help", "-h"],
+                       "sweep": ["--grid", "--help", "--out", "--parallel", "--set", "-h"]}
 
 
 def test_auto_consistency_is_async_in_one_process_and_sync_with_servers_or_workers(tmp_path):

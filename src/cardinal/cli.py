@@ -7,6 +7,7 @@
     cardinal data movielens [DIR]                          (download; DIR: $CARDINAL_HOME/data/...)
     cardinal server [RECIPE] --shard I/N --data-dir DIR [--port P] [--host H] [--set ...]
     cardinal launch --servers S --workers W -- [RECIPE] [--set ...] [--resume RUN_DIR]
+    cardinal sweep [RECIPE] --grid section.key=v1,v2 [--grid ...] [--set ...] [--parallel N]
 
 Every command's exit status says whether it succeeded: 0 when it did; 2 for an error the user
 can fix (bad recipe or data, a run that diverged or trained nothing), named on one line of
@@ -48,6 +49,12 @@ def parser() -> argparse.ArgumentParser:
     lch.add_argument("--servers", type=int, default=2)
     lch.add_argument("--workers", type=int, default=1)
     lch.add_argument("train_args", nargs=argparse.REMAINDER, help="-- then what `cardinal train` takes")
+    w = sub.add_parser("sweep", help="train every combination of --grid values; one table of eval AUC")
+    w.add_argument("recipe", nargs="?", default="criteo_synthetic", help="a shipped recipe name or a TOML path")
+    w.add_argument("--grid", action="append", default=[], metavar="SECTION.KEY=V1,V2", help="values to try")
+    w.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="fixed for every setting")
+    w.add_argument("--parallel", type=int, default=1, help="settings trained at once (threads split among them)")
+    w.add_argument("--out", metavar="DIR", help="where the sweep directory goes (default: the recipe's train.run_dir)")
     c = sub.add_parser("convert", help="convert Criteo TSV files to Parquet")
     c.add_argument("tsv", nargs="+")
     c.add_argument("--out", required=True)
@@ -63,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         commands = {"train": train, "eval": evaluate, "generate": generate, "convert": convert, "server": server,
-                    "launch": launch, "data": data}
+                    "launch": launch, "data": data, "sweep": sweep}
         return commands[args.command](args)
     except ValueError as e:  # what the user can change; anything else (a bug) is a traceback (exit 1)
         print(f"cardinal {args.command}: error: {e}", file=sys.stderr)
@@ -152,6 +159,13 @@ def launch(args) -> int:
 
     rest = args.train_args[1:] if args.train_args[:1] == ["--"] else args.train_args
     return run(args.servers, args.workers, rest)
+
+
+def sweep(args) -> int:
+    from cardinal.sweep import run as run_sweep
+
+    run_sweep(args.recipe, args.grid, args.set, args.parallel, args.out)
+    return 0
 
 
 def server(args) -> int:

@@ -11,7 +11,8 @@
 
 An unknown section or key is an error that names it; ``--set section.key=value`` overrides
 one value (TOML syntax: ``--set model.hidden=[256,128]``, ``--set data.format=criteo``).
-``--set model.name=...`` naming another model starts that model from its own defaults.
+``--set model.name=...`` naming another model starts that model from its own defaults, and
+``--set sparse_optimizer.name=...`` another optimizer from its own (hyper-parameters differ per optimizer).
 """
 
 import inspect
@@ -297,11 +298,12 @@ def load(path: str | Path | None = None, overrides: list[str] = ()) -> Recipe:
             raise ValueError(f"recipe {path!r} not found (a path, or one of {shipped})")
         raw = tomllib.loads(p.read_text())
     parsed = [parse_override(text) + (text,) for text in overrides]
-    # a new model name first: the recipe's settings for the old model do not carry over
-    parsed.sort(key=lambda p: p[0] != ["model", "name"])
+    # a new model or sparse optimizer name first: the recipe's settings for the old one do not carry over
+    named = (["model", "name"], ["sparse_optimizer", "name"])
+    parsed.sort(key=lambda p: p[0] not in named)
     for keys, value, text in parsed:
-        if keys == ["model", "name"] and raw.get("model", {}).get("name") != value:
-            raw["model"] = {}
+        if keys in named and raw.get(keys[0], {}).get("name") != value:
+            raw[keys[0]] = {}
         node = raw
         for k in keys[:-1]:
             node = node.setdefault(k, {})
