@@ -18,6 +18,7 @@ from cardinal.train.config import Recipe
 FROZEN = ("model", "embedding.dim", "embedding.shared", "embedding.pooling", "embedding.init_scale",
           "embedding.seed", "sparse_optimizer.name", "dense_optimizer.name", "data.format",
           "data.batch_size", "data.batch_scope")
+UNSET = "(not set)"
 RESUMABLE = ("learning rates and optimizer settings but their names, train.* (steps, epochs, eval and "
              "checkpoint cadence), data files, ps.* (servers, shards), embedding consistency")
 
@@ -37,11 +38,11 @@ def resumed_recipe(run_dir: Path, overrides: list[str]) -> Recipe:
     before = config.from_dict(raw)
     after = config.load_dict(raw, overrides)
     old, new = _flat(before.to_dict()), _flat(after.to_dict())
-    for key in sorted(old.keys() | new.keys()):
-        if old.get(key) != new.get(key) and any(key == f or key.startswith(f + ".") for f in FROZEN):
-            raise ValueError(f"--resume cannot change {key} (the run has {old.get(key)!r}, the override "
-                             f"{new.get(key)!r}): it fixes the shape of what {run_dir} saved; start a new run "
-                             f"for it. A resume may change {RESUMABLE}")
+    for key in sorted(old.keys() | new.keys(), key=lambda k: (not k.endswith(".name"), k)):  # model.name first
+        if old.get(key, UNSET) != new.get(key, UNSET) and any(key == f or key.startswith(f + ".") for f in FROZEN):
+            raise ValueError(f"--resume cannot change {key} (the run has {old.get(key, UNSET)!r}, the override "
+                             f"{new.get(key, UNSET)!r}): it fixes the shape of what {run_dir} saved; start a new "
+                             f"run for it. A resume may change {RESUMABLE}")
     return after
 
 
