@@ -2,9 +2,11 @@
 never share a directory; the second takes the readable name with a suffix."""
 
 import json
+import math
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -54,13 +56,32 @@ def test_two_runs_in_the_same_second_get_two_directories(tmp_path, data, monkeyp
     check_one_run_each(runs, 2)
 
 
+# each process imports everything, says so, and is told when to start `cardinal train`: 50 ms into
+# the same whole second of the clock, so their directory names collide (no hook in the code under test)
+TOGETHER = """
+import sys, time
+import cardinal.train.trainer
+from cardinal import cli
+print("ready", flush=True)
+start = float(sys.stdin.readline())
+time.sleep(max(0.0, start - time.time()))
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
 def test_two_processes_started_together_get_two_directories(tmp_path, data):
     runs = tmp_path / "runs"
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    cmd = [sys.executable, "-m", "cardinal.cli", "train", *sets(data, runs)]
-    procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for _ in range(2)]
+    cmd = [sys.executable, "-c", TOGETHER, "train", *sets(data, runs)]
+    procs = [subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for _ in range(2)]
     try:
+        for p in procs:  # readline blocks; pytest-timeout bounds it, and a dead process gives ""
+            assert p.stdout.readline().strip() == "ready", p.stderr.read()[-3000:]
+        start = math.ceil(time.time()) + 1.05
+        for p in procs:
+            p.stdin.write(f"{start}\n")
+            p.stdin.flush()
         outs = [p.communicate(timeout=240) for p in procs]
     finally:
         for p in procs:
