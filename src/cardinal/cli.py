@@ -185,11 +185,12 @@ def _print_summary(s: dict) -> None:
 
 
 def evaluate(args) -> int:
-    from cardinal.train import Trainer, config
+    from cardinal.train import config
     from cardinal.train.resume import saved_recipe
 
     run_dir = Path(args.run_dir)
     recipe = config.from_dict(saved_recipe(run_dir))
+    from cardinal.train import Trainer
     trainer = Trainer(recipe, run_dir, progress=False)
     trainer.load(args.checkpoint or run_dir / "checkpoints")
     print(json.dumps({"step": trainer.step, **trainer.evaluate()}))

@@ -37,10 +37,10 @@ SPARSE_OPTIMIZERS = ("adagrad", "adam", "ftrl", "rowwise_adagrad", "sgd")
 
 @dataclass(frozen=True)
 class DataConfig:
-    format: str = "synthetic"
+    format: str = "synthetic"     # "synthetic" (generated), "criteo" (TSV), "parquet" or "movielens"
     train: list[str] = field(default_factory=list)  # files (criteo, parquet) or a directory (movielens);
                                                     # a plain string is a list of one
-    eval: list[str] = field(default_factory=list)
+    eval: list[str] = field(default_factory=list)  # files to evaluate on (criteo, parquet)
     batch_size: int = 4096        # the global batch: W workers each train a 1/W share of every batch...
     batch_scope: str = "global"   # ...or "worker": each worker trains batch_size (global batch W x batch_size)
     eval_batch_size: int = 16384  # rows per eval batch (evaluation only: any size gives the same metrics)
@@ -109,7 +109,7 @@ class EmbeddingConfig:
 @dataclass(frozen=True)
 class DenseOptimizerConfig:
     name: str = "adam"            # torch.optim: "adam", "adagrad" or "sgd" (fixed for a run)
-    lr: float = 0.001
+    lr: float = 0.001             # the dense layers' learning rate
     weight_decay: float = 0.0     # torch.optim's weight_decay on the dense weights
     lr_scaling: str = "none"      # "sqrt": with data.batch_scope = "worker", lr x sqrt(workers) (CowClip's rule;
                                   # the sparse lr stays); with a global batch the workers change nothing
@@ -152,7 +152,9 @@ class PSConfig:
             raise ValueError(f"ps.max_message_mb must be in [1, 2047] (gRPC's limit is 2 GiB), got {self.max_message_mb}")
         if self.max_concurrent_calls < 1:
             raise ValueError(f"ps.max_concurrent_calls must be >= 1, got {self.max_concurrent_calls}")
-        self.store_limits()  # each row limit >= 1
+        for name in ("max_rows", "max_new_rows_per_request", "request_window", "max_clients", "client_idle_s"):
+            if not getattr(self, name) >= 1:  # StoreLimits checks them again; importing it here would import numba
+                raise ValueError(f"ps.{name} must be a number >= 1, got {getattr(self, name)!r}")
         if bool(self.tls_cert) != bool(self.tls_key):
             raise ValueError("ps.tls_cert and ps.tls_key go together")
 
