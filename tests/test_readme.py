@@ -68,9 +68,7 @@ def resolve(args: list[str]) -> None:
     if parsed.command == "launch":
         rest = parsed.train_args[1:] if parsed.train_args[:1] == ["--"] else parsed.train_args
         resolve(["train", *rest])
-    elif parsed.command in ("train", "server") and not getattr(parsed, "resume", None):
-        config.load(parsed.recipe, parsed.set)
-    elif parsed.command == "train":  # a resume: its --set values are TOML and name real keys
+    elif parsed.command in ("train", "server"):  # with --resume too: its --set values name real keys
         config.load(parsed.recipe, parsed.set)
 
 
