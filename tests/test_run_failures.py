@@ -136,7 +136,8 @@ def test_a_resume_with_another_dense_optimizer_is_refused_before_loading(tmp_pat
     assert code == 0
     code = cli.main(["train", "--resume", str(run), "--set", 'dense_optimizer.name="sgd"', "--set", "train.steps=3"])
     assert code == 2 and committed(run) == [2]
-    assert "the dense optimizer was 'adam', this recipe's is 'sgd'" in capsys.readouterr().err
+    assert "--resume cannot change dense_optimizer.name (the run has 'adam', the override 'sgd')" \
+        in capsys.readouterr().err
 
 
 def test_a_global_batch_of_only_bad_lines_is_skipped_not_trained_on(tmp_path, data):

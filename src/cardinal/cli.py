@@ -1,6 +1,8 @@
 """The ``cardinal`` command. Few flags: every knob is a recipe value, set with ``--set``.
 
     cardinal train [RECIPE] [--set section.key=value ...] [--resume RUN_DIR]
+    cardinal recipe show [RECIPE] [--set ...] [--resume RUN_DIR]   (the resolved recipe, each key explained)
+    cardinal recipe list
     cardinal eval RUN_DIR [--checkpoint STEP_DIR]
     cardinal generate OUT_DIR [--set key=value ...]        (keys of [data.synthetic])
     cardinal convert TSV [TSV ...] --out FILE.parquet [--strict]
@@ -12,6 +14,8 @@
 Every command's exit status says whether it succeeded: 0 when it did; 2 for an error the user
 can fix (bad recipe or data, a run that diverged or trained nothing), named on one line of
 stderr; 1 (a traceback) for anything else; ``launch`` exits with its first failing worker's code.
+Heavy modules (torch, numba, grpc) are imported inside the commands, after the arguments and
+the recipe are checked, so ``--help``, ``--version`` and a mistyped key answer at once.
 """
 
 import argparse
@@ -22,16 +26,39 @@ import sys
 import time
 from pathlib import Path
 
-from tqdm import tqdm
+import cardinal
+
+TRAIN_HELP = """keys: `cardinal recipe show [RECIPE]` prints every key of the resolved recipe with its meaning
+(they are documented beside the dataclass fields in cardinal/train/config.py).
+file lists (data.train, data.eval, ps.servers): a path, a comma list a.tsv,b.tsv, or a TOML list
+'["a.tsv","b.tsv"]' (a path holding a comma needs the quoted TOML list).
+--resume RUN: the run's recipe.json plus the --set values. Learning rates, train.* (steps, epochs,
+eval and checkpoint cadence), data files and ps.* may change; keys that fix the saved shapes
+(model.*, embedding.dim, embedding.shared, optimizer names, data.format, data.batch_size) may not.
+train.steps and train.epochs are totals from the run's start: to go on, raise them past where the
+run is (a run already there is an error, exit 2).
+"""
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="cardinal", description="Parameter-server training for CTR models.")
+    p.add_argument("--version", action="version", version=f"cardinal {cardinal.__version__}")
     sub = p.add_subparsers(dest="command", required=True)
-    t = sub.add_parser("train", help="train a recipe on the embedded parameter server")
-    t.add_argument("recipe", nargs="?", default="criteo_synthetic", help="a shipped recipe name or a TOML path")
+    recipes = _shipped()
+    t = sub.add_parser("train", help="train a recipe on the embedded parameter server", epilog=TRAIN_HELP,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    t.add_argument("recipe", nargs="?", default="criteo_synthetic",
+                   help=f"a shipped recipe ({', '.join(recipes)}) or a TOML path (default: criteo_synthetic)")
     t.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override a recipe value")
-    t.add_argument("--resume", metavar="RUN_DIR", help="go on from the newest checkpoint of a run")
+    t.add_argument("--resume", metavar="RUN_DIR", help="go on from the newest checkpoint of a run (see below)")
+    r = sub.add_parser("recipe", help="show a resolved recipe with each key's meaning, or list the shipped ones")
+    rs = r.add_subparsers(dest="action", required=True)
+    show = rs.add_parser("show", help="print the resolved recipe as TOML, each key with its meaning")
+    show.add_argument("recipe", nargs="?", default="criteo_synthetic",
+                      help=f"a shipped recipe ({', '.join(recipes)}) or a TOML path")
+    show.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override a value")
+    show.add_argument("--resume", metavar="RUN_DIR", help="what `cardinal train --resume RUN_DIR` would train with")
+    rs.add_parser("list", help="the shipped recipes")
     e = sub.add_parser("eval", help="evaluate a run's checkpoint on its eval data")
     e.add_argument("run_dir")
     e.add_argument("--checkpoint", metavar="STEP_DIR", help="a step directory (default: the newest)")
@@ -69,8 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
-        commands = {"train": train, "eval": evaluate, "generate": generate, "convert": convert, "server": server,
-                    "launch": launch, "data": data, "sweep": sweep}
+        commands = {"train": train, "recipe": recipe, "eval": evaluate, "generate": generate, "convert": convert,
+                    "server": server, "launch": launch, "data": data, "sweep": sweep}
         return commands[args.command](args)
     except ValueError as e:  # what the user can change; anything else (a bug) is a traceback (exit 1)
         print(f"cardinal {args.command}: error: {e}", file=sys.stderr)
@@ -78,14 +105,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def train(args) -> int:
-    from cardinal.train import Trainer, config
+    from cardinal.train import config
 
     shared_dir = os.environ.get("CARDINAL_RUN_DIR")  # set for every worker of a job
     if args.resume:
         run_dir = Path(args.resume)
-        if not (run_dir / "recipe.json").exists():
-            raise ValueError(f"{run_dir} is not a run directory (no recipe.json)")
-        recipe = config.from_dict(_apply(json.loads((run_dir / "recipe.json").read_text()), args.set))
+        recipe = _resumed(run_dir, args.set)
     else:
         recipe = config.load(args.recipe, args.set)
         if shared_dir:
@@ -93,11 +118,61 @@ def train(args) -> int:
         elif int(os.environ.get("WORLD_SIZE", "1")) > 1:
             raise ValueError("several workers need one run directory: set CARDINAL_RUN_DIR for all of them")
         else:
-            run_dir = Path(recipe.train.run_dir) / f"{recipe.train.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+            run_dir = new_run_dir(Path(recipe.train.run_dir), recipe.train.name)
     print(f"run directory: {run_dir}")
+    from cardinal.train import Trainer
+
     summary = Trainer(recipe, run_dir).fit(resume=bool(args.resume))
     if int(os.environ.get("RANK", "0")) == 0:
         _print_summary(summary)
+    return 0
+
+
+def _resumed(run_dir: Path, overrides: list[str]):
+    """The recipe a resume trains with, refused (nothing written) when it cannot go on."""
+    from cardinal.train import resume
+
+    recipe = resume.resumed_recipe(run_dir, overrides)
+    resume.check_not_done(run_dir, recipe)
+    return recipe
+
+
+def _timestamp() -> str:
+    return time.strftime("%Y%m%d-%H%M%S")
+
+
+def new_run_dir(root: Path, name: str) -> Path:
+    """``root/name-YYYYmmdd-HHMMSS``, made here and now: mkdir fails if another run took the name
+    (two started in the same second), and the next free ``-2``, ``-3``... is taken instead."""
+    root.mkdir(parents=True, exist_ok=True)
+    base = f"{name}-{_timestamp()}"
+    for n in range(1, 10_000):
+        path = root / (base if n == 1 else f"{base}-{n}")
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            continue
+    raise ValueError(f"{root} holds 9,999 runs named {base}*: set train.run_dir to another folder")
+
+
+def _shipped() -> list[str]:
+    from cardinal.train.config import shipped
+
+    return shipped()
+
+
+def recipe(args) -> int:
+    from cardinal.train import config
+
+    if args.action == "list":
+        for name in config.shipped():
+            print(f"{name:20s} {config.describe(name)}")
+        return 0
+    from cardinal.train.recipe_toml import to_toml
+
+    resolved = _resumed(Path(args.resume), args.set) if args.resume else config.load(args.recipe, args.set)
+    print(to_toml(resolved), end="")
     return 0
 
 
@@ -121,12 +196,12 @@ def _print_summary(s: dict) -> None:
 
 
 def evaluate(args) -> int:
-    from cardinal.train import Trainer, config
+    from cardinal.train import config
+    from cardinal.train.resume import saved_recipe
 
     run_dir = Path(args.run_dir)
-    if not (run_dir / "recipe.json").exists():
-        raise ValueError(f"{run_dir} is not a run directory (no recipe.json)")
-    recipe = config.from_dict(json.loads((run_dir / "recipe.json").read_text()))
+    recipe = config.from_dict(saved_recipe(run_dir))
+    from cardinal.train import Trainer
     trainer = Trainer(recipe, run_dir, progress=False)
     trainer.load(args.checkpoint or run_dir / "checkpoints")
     print(json.dumps({"step": trainer.step, **trainer.evaluate()}))
@@ -138,6 +213,8 @@ def generate(args) -> int:
     from cardinal.train.config import build
 
     cfg = build(SyntheticConfig, dict(_apply({}, args.set)), "data.synthetic")
+    from tqdm import tqdm
+
     from cardinal.data.synthetic import generate as write
 
     with tqdm(total=cfg.rows + cfg.eval_rows, unit="rows", desc="generating") as bar:
@@ -185,6 +262,8 @@ def server(args) -> int:
 
 
 def convert(args) -> int:
+    from tqdm import tqdm
+
     from cardinal.data import convert as to_parquet
 
     with tqdm(unit="rows", desc="converting") as bar:

@@ -16,7 +16,7 @@ split: the best any model can do.
 
 import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -24,30 +24,11 @@ import torch
 from torchmetrics.functional.classification import binary_auroc
 
 from cardinal.data import tsv_kernels as K
+from cardinal.data.synthetic_config import SyntheticConfig
 
 PAIR_FIELDS = 10
 LATENT = 4
 CHUNK = 100_000
-
-
-@dataclass(frozen=True)
-class SyntheticConfig:
-    rows: int = 1_000_000
-    eval_rows: int = 100_000
-    skew: float = 1.1
-    vocab: int = 1_000_000
-    missing: float = 0.03
-    seed: int = 0
-
-    def __post_init__(self):
-        if self.rows < 1 or self.eval_rows < 1:
-            raise ValueError("synthetic rows and eval_rows must be >= 1")
-        if not self.skew > 1:
-            raise ValueError(f"synthetic skew must be > 1 (Zipf exponent), got {self.skew}")
-        if self.vocab < 10:
-            raise ValueError(f"synthetic vocab must be >= 10, got {self.vocab}")
-        if not 0 <= self.missing < 1:
-            raise ValueError(f"synthetic missing must be in [0, 1), got {self.missing}")
 
 
 def _mix(x: np.ndarray) -> np.ndarray:

@@ -11,10 +11,14 @@
 
 An unknown section or key is an error that names it; ``--set section.key=value`` overrides
 one value (TOML syntax: ``--set model.hidden=[256,128]``, ``--set data.format=criteo``).
+A file list (``data.train``, ``data.eval``, ``ps.servers``) takes a path, a comma list
+(``a.tsv,b.tsv``), a TOML list (``["a.tsv","b.tsv"]``) or that list with its quotes stripped
+by the shell (``[a.tsv,b.tsv]``); a path holding a comma needs the quoted TOML list.
 ``--set model.name=...`` naming another model starts that model from its own defaults, and
 ``--set sparse_optimizer.name=...`` another optimizer from its own (hyper-parameters differ per optimizer).
 """
 
+import copy
 import inspect
 import math
 import os
@@ -22,26 +26,28 @@ import tomllib
 from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
 
-from cardinal.data.synthetic import SyntheticConfig
+from cardinal.data.synthetic_config import SyntheticConfig
 from cardinal.home import expand
-from cardinal.models import MODELS
-from cardinal.optim import make_optimizer
 from cardinal.train.schedule import DECAYS
 
 RECIPES = Path(__file__).resolve().parent.parent / "recipes"
 FORMATS = ("synthetic", "criteo", "parquet", "movielens")
 DENSE_OPTIMIZERS = {"adam": "Adam", "adagrad": "Adagrad", "sgd": "SGD"}
+# the names alone, checked before torch or numba is imported (tests/test_cli_fast.py keeps them
+# equal to cardinal.models.MODELS and cardinal.optim.OPTIMIZERS)
+MODEL_NAMES = ("deepfm", "dlrm", "wide_deep")
+SPARSE_OPTIMIZERS = ("adagrad", "adam", "ftrl", "rowwise_adagrad", "sgd")
 
 
 @dataclass(frozen=True)
 class DataConfig:
-    format: str = "synthetic"
+    format: str = "synthetic"     # "synthetic" (generated), "criteo" (TSV), "parquet" or "movielens"
     train: list[str] = field(default_factory=list)  # files (criteo, parquet) or a directory (movielens);
                                                     # a plain string is a list of one
-    eval: list[str] = field(default_factory=list)
+    eval: list[str] = field(default_factory=list)  # files to evaluate on (criteo, parquet)
     batch_size: int = 4096        # the global batch: W workers each train a 1/W share of every batch...
     batch_scope: str = "global"   # ...or "worker": each worker trains batch_size (global batch W x batch_size)
-    eval_batch_size: int = 16384
+    eval_batch_size: int = 16384  # rows per eval batch (evaluation only: any size gives the same metrics)
     strict: bool = False          # stop at the first bad input line instead of skipping it
     max_bad_fraction: float = 0.01  # stop the run when more of the lines read are bad than this share
     cache_dir: str = "$CARDINAL_HOME/data"  # where generated data sets are kept, shared by runs from any folder;
@@ -72,18 +78,18 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class EmbeddingConfig:
-    dim: int = 16
-    pooling: str = "sum"
+    dim: int = 16                 # width of every embedding row (fixed for a run: --resume cannot change it)
+    pooling: str = "sum"          # how a field's several ids become one vector: "sum" or "mean"
     shared: bool = True           # one table for all fields (ids never collide) or one per field
-    init_scale: float = 0.01
-    seed: int = 0
+    init_scale: float = 0.01      # a new row starts uniform in [-init_scale, init_scale]...
+    seed: int = 0                 # ...drawn from this seed and its id (the same row on any shard)
     consistency: str = "auto"     # sync: pulls see every earlier push; async: all but the last `staleness` steps';
                                   # geo: rows train on the worker, changes pushed every `geo_interval` steps;
                                   # auto: async in one process (the next pull overlaps the step), sync with
                                   # parameter servers or several workers (as fast there, and a better model)
     staleness: int = 1            # async only: with 1, the next batch's pull overlaps this step (prefetch)
     geo_interval: int = 4         # geo only
-    max_in_flight: int = 4
+    max_in_flight: int = 4        # pushes not yet acknowledged, per worker, before a step waits
     combine: bool = True          # several workers: servers apply each step's pushes of all workers as one update
                                   # (what one process computes); false: each worker's push applies on arrival
     compensation: str = "none"    # several workers: "lr" divides a push's sparse lr by its rows' staleness
@@ -116,14 +122,14 @@ class EmbeddingConfig:
 
 @dataclass(frozen=True)
 class DenseOptimizerConfig:
-    name: str = "adam"
-    lr: float = 0.001
-    weight_decay: float = 0.0
+    name: str = "adam"            # torch.optim: "adam", "adagrad" or "sgd" (fixed for a run)
+    lr: float = 0.001             # the dense layers' learning rate
+    weight_decay: float = 0.0     # torch.optim's weight_decay on the dense weights
     lr_scaling: str = "none"      # "sqrt": with data.batch_scope = "worker", lr x sqrt(workers) (CowClip's rule;
                                   # the sparse lr stays); with a global batch the workers change nothing
     warmup_steps: int = 0         # lr rises linearly from 0 over these steps (train/schedule.py)...
     decay: str = "none"           # ...then "none", "cosine" or "linear" down to lr x min_lr_ratio at the run's last step
-    min_lr_ratio: float = 0.0
+    min_lr_ratio: float = 0.0     # the decayed lr's floor, a share of lr
 
     def __post_init__(self):
         if self.name not in DENSE_OPTIMIZERS:
@@ -146,7 +152,7 @@ class PSConfig:
     job: str = "cardinal"         # servers answer only requests of this job...
     token_file: str = ""          # ...carrying this token (or $CARDINAL_TOKEN)
     tls_cert: str = ""            # server certificate and key (PEM): TLS when given
-    tls_key: str = ""
+    tls_key: str = ""             # (goes with tls_cert)
     tls_ca: str = ""              # what clients trust
     # what one server accepts (cardinal server): bytes and calls are read by gRPC before any check,
     # so max_message_mb x max_concurrent_calls bounds the memory a flood of requests can take
@@ -154,7 +160,7 @@ class PSConfig:
     max_concurrent_calls: int = 16  # more are refused (RESOURCE_EXHAUSTED) before they are read
     # rows (every transport, the embedded one too; see cardinal/ps/limits.py)
     max_rows: int = 64_000_000    # rows of all tables on one shard; past it: RESOURCE_EXHAUSTED, nothing created
-    max_new_rows_per_request: int = 1 << 20
+    max_new_rows_per_request: int = 1 << 20  # rows one pull may create; past it the pull is refused
     request_window: int = 2048    # request ids remembered per client (exactly-once)
     max_clients: int = 1024       # clients remembered at once...
     client_idle_s: float = 600.0  # ...each until silent this long
@@ -166,7 +172,9 @@ class PSConfig:
             raise ValueError(f"ps.max_message_mb must be in [1, 2047] (gRPC's limit is 2 GiB), got {self.max_message_mb}")
         if self.max_concurrent_calls < 1:
             raise ValueError(f"ps.max_concurrent_calls must be >= 1, got {self.max_concurrent_calls}")
-        self.store_limits()  # each row limit >= 1
+        for name in ("max_rows", "max_new_rows_per_request", "request_window", "max_clients", "client_idle_s"):
+            if not getattr(self, name) >= 1:  # StoreLimits checks them again; importing it here would import numba
+                raise ValueError(f"ps.{name} must be a number >= 1, got {getattr(self, name)!r}")
         if bool(self.tls_cert) != bool(self.tls_key):
             raise ValueError("ps.tls_cert and ps.tls_key go together")
 
@@ -187,15 +195,15 @@ class PSConfig:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    name: str = "run"
-    epochs: int = 1
-    steps: int = 0                # stop after this many steps (0: run the epochs)
+    name: str = "run"             # the run directory's name: run_dir/name-YYYYmmdd-HHMMSS
+    epochs: int = 1               # passes over the training data (a total: on --resume, from the run's start)
+    steps: int = 0                # stop after this many steps (0: run the epochs; a total, as epochs)
     eval_every: int = 0           # steps between evaluations (0: at the end only)
-    log_every: int = 10
+    log_every: int = 10           # steps between lines of metrics.jsonl
     checkpoint_every: int = 0     # steps between checkpoints (0: at the end only)
-    keep_checkpoints: int = 1
-    run_dir: str = "runs"
-    seed: int = 0
+    keep_checkpoints: int = 1     # the newest this many are kept
+    run_dir: str = "runs"         # the folder that holds one directory per run
+    seed: int = 0                 # torch's seed (dense weights) and the data order where it is shuffled
     # One thread budget for the worker (train/threads.py): torch's intra-op threads, Cardinal's
     # kernel threads (dedup, pooling, the embedded shards' pull/push) and numba's all get it; the
     # phases of a step take turns, so they share the cores without oversubscribing them. 0: the
@@ -223,7 +231,12 @@ class Recipe:
     train: TrainConfig = field(default_factory=TrainConfig)
 
     def __post_init__(self):
+        name = self.sparse_optimizer.get("name")
+        if name not in SPARSE_OPTIMIZERS:
+            raise ValueError(f"sparse_optimizer.name must be one of {list(SPARSE_OPTIMIZERS)}, got {name!r}")
         check_model(self.model)
+        from cardinal.optim import make_optimizer  # numba: only once the names are known good
+
         make_optimizer(self.sparse_optimizer)
         if self.embedding.compensation == "lr" and self.sparse_optimizer.get("name") == "ftrl":
             raise ValueError("embedding.compensation = 'lr' does not apply to sparse_optimizer ftrl (its lr rescales "
@@ -236,8 +249,10 @@ class Recipe:
 def check_model(spec: dict) -> None:
     spec = dict(spec)
     name = spec.pop("name", None)
-    if name not in MODELS:
-        raise ValueError(f"model.name must be one of {sorted(MODELS)}, got {name!r}")
+    if name not in MODEL_NAMES:
+        raise ValueError(f"model.name must be one of {sorted(MODEL_NAMES)}, got {name!r}")
+    from cardinal.models import MODELS  # torch: only once the name is known good
+
     params = list(inspect.signature(MODELS[name].__init__).parameters)[4:]  # after self, n_dense, n_fields, dim
     for key in spec:
         if key not in params:
@@ -259,10 +274,22 @@ def build(cls, values: dict, where: str):
             value = build(type(nested), value, f"{where}.{key}")
         else:
             if f.type == list[str] and isinstance(value, str):
-                value = [value]  # `--set data.train=day_0.tsv`: a list of one
+                value = as_list(value)
             _check_type(f.type, value, f"{where}.{key}")
         kwargs[key] = value
     return cls(**kwargs)
+
+
+def as_list(text: str) -> list[str]:
+    """A file list written as one string: ``a.tsv``, ``a.tsv,b.tsv`` or ``[a.tsv,b.tsv]`` (what bash
+    leaves of ``["a.tsv","b.tsv"]`` once it strips the quotes). A path holding a comma needs the
+    TOML list with quoted strings, ``'data.train=["a,b.tsv"]'``, which arrives here as a list."""
+    text = text.strip()
+    if text.startswith("[") and text.endswith("]"):
+        text = text[1:-1]
+    items = (item.strip() for item in text.split(","))
+    return [item[1:-1] if len(item) > 1 and item[0] == item[-1] and item[0] in "'\"" else item
+            for item in items if item]
 
 
 def _check_type(expected, value, name: str) -> None:
@@ -286,6 +313,19 @@ def parse_override(text: str) -> tuple[list[str], object]:
     return path.strip().split("."), value
 
 
+def shipped() -> list[str]:
+    """The names of the recipes that come with Cardinal (``cardinal train NAME``)."""
+    return sorted(q.stem for q in RECIPES.glob("*.toml"))
+
+
+def describe(name: str) -> str:
+    """A shipped recipe's first comment line (what it trains)."""
+    for line in (RECIPES / f"{name}.toml").read_text().splitlines():
+        if line.startswith("#"):
+            return line.lstrip("# ").strip()
+    return ""
+
+
 def load(path: str | Path | None = None, overrides: list[str] = ()) -> Recipe:
     """A recipe from a TOML file (a name from the shipped recipes, or a path) plus overrides."""
     raw = {}
@@ -294,9 +334,17 @@ def load(path: str | Path | None = None, overrides: list[str] = ()) -> Recipe:
         if not p.exists() and (RECIPES / f"{path}.toml").exists():
             p = RECIPES / f"{path}.toml"
         if not p.exists():
-            shipped = sorted(q.stem for q in RECIPES.glob("*.toml"))
-            raise ValueError(f"recipe {path!r} not found (a path, or one of {shipped})")
-        raw = tomllib.loads(p.read_text())
+            raise ValueError(f"recipe {path!r} not found (a path, or one of {shipped()})")
+        try:
+            raw = tomllib.loads(p.read_text())
+        except tomllib.TOMLDecodeError as e:
+            raise ValueError(f"recipe {p} is not valid TOML: {e}") from None
+    return load_dict(raw, overrides)
+
+
+def load_dict(raw: dict, overrides: list[str] = ()) -> Recipe:
+    """A recipe from a dict (a parsed TOML file, a run's recipe.json) plus overrides."""
+    raw = copy.deepcopy(raw)
     parsed = [parse_override(text) + (text,) for text in overrides]
     # a new model or sparse optimizer name first: the recipe's settings for the old one do not carry over
     named = (["model", "name"], ["sparse_optimizer", "name"])

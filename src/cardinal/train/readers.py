@@ -9,6 +9,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from cardinal.data import CriteoReader, MovieLensReader, ParquetReader, generate
+from cardinal.data.generation_lock import generated_once
 from cardinal.train.config import DataConfig
 
 
@@ -18,12 +19,16 @@ def synthetic_dir(cfg: DataConfig) -> Path:
 
 
 def ensure_synthetic(cfg: DataConfig, progress: bool = True) -> dict:
-    """Generate the data set once (``teacher.json`` is written last and marks it complete)."""
+    """Generate the data set once, also when several processes ask at once (data/generation_lock.py;
+    ``teacher.json`` is written last and marks it complete)."""
     out = synthetic_dir(cfg)
-    if not (out / "teacher.json").exists():
+
+    def make(tmp: Path) -> None:
         total = cfg.synthetic.rows + cfg.synthetic.eval_rows
         with tqdm(total=total, desc=f"generating {out}", unit="rows", disable=not progress) as bar:
-            generate(out, cfg.synthetic, progress=bar.update)
+            generate(tmp, cfg.synthetic, progress=bar.update)
+
+    generated_once(out, lambda d: (d / "teacher.json").is_file(), make)
     return json.loads((out / "teacher.json").read_text())
 
 

@@ -69,9 +69,8 @@ class Trainer:
         t, e = recipe.train, recipe.embedding
         self.workers = Workers(recipe.ps.timeout_s * 15)
         self.progress = progress and self.workers.leader
-        if self.workers.leader:
+        if self.workers.leader:  # recipe.json is written by fit(), once a resume's checkpoint has loaded
             self.run_dir.mkdir(parents=True, exist_ok=True)
-            (self.run_dir / "recipe.json").write_text(json.dumps(recipe.to_dict(), indent=1))
         self.threads = threads.apply(t.threads)  # torch, kernels and numba: one budget
         torch.manual_seed(t.seed)
         if not self.workers.leader:
@@ -166,6 +165,8 @@ class Trainer:
             self.load(self.run_dir / "checkpoints")
         elif checkpoint.committed_steps(self.run_dir / "checkpoints"):
             raise ValueError(f"{self.run_dir} already holds checkpoints: resume it, or train into a new directory")
+        if w.leader:  # only now: a refused resume leaves the run's recipe.json as it was
+            (self.run_dir / "recipe.json").write_text(json.dumps(self.recipe.to_dict(), indent=1))
         per_epoch = self.data_info["train_steps"]
         total = t.steps or (per_epoch * t.epochs if per_epoch else None)
         bar = tqdm(total=total, initial=self.step, unit="step", disable=not self.progress, desc="training")

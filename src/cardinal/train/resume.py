@@ -1,0 +1,72 @@
+"""What ``cardinal train --resume RUN`` may change, checked before anything in RUN is written.
+
+The resumed recipe is RUN/recipe.json plus the overrides. Keys that fix the shapes of the saved
+model, tables or optimizer state, or what the saved data position counts, cannot change (FROZEN);
+every other key may: learning rates and other optimizer hyper-parameters, train.* (steps, epochs,
+eval and checkpoint cadence, threads), data files, the servers and shards (a checkpoint of 2
+shards loads into 3), consistency. ``train.steps`` and ``train.epochs`` are totals over the whole
+run: a run already at them is refused (nothing would train) rather than rewritten as a no-op.
+"""
+
+import json
+from pathlib import Path
+
+from cardinal.train import config
+from cardinal.train.config import Recipe
+
+# a key, or a whole section or sub-table, whose change the checkpoint cannot follow
+FROZEN = ("model", "embedding.dim", "embedding.shared", "embedding.pooling", "embedding.init_scale",
+          "embedding.seed", "sparse_optimizer.name", "dense_optimizer.name", "data.format",
+          "data.batch_size", "data.batch_scope")
+UNSET = "(not set)"
+RESUMABLE = ("learning rates and optimizer settings but their names, train.* (steps, epochs, eval and "
+             "checkpoint cadence), data files, ps.* (servers, shards), embedding consistency")
+
+
+def saved_recipe(run_dir: Path) -> dict:
+    if not (run_dir / "recipe.json").is_file():
+        raise ValueError(f"{run_dir} is not a run directory (no recipe.json)")
+    try:
+        return json.loads((run_dir / "recipe.json").read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{run_dir / 'recipe.json'} is not valid JSON ({e}); restore it from a copy") from None
+
+
+def resumed_recipe(run_dir: Path, overrides: list[str]) -> Recipe:
+    """RUN's recipe with the overrides, refused when one changes a FROZEN key (named)."""
+    raw = saved_recipe(run_dir)
+    before = config.from_dict(raw)
+    after = config.load_dict(raw, overrides)
+    old, new = _flat(before.to_dict()), _flat(after.to_dict())
+    for key in sorted(old.keys() | new.keys(), key=lambda k: (not k.endswith(".name"), k)):  # model.name first
+        if old.get(key, UNSET) != new.get(key, UNSET) and any(key == f or key.startswith(f + ".") for f in FROZEN):
+            raise ValueError(f"--resume cannot change {key} (the run has {old.get(key, UNSET)!r}, the override "
+                             f"{new.get(key, UNSET)!r}): it fixes the shape of what {run_dir} saved; start a new "
+                             f"run for it. A resume may change {RESUMABLE}")
+    return after
+
+
+def check_not_done(run_dir: Path, recipe: Recipe) -> None:
+    """Refuse a resume that would train nothing: the newest checkpoint is already at the totals."""
+    from cardinal.ps import checkpoint  # numba: only on a resume
+    from cardinal.ps.checkpoint_load import read_commit
+
+    found = checkpoint.latest(run_dir / "checkpoints")
+    if found is None:
+        raise ValueError(f"no committed checkpoint in {run_dir / 'checkpoints'}: nothing to resume")
+    extra = read_commit(found)["extra"]
+    step, epoch, t = extra["step"], extra["epoch"], recipe.train
+    if (t.steps and step >= t.steps) or epoch >= t.epochs:
+        raise ValueError(f"run {run_dir} is at step {step} (epoch {epoch}) already; raise train.steps / "
+                         f"train.epochs to go on (both count from the run's start: train.steps = {t.steps}, "
+                         f"train.epochs = {t.epochs})")
+
+
+def _flat(tree: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out

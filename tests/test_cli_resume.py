@@ -1,0 +1,125 @@
+"""``cardinal train --resume RUN`` checks before it writes (issue 10, item 3): an override that
+changes a frozen key is refused naming it, a checkpoint that does not load leaves RUN as it was,
+and a run already at its train.steps / train.epochs totals is an error, not a silent no-op."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cardinal import cli
+from cardinal.ps import checkpoint
+
+FROZEN_OVERRIDES = {  # an override -> the key the refusal names
+    "embedding.dim=8": "embedding.dim",
+    "model.hidden=[4]": "model.hidden",
+    'model.name="dlrm"': "model.name",
+    "embedding.shared=false": "embedding.shared",
+    'embedding.pooling="mean"': "embedding.pooling",
+    'sparse_optimizer.name="sgd"': "sparse_optimizer.name",
+    'dense_optimizer.name="sgd"': "dense_optimizer.name",
+    'data.format="parquet"': "data.format",
+    "data.batch_size=100": "data.batch_size",
+}
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    from cardinal.data import SyntheticConfig, generate
+
+    out = tmp_path_factory.mktemp("tsv")
+    generate(out, SyntheticConfig(rows=1200, eval_rows=400, vocab=30, seed=1))
+    return out
+
+
+def train(tmp_path: Path, data: Path, *sets) -> Path:
+    """A finished run of 1200 rows (6 steps of 200 per epoch); its directory."""
+    runs = tmp_path / "runs"
+    values = ['data.format="criteo"', f"data.train={data / 'train.tsv'}", f"data.eval={data / 'eval.tsv'}",
+              "data.batch_size=200", "data.eval_batch_size=400", "model.hidden=[8]", "embedding.dim=4",
+              'sparse_optimizer.name="adagrad"', f'train.run_dir="{runs}"', *sets]
+    assert cli.main(["train", *sum((["--set", v] for v in values), [])]) == 0
+    (run,) = runs.iterdir()
+    return run
+
+
+def files(run: Path) -> dict[str, bytes]:
+    """Every file of a run directory, bytes included (recipe.json, summary.json, metrics.jsonl, checkpoints)."""
+    return {str(p.relative_to(run)): p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()}
+
+
+def evaluated(run: Path, capsys) -> dict:
+    """What ``cardinal eval RUN`` prints: the model read back through the public command."""
+    capsys.readouterr()
+    assert cli.main(["eval", str(run)]) == 0
+    return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+def resume(run: Path, *sets) -> int:
+    return cli.main(["train", "--resume", str(run), *sum((["--set", s] for s in sets), [])])
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory, data):
+    """One run stopped by train.steps at step 2 (epoch 0)."""
+    return train(tmp_path_factory.mktemp("finished"), data, "train.steps=2")
+
+
+@pytest.mark.parametrize("override", FROZEN_OVERRIDES)
+def test_an_override_of_a_frozen_key_is_refused_naming_it_and_changes_nothing(finished, override, capsys):
+    before, scores = files(finished), evaluated(finished, capsys)
+    assert resume(finished, override, "train.steps=4") == 2
+    err = capsys.readouterr().err
+    assert f"--resume cannot change {FROZEN_OVERRIDES[override]} (the run has" in err
+    assert "A resume may change learning rates" in err
+    assert files(finished) == before  # recipe.json, summary.json, metrics.jsonl, checkpoints: byte for byte
+    assert evaluated(finished, capsys) == scores
+
+
+@pytest.mark.parametrize("override", ["embedding.dim=4", 'model.name="deepfm"', "model.hidden=[8]"])
+def test_an_override_that_repeats_the_runs_value_is_no_change(finished, override, capsys):
+    assert cli.main(["recipe", "show", "--resume", str(finished), "--set", override, "--set", "train.steps=4"]) == 0
+
+
+def test_a_checkpoint_that_does_not_load_leaves_the_run_as_it_was(tmp_path, data, capsys):
+    """An allowed override (train.steps) and a damaged checkpoint: the load fails before
+    recipe.json is rewritten with the new steps, so RUN and `cardinal eval RUN` stay as they were."""
+    run = train(tmp_path, data, "train.steps=2", "train.keep_checkpoints=2", "train.checkpoint_every=1")
+    newest = checkpoint.latest(run / "checkpoints")
+    shard = next(p for p in sorted(newest.rglob("*")) if p.is_file() and "shard" in str(p.relative_to(newest))
+                 and p.name != "manifest.json")
+    shard.write_bytes(b"\0" + shard.read_bytes()[1:])  # one byte: the checksum no longer matches
+    before = files(run)
+    assert resume(run, "train.steps=4", "dense_optimizer.lr=0.0005") == 2
+    assert "not loaded, no shard changed: shard 0 refused it" in capsys.readouterr().err
+    assert files(run) == before
+    assert json.loads((run / "recipe.json").read_text())["train"]["steps"] == 2
+
+
+def test_a_run_at_its_steps_total_is_an_error_not_a_no_op(finished, capsys):
+    before, scores = files(finished), evaluated(finished, capsys)
+    assert resume(finished) == 2
+    err = capsys.readouterr().err
+    assert f"run {finished} is at step 2 (epoch 0) already; raise train.steps / train.epochs to go on" in err
+    assert files(finished) == before and evaluated(finished, capsys) == scores
+
+
+def test_a_run_at_its_epochs_total_is_an_error_and_more_epochs_go_on(tmp_path, data, capsys):
+    run = train(tmp_path, data)  # one whole epoch: 6 steps
+    summary = (run / "summary.json").read_bytes()
+    assert resume(run, "train.epochs=1") == 2
+    assert f"run {run} is at step 6 (epoch 1) already" in capsys.readouterr().err
+    assert (run / "summary.json").read_bytes() == summary
+    assert resume(run, "train.epochs=2") == 0  # epochs count from the run's start: one more
+    done = json.loads((run / "summary.json").read_text())
+    assert done["steps"] == 12 and done["samples"] == 1200 and done["samples_per_s"] > 0
+    assert json.loads((run / "recipe.json").read_text())["train"]["epochs"] == 2  # written once it loaded
+
+
+def test_the_help_says_what_a_resume_may_change_and_that_steps_are_totals(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["train", "--help"])
+    assert e.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "train.steps and train.epochs are totals from the run's start" in out
+    assert "model.*, embedding.dim" in out and "Learning rates, train.*" in out

@@ -1,0 +1,93 @@
+"""Unique run directories (issue 10, item 5): two ``cardinal train`` started in the same second
+never share a directory; the second takes the readable name with a suffix."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cardinal import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_a_name_taken_in_the_same_second_gets_a_suffix(tmp_path, monkeypatch):
+    monkeypatch.setattr(cli, "_timestamp", lambda: "20261122-101500")
+    made = [cli.new_run_dir(tmp_path / "runs", "criteo") for _ in range(3)]
+    assert [p.name for p in made] == ["criteo-20261122-101500", "criteo-20261122-101500-2", "criteo-20261122-101500-3"]
+    assert all(p.is_dir() for p in made)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    from cardinal.data import SyntheticConfig, generate
+
+    out = tmp_path_factory.mktemp("tsv")
+    generate(out, SyntheticConfig(rows=1200, eval_rows=400, vocab=30, seed=1))
+    return out
+
+
+def sets(data: Path, runs: Path) -> list[str]:
+    values = ['data.format="criteo"', f"data.train={data / 'train.tsv'}", f"data.eval={data / 'eval.tsv'}",
+              "data.batch_size=200", "data.eval_batch_size=400", "model.hidden=[8]", "embedding.dim=4",
+              "train.log_every=1", f'train.run_dir="{runs}"']
+    return sum((["--set", v] for v in values), [])
+
+
+def check_one_run_each(runs: Path, n: int) -> None:
+    dirs = sorted(runs.iterdir())
+    assert len(dirs) == n
+    for run in dirs:
+        steps = [r["step"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if "loss" in r]
+        assert steps == [1, 2, 3, 4, 5, 6]  # one run's metrics, not two interleaved
+        assert json.loads((run / "summary.json").read_text())["steps"] == 6
+
+
+def test_two_runs_in_the_same_second_get_two_directories(tmp_path, data, monkeypatch):
+    monkeypatch.setattr(cli, "_timestamp", lambda: "20261122-101500")
+    runs = tmp_path / "runs"
+    assert cli.main(["train", *sets(data, runs)]) == 0
+    assert cli.main(["train", *sets(data, runs)]) == 0
+    check_one_run_each(runs, 2)
+
+
+# each process imports everything, says so, and is told when to start `cardinal train`: 50 ms into
+# the same whole second of the clock, so their directory names collide (no hook in the code under test)
+TOGETHER = """
+import sys, time
+import cardinal.train.trainer
+from cardinal import cli
+print("ready", flush=True)
+start = float(sys.stdin.readline())
+time.sleep(max(0.0, start - time.time()))
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+def test_two_processes_started_together_get_two_directories(tmp_path, data):
+    runs = tmp_path / "runs"
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    cmd = [sys.executable, "-c", TOGETHER, "train", *sets(data, runs)]
+    procs = [subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for _ in range(2)]
+    try:
+        for p in procs:  # readline blocks; pytest-timeout bounds it, and a dead process gives ""
+            assert p.stdout.readline().strip() == "ready", p.stderr.read()[-3000:]
+        start = math.ceil(time.time()) + 1.05
+        for p in procs:
+            p.stdin.write(f"{start}\n")
+            p.stdin.flush()
+        outs = [p.communicate(timeout=240) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=30)
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-3000:]
+    check_one_run_each(runs, 2)
