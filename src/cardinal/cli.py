@@ -56,7 +56,9 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    from cardinal.progress import setup_logging
+
+    setup_logging(logging.INFO)  # records through tqdm.write: never onto a progress bar's line
     try:
         commands = {"train": train, "eval": evaluate, "generate": generate, "convert": convert, "server": server,
                     "launch": launch}
@@ -64,6 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:  # what the user can change; anything else (a bug) is a traceback (exit 1)
         print(f"cardinal {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # before training started, or a third Ctrl-C while saving (no torn checkpoint)
+        print(f"cardinal {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 def train(args) -> int:
@@ -84,7 +89,17 @@ def train(args) -> int:
         else:
             run_dir = Path(recipe.train.run_dir) / f"{recipe.train.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     print(f"run directory: {run_dir}")
-    summary = Trainer(recipe, run_dir).fit(resume=bool(args.resume))
+    from cardinal.train.interrupt import Interrupted, StopFlag
+
+    stop = StopFlag()
+    trainer = Trainer(recipe, run_dir, stop=stop)
+    try:
+        with stop.catching_signals():  # SIGINT / SIGTERM: save at a step boundary, one line, 130 / 143
+            summary = trainer.fit(resume=bool(args.resume))
+    except Interrupted as e:
+        if int(os.environ.get("RANK", "0")) == 0:
+            print(e, file=sys.stderr, flush=True)
+        return e.exit_code
     if int(os.environ.get("RANK", "0")) == 0:
         _print_summary(summary)
     return 0
