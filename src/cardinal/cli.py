@@ -56,7 +56,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    from cardinal.progress import setup_logging
+    from cardinal.progress import say, setup_logging
 
     setup_logging(logging.INFO)  # records through tqdm.write: never onto a progress bar's line
     try:
@@ -64,10 +64,10 @@ def main(argv: list[str] | None = None) -> int:
                     "launch": launch}
         return commands[args.command](args)
     except ValueError as e:  # what the user can change; anything else (a bug) is a traceback (exit 1)
-        print(f"cardinal {args.command}: error: {e}", file=sys.stderr)
+        say(f"cardinal {args.command}: error: {e}")  # on a line of its own, not on a progress bar's
         return 2
     except KeyboardInterrupt:  # before training started, or a third Ctrl-C while saving (no torn checkpoint)
-        print(f"cardinal {args.command}: interrupted", file=sys.stderr)
+        say(f"cardinal {args.command}: interrupted")
         return 130
 
 
@@ -98,7 +98,7 @@ def train(args) -> int:
             summary = trainer.fit(resume=bool(args.resume))
     except Interrupted as e:
         if int(os.environ.get("RANK", "0")) == 0:
-            print(e, file=sys.stderr, flush=True)
+            print(e, file=sys.stderr, flush=True)  # the one line (the bar is closed)
         return e.exit_code
     if int(os.environ.get("RANK", "0")) == 0:
         _print_summary(summary)

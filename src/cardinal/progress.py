@@ -56,6 +56,14 @@ def setup_logging(level: int = logging.INFO, stream=None) -> TqdmHandler:
     return handler
 
 
+def say(text: str, stream=None) -> None:
+    """One line for the person (an error, the interrupted line) after closing the bars still
+    drawn, so it is not printed onto a bar's line and no stale bar is redrawn below it."""
+    for shown in list(getattr(tqdm, "_instances", ())):
+        shown.close()
+    print(text, file=stream or sys.stderr, flush=True)
+
+
 def bar(**kwargs) -> tqdm:
     """A tqdm bar that is drawn only on a terminal (data generation, conversion)."""
     kwargs["disable"] = kwargs.get("disable", False) or not is_terminal(kwargs.get("file"))
