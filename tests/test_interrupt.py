@@ -28,12 +28,14 @@ def train_cmd(tmp_path, *sets, resume=None):
     return [sys.executable, "-m", "cardinal.cli", "train", *sum((["--set", s] for s in base), []), *tail]
 
 
-def signal_after(cmd, sig: int, pattern: str, target=None, limit_s: float = 120) -> tuple[int, str]:
+def signal_after(cmd, sig: int, pattern: str, target=None, limit_s: float = 120,
+                 marker=None) -> tuple[int, str, list[str]]:
     """Run ``cmd``, send ``sig`` (to ``target(proc)``'s pid, default the process) once a line
-    matching ``pattern`` is printed; (exit code, all output)."""
+    matching ``pattern`` is printed; (exit code, all output, processes whose command line holds
+    ``marker`` left when it exited). Those are then killed, so a failing test leaves none either."""
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV,
                             start_new_session=True)
-    out = []
+    out, leaked = [], []
     try:
         deadline = time.monotonic() + limit_s
         while time.monotonic() < deadline and proc.poll() is None:
@@ -44,17 +46,21 @@ def signal_after(cmd, sig: int, pattern: str, target=None, limit_s: float = 120)
                 break
         rest, _ = proc.communicate(timeout=limit_s)  # the deadline: a run that does not stop fails here
         out.append(rest)
+        leaked = leftovers(marker) if marker is not None else []
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    return proc.returncode, "".join(out)
+        if marker is not None:  # a launcher killed above leaves its servers and workers (own sessions)
+            for line in leftovers(marker):
+                os.kill(int(line.split()[0]), signal.SIGKILL)
+    return proc.returncode, "".join(out), leaked
 
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"])
 def test_a_signal_saves_the_step_prints_one_line_and_the_run_resumes_from_it(tmp_path, sig, code):
-    exit_code, out = signal_after(train_cmd(tmp_path, "train.epochs=1000"), sig, r"training: step 3\b")
+    exit_code, out, _ = signal_after(train_cmd(tmp_path, "train.epochs=1000"), sig, r"training: step 3\b")
     assert exit_code == code, out[-3000:]
     assert "Traceback" not in out and "KeyboardInterrupt" not in out, out[-3000:]
     lines = LINE.findall(out)
@@ -92,7 +98,7 @@ def launched_line(out: str) -> tuple[int, Path]:
 @pytest.mark.timeout(300)
 def test_ctrl_c_under_launch_lets_the_workers_save_before_the_servers_stop(tmp_path):
     cmd = launch_cmd(tmp_path, 1, 2, "train.epochs=1000", "train.log_every=2")
-    code, out = signal_after(cmd, signal.SIGINT, r"\[worker 0\] training: step 4\b")
+    code, out, leaked = signal_after(cmd, signal.SIGINT, r"\[worker 0\] training: step 4\b", marker=tmp_path)
     assert code == 130, out[-4000:]
     assert "Traceback" not in out and "while stopping" not in out, out[-4000:]
     step, run_dir = launched_line(out)
@@ -103,7 +109,7 @@ def test_ctrl_c_under_launch_lets_the_workers_save_before_the_servers_stop(tmp_p
     # for the step they stopped at, no bars (worker 0 alone: it is the one that reports)
     logged = [int(s) for s in re.findall(r"\[worker \d\] training: step (\d+)", out)]
     assert logged == sorted({*range(2, step + 1, 2), step}) and "\r" not in out, out[-3000:]
-    assert leftovers(tmp_path) == []
+    assert leaked == []
 
 
 @pytest.mark.timeout(300)
@@ -111,11 +117,11 @@ def test_a_signal_to_one_worker_stops_every_worker_at_the_same_step(tmp_path):
     """Only worker 1 is signalled: the flag travels in the step's all-reduce, so worker 0 stops at the
     same step, saves it and exits 143 too (a worker left behind would fail in its next collective)."""
     cmd = launch_cmd(tmp_path, 1, 2, "train.epochs=1000", "train.log_every=2")
-    code, out = signal_after(cmd, signal.SIGTERM, r"\[worker 0\] training: step 4\b",
-                             target=lambda launcher: worker_pid(launcher, 1))
+    code, out, leaked = signal_after(cmd, signal.SIGTERM, r"\[worker 0\] training: step 4\b",
+                             target=lambda launcher: worker_pid(launcher, 1), marker=tmp_path)
     assert code == 143, out[-4000:]  # the launcher exits with the first failing worker's code
     assert "Traceback" not in out, out[-4000:]
     step, run_dir = launched_line(out)
     assert checkpoint.committed_steps(run_dir / "checkpoints") == [step]
     assert re.search(r"worker \d exited with code 143", out), out[-3000:]
-    assert leftovers(tmp_path) == []
+    assert leaked == []
