@@ -9,7 +9,9 @@
 
 Every command's exit status says whether it succeeded: 0 when it did; 2 for an error the user
 can fix (bad recipe or data, a run that diverged or trained nothing), named on one line of
-stderr; 1 (a traceback) for anything else; ``launch`` exits with its first failing worker's code.
+stderr; 1 (a traceback) for anything else; ``launch`` exits with its first failing worker's code;
+130 (SIGINT, Ctrl-C) or 143 (SIGTERM) when ``train`` or ``launch`` was stopped by that signal,
+after saving a checkpoint of the step it stopped at (one line says how to resume).
 """
 
 import argparse
@@ -19,8 +21,6 @@ import os
 import sys
 import time
 from pathlib import Path
-
-from tqdm import tqdm
 
 
 def parser() -> argparse.ArgumentParser:
@@ -144,7 +144,9 @@ def generate(args) -> int:
     cfg = build(SyntheticConfig, dict(_apply({}, args.set)), "data.synthetic")
     from cardinal.data.synthetic import generate as write
 
-    with tqdm(total=cfg.rows + cfg.eval_rows, unit="rows", desc="generating") as bar:
+    from cardinal.progress import bar as progress_bar  # drawn on a terminal only
+
+    with progress_bar(total=cfg.rows + cfg.eval_rows, unit="rows", desc="generating") as bar:
         report = write(args.out_dir, cfg, progress=bar.update)
     print(f"teacher AUC on eval: {report['eval']['teacher_auc']:.4f} (logloss {report['eval']['teacher_logloss']:.4f}, "
           f"click rate {report['eval']['click_rate']:.3f}); files in {args.out_dir}")
@@ -177,7 +179,9 @@ def server(args) -> int:
 def convert(args) -> int:
     from cardinal.data import convert as to_parquet
 
-    with tqdm(unit="rows", desc="converting") as bar:
+    from cardinal.progress import bar as progress_bar  # drawn on a terminal only
+
+    with progress_bar(unit="rows", desc="converting") as bar:
         report = to_parquet(args.tsv, args.out, strict=args.strict, progress=bar.update)
     print(f"wrote {report['rows']:,} rows to {args.out}; skipped {report['bad_lines']} bad lines")
     for where in report["bad_examples"]:

@@ -174,7 +174,9 @@ class TrainConfig:
     log_every: int = 10
     checkpoint_every: int = 0     # steps between checkpoints (0: none by steps)
     checkpoint_minutes: float = 10.0  # minutes between checkpoints, by worker 0's clock (0: none by time);
-                                      # a run always saves at its end and on SIGINT / SIGTERM
+                                      # a run always saves at its end and on SIGINT / SIGTERM. A save is a
+                                      # barrier (no pull ahead), so in async mode the steps it falls on change
+                                      # the numbers: set 0 for runs that must repeat bit for bit
     keep_checkpoints: int = 1
     run_dir: str = "runs"
     seed: int = 0
