@@ -125,3 +125,20 @@ def test_a_signal_to_one_worker_stops_every_worker_at_the_same_step(tmp_path):
     assert checkpoint.committed_steps(run_dir / "checkpoints") == [step]
     assert re.search(r"worker \d exited with code 143", out), out[-3000:]
     assert leaked == []
+
+
+def test_a_second_signal_is_told_to_wait_and_a_third_aborts(capsys):
+    """While the step is finished and saved, Ctrl-C again says so and goes on; a third aborts at once
+    (a checkpoint being written is then never committed: durable.py)."""
+    from cardinal.train.interrupt import StopFlag
+
+    stop = StopFlag()
+    stop.request(signal.SIGINT)
+    assert stop.flags() == (1.0, 0.0) and capsys.readouterr().err == ""
+    stop.request(signal.SIGINT)
+    assert "saving a checkpoint" in capsys.readouterr().err and stop.requested == signal.SIGINT
+    with pytest.raises(KeyboardInterrupt):
+        stop.request(signal.SIGINT)
+    other = StopFlag()
+    assert other.agree(1.0, 0.0) and other.agreed == signal.SIGINT  # a peer's signal stops this worker too
+    assert not StopFlag().agree(0.0, 0.0)
