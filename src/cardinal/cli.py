@@ -13,7 +13,9 @@
 
 Every command's exit status says whether it succeeded: 0 when it did; 2 for an error the user
 can fix (bad recipe or data, a run that diverged or trained nothing), named on one line of
-stderr; 1 (a traceback) for anything else; ``launch`` exits with its first failing worker's code.
+stderr; 1 (a traceback) for anything else; ``launch`` exits with its first failing worker's code;
+130 (SIGINT, Ctrl-C) or 143 (SIGTERM) when ``train`` or ``launch`` was stopped by that signal,
+after saving a checkpoint of the step it stopped at (one line says how to resume).
 Heavy modules (torch, numba, grpc) are imported inside the commands, after the arguments and
 the recipe are checked, so ``--help``, ``--version`` and a mistyped key answer at once.
 """
@@ -94,14 +96,19 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    from cardinal.progress import say, setup_logging
+
+    setup_logging(logging.INFO)  # records through tqdm.write: never onto a progress bar's line
     try:
         commands = {"train": train, "recipe": recipe, "eval": evaluate, "generate": generate, "convert": convert,
                     "server": server, "launch": launch, "data": data, "sweep": sweep}
         return commands[args.command](args)
     except ValueError as e:  # what the user can change; anything else (a bug) is a traceback (exit 1)
-        print(f"cardinal {args.command}: error: {e}", file=sys.stderr)
+        say(f"cardinal {args.command}: error: {e}")  # on a line of its own, not on a progress bar's
         return 2
+    except KeyboardInterrupt:  # before training started, or a third Ctrl-C while saving (no torn checkpoint)
+        say(f"cardinal {args.command}: interrupted")
+        return 130
 
 
 def train(args) -> int:
@@ -121,8 +128,17 @@ def train(args) -> int:
             run_dir = new_run_dir(Path(recipe.train.run_dir), recipe.train.name)
     print(f"run directory: {run_dir}")
     from cardinal.train import Trainer
+    from cardinal.train.interrupt import Interrupted, StopFlag
 
-    summary = Trainer(recipe, run_dir).fit(resume=bool(args.resume))
+    stop = StopFlag()
+    trainer = Trainer(recipe, run_dir, stop=stop)
+    try:
+        with stop.catching_signals():  # SIGINT / SIGTERM: save at a step boundary, one line, 130 / 143
+            summary = trainer.fit(resume=bool(args.resume))
+    except Interrupted as e:
+        if int(os.environ.get("RANK", "0")) == 0:
+            print(e, file=sys.stderr, flush=True)  # the one line (the bar is closed)
+        return e.exit_code
     if int(os.environ.get("RANK", "0")) == 0:
         _print_summary(summary)
     return 0
@@ -213,11 +229,10 @@ def generate(args) -> int:
     from cardinal.train.config import build
 
     cfg = build(SyntheticConfig, dict(_apply({}, args.set)), "data.synthetic")
-    from tqdm import tqdm
-
     from cardinal.data.synthetic import generate as write
+    from cardinal.progress import bar as progress_bar  # drawn on a terminal only
 
-    with tqdm(total=cfg.rows + cfg.eval_rows, unit="rows", desc="generating") as bar:
+    with progress_bar(total=cfg.rows + cfg.eval_rows, unit="rows", desc="generating") as bar:
         report = write(args.out_dir, cfg, progress=bar.update)
     print(f"teacher AUC on eval: {report['eval']['teacher_auc']:.4f} (logloss {report['eval']['teacher_logloss']:.4f}, "
           f"click rate {report['eval']['click_rate']:.3f}); files in {args.out_dir}")
@@ -262,11 +277,10 @@ def server(args) -> int:
 
 
 def convert(args) -> int:
-    from tqdm import tqdm
-
     from cardinal.data import convert as to_parquet
+    from cardinal.progress import bar as progress_bar  # drawn on a terminal only
 
-    with tqdm(unit="rows", desc="converting") as bar:
+    with progress_bar(unit="rows", desc="converting") as bar:
         report = to_parquet(args.tsv, args.out, strict=args.strict, progress=bar.update)
     print(f"wrote {report['rows']:,} rows to {args.out}; skipped {report['bad_lines']} bad lines")
     for where in report["bad_examples"]:

@@ -7,11 +7,18 @@ waits until each is listening, runs W workers (``cardinal train`` with RANK / WO
 torchrun would set them) against them, and streams every process's output with a prefix.
 Whatever happens (success, a failed process, Ctrl-C) it stops every process it started:
 SIGTERM, then SIGKILL after a grace period. The exit code is the first failing worker's,
-0 when all succeed, 130 on Ctrl-C.
+0 when all succeed, 130 on Ctrl-C (SIGINT), 143 on SIGTERM.
+
+Ctrl-C or SIGTERM is forwarded to the workers first, and the servers are stopped only after the
+workers exited (or ``WORKER_SAVE_S`` passed): the workers agree on a step, save it on the
+servers, and exit (train/interrupt.py); stopping the servers first would lose that checkpoint.
+Every process runs in its own session, so a terminal's Ctrl-C reaches the launcher alone and
+each worker is signalled once, by the launcher.
 """
 
 import os
 import secrets
+import shlex
 import signal
 import socket
 import subprocess
@@ -23,6 +30,7 @@ from pathlib import Path
 from cardinal.ps.server import READY
 
 GRACE_S = 10.0
+WORKER_SAVE_S = 300.0  # how long interrupted workers may take to save before the servers are stopped
 SERVER_START_S = 120.0
 _out = threading.Lock()
 
@@ -92,16 +100,20 @@ def launch(n_servers: int, n_workers: int, train_args: list[str]) -> int:
         raise ValueError("--servers and --workers must be >= 1")
     recipe_name, sets, resume = split_train_args(train_args)
     recipe = config.load(recipe_name, sets)
-    run_dir = Path(resume) if resume else Path(recipe.train.run_dir) / f"{recipe.train.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    run_dir = run_dir.resolve()
-    run_dir.mkdir(parents=True, exist_ok=True)
+    if resume:
+        run_dir = Path(resume).resolve()
+        run_dir.mkdir(parents=True, exist_ok=True)
+    else:  # two launches in the same second get two directories
+        from cardinal.cli import new_run_dir
+
+        run_dir = new_run_dir(Path(recipe.train.run_dir), recipe.train.name).resolve()
     job = f"{recipe.train.name}-{secrets.token_hex(4)}"
     env = {**os.environ, "CARDINAL_TOKEN": secrets.token_hex(16), "PYTHONUNBUFFERED": "1"}
     common = [*sum((["--set", s] for s in sets), []), "--set", f'ps.job="{job}"']
     me = [sys.executable, "-m", "cardinal.cli"]
     processes: list[Process] = []
-    interrupted = threading.Event()
-    previous = signal.signal(signal.SIGINT, lambda *_: interrupted.set())
+    interrupted = Signals()
+    previous = {s: signal.signal(s, interrupted.handle) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         for i in range(n_servers):
             processes.append(Process(f"server {i}", [*me, "server", recipe_name, "--shard", f"{i}/{n_servers}",
@@ -111,7 +123,7 @@ def launch(n_servers: int, n_workers: int, train_args: list[str]) -> int:
             while not p.ready.wait(0.2):
                 if not p.alive() or interrupted.is_set() or time.monotonic() > deadline:
                     say(f"cardinal launch: {p.name} did not start", sys.stderr)
-                    return 130 if interrupted.is_set() else 1
+                    return 128 + interrupted.signum if interrupted.is_set() else 1
         addresses = [f"127.0.0.1:{p.fields['port']}" for p in processes]
         say(f"cardinal launch: {n_servers} servers at {', '.join(addresses)}; run directory {run_dir}")
         threads = str(max(1, (os.cpu_count() or 1) // n_workers))  # each worker its share: no oversubscription
@@ -124,17 +136,58 @@ def launch(n_servers: int, n_workers: int, train_args: list[str]) -> int:
             cmd = [*me, "train", recipe_name, *common, "--set", servers_set, *(["--resume", str(run_dir)] if resume else [])]
             workers.append(Process(f"worker {r}", cmd, {**worker_env, "RANK": str(r), "LOCAL_RANK": str(r)}))
         processes += workers
-        return _supervise(processes[:n_servers], workers, interrupted)
+        code = _supervise(processes[:n_servers], workers, interrupted)
+        if interrupted.is_set():
+            again = [a for a in train_args if a != "--resume" and a != resume]
+            command = ["cardinal", "launch", "--servers", str(n_servers), "--workers", str(n_workers), "--", *again,
+                       "--resume", str(run_dir)]
+            say(f"cardinal launch: interrupted; resume with: {shlex.join(command)}", sys.stderr)
+        return code
     finally:
         stop(processes)
-        signal.signal(signal.SIGINT, previous)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
-def _supervise(servers: list[Process], workers: list[Process], interrupted: threading.Event) -> int:
+class Signals:
+    """The first SIGINT or SIGTERM the launcher got (``signum``); later ones are told to wait."""
+
+    def __init__(self):
+        self.event, self.signum = threading.Event(), 0
+
+    def handle(self, signum: int, frame=None) -> None:
+        if self.event.is_set():
+            say(f"cardinal launch: waiting for the workers to save (at most {WORKER_SAVE_S:.0f} s)", sys.stderr)
+            return
+        self.signum = signum
+        self.event.set()
+
+    def is_set(self) -> bool:
+        return self.event.is_set()
+
+
+def _finish_interrupted(workers: list[Process], signum: int) -> int:
+    """Forward the signal to the workers and wait (bounded) for them to save and exit."""
+    say(f"cardinal launch: {signal.Signals(signum).name}: the workers save a checkpoint and stop", sys.stderr)
+    for w in workers:
+        if w.alive():
+            w.popen.send_signal(signum)
+    deadline = time.monotonic() + WORKER_SAVE_S
+    for w in workers:
+        try:
+            w.popen.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            say(f"cardinal launch: {w.name} did not stop within {WORKER_SAVE_S:.0f} s; stopping it", sys.stderr)
+    for w in workers:
+        if w.popen.returncode not in (None, 0, 128 + signum):
+            say(f"cardinal launch: {w.name} exited with code {w.popen.returncode} while stopping", sys.stderr)
+    return 128 + signum
+
+
+def _supervise(servers: list[Process], workers: list[Process], interrupted: Signals) -> int:
     while True:
         if interrupted.is_set():
-            say("cardinal launch: interrupted; stopping every process", sys.stderr)
-            return 130
+            return _finish_interrupted(workers, interrupted.signum)
         codes = [w.popen.poll() for w in workers]
         failed = [(w, c) for w, c in zip(workers, codes) if c not in (None, 0)]
         if failed:

@@ -200,7 +200,11 @@ class TrainConfig:
     steps: int = 0                # stop after this many steps (0: run the epochs; a total, as epochs)
     eval_every: int = 0           # steps between evaluations (0: at the end only)
     log_every: int = 10           # steps between lines of metrics.jsonl
-    checkpoint_every: int = 0     # steps between checkpoints (0: at the end only)
+    checkpoint_every: int = 0     # steps between checkpoints (0: none by steps)
+    checkpoint_minutes: float = 10.0  # minutes between checkpoints, by worker 0's clock (0: none by time);
+                                      # a run always saves at its end and on SIGINT / SIGTERM. A save is a
+                                      # barrier (no pull ahead), so in async mode the steps it falls on change
+                                      # the numbers: set 0 for runs that must repeat bit for bit
     keep_checkpoints: int = 1     # the newest this many are kept
     run_dir: str = "runs"         # the folder that holds one directory per run
     seed: int = 0                 # torch's seed (dense weights) and the data order where it is shuffled
@@ -210,12 +214,17 @@ class TrainConfig:
     # cores this worker may use (OMP_NUM_THREADS when a launcher split the machine, else its CPU
     # affinity). The batch prefetcher adds one thread outside the budget.
     threads: int = 0
+    tensorboard: bool = False     # also write loss, samples/s, eval AUC and logloss for TensorBoard
+                                  # (RUN_DIR/tensorboard; needs `pip install tensorboard`)
 
     def __post_init__(self):
         if self.epochs < 1 or self.steps < 0 or self.eval_every < 0 or self.checkpoint_every < 0:
             raise ValueError("train.epochs must be >= 1; steps, eval_every, checkpoint_every >= 0")
         if self.keep_checkpoints < 1 or self.log_every < 1:
             raise ValueError("train.keep_checkpoints and train.log_every must be >= 1")
+        if not 0 <= self.checkpoint_minutes < float("inf"):
+            raise ValueError(f"train.checkpoint_minutes must be >= 0 (0: no checkpoints by time), "
+                             f"got {self.checkpoint_minutes}")
         if self.threads < 0:
             raise ValueError(f"train.threads must be >= 0 (0: the cores this worker may use), got {self.threads}")
 

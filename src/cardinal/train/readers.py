@@ -6,10 +6,9 @@ import math
 from dataclasses import asdict
 from pathlib import Path
 
-from tqdm import tqdm
-
-from cardinal.data import CriteoReader, MovieLensReader, ParquetReader, generate
+from cardinal.data import CriteoReader, MovieLensReader, ParquetReader, generate, sizes
 from cardinal.data.generation_lock import generated_once
+from cardinal.progress import bar as progress_bar
 from cardinal.train.config import DataConfig
 
 
@@ -25,7 +24,7 @@ def ensure_synthetic(cfg: DataConfig, progress: bool = True) -> dict:
 
     def make(tmp: Path) -> None:
         total = cfg.synthetic.rows + cfg.synthetic.eval_rows
-        with tqdm(total=total, desc=f"generating {out}", unit="rows", disable=not progress) as bar:
+        with progress_bar(total=total, desc=f"generating {out}", unit="rows", disable=not progress) as bar:
             generate(tmp, cfg.synthetic, progress=bar.update)
 
     generated_once(out, lambda d: (d / "teacher.json").is_file(), make)
@@ -59,6 +58,8 @@ def make_readers(cfg: DataConfig, seed: int = 0, progress: bool = True, share: t
         evaluation = MovieLensReader(cfg.train[0], "eval", cfg.eval_batch_size, seed=seed, **checks)
         info["train_steps"] = math.ceil(len(train.labels) / cfg.batch_size)
         info["eval_files"] = [f"{cfg.train[0]} (the latest ratings)"]
+    if cfg.format in ("criteo", "parquet"):  # a progress bar's total: the files' sizes or row counts
+        info["train_steps_estimate"] = sizes.train_batches(cfg.format, cfg.train, cfg.batch_size)
     return train, evaluation, info
 
 

@@ -49,8 +49,11 @@ from cardinal.data.prefetch import prefetched
 from cardinal.models import MODELS, dropout_seed
 from cardinal.ps import PSClient, checkpoint, embedded
 from cardinal.ps.transport.grpc_transport import GrpcTransport
+from cardinal.progress import Progress
 from cardinal.train import tables, threads
+from cardinal.train.checkpoint_clock import CheckpointClock
 from cardinal.train.config import DENSE_OPTIMIZERS, Recipe
+from cardinal.train.interrupt import StopFlag
 from cardinal.train.readers import make_readers
 from cardinal.train.report import MetricsLog, plot_curves
 from cardinal.train.schedule import DenseSchedule
@@ -64,8 +67,9 @@ log = logging.getLogger(__name__)
 
 
 class Trainer:
-    def __init__(self, recipe: Recipe, run_dir: str | Path, progress: bool = True):
+    def __init__(self, recipe: Recipe, run_dir: str | Path, progress: bool = True, stop: StopFlag | None = None):
         self.recipe, self.run_dir = recipe, Path(run_dir)
+        self.stop = stop or StopFlag()  # set by SIGINT / SIGTERM (train/interrupt.py)
         t, e = recipe.train, recipe.embedding
         self.workers = Workers(recipe.ps.timeout_s * 15)
         self.progress = progress and self.workers.leader
@@ -104,7 +108,8 @@ class Trainer:
                                                                         weight_decay=d.weight_decay)
         per_epoch = self.data_info["train_steps"]
         self.schedule = DenseSchedule(d, self._dense_lr(), t.steps or (per_epoch * t.epochs if per_epoch else None))
-        self.metrics = MetricsLog(self.run_dir) if self.workers.leader else None
+        self.metrics = MetricsLog(self.run_dir, t.tensorboard) if self.workers.leader else None
+        self.clock = CheckpointClock(t.checkpoint_minutes, self.workers.leader)  # worker 0's decides
         self.step, self.epoch, self.batch_in_epoch = 0, 0, 0
         self.timings = {"data": 0.0, "compute": 0.0}
 
@@ -167,9 +172,9 @@ class Trainer:
             raise ValueError(f"{self.run_dir} already holds checkpoints: resume it, or train into a new directory")
         if w.leader:  # only now: a refused resume leaves the run's recipe.json as it was
             (self.run_dir / "recipe.json").write_text(json.dumps(self.recipe.to_dict(), indent=1))
-        per_epoch = self.data_info["train_steps"]
+        per_epoch = self.data_info["train_steps"] or self.data_info.get("train_steps_estimate")
         total = t.steps or (per_epoch * t.epochs if per_epoch else None)
-        bar = tqdm(total=total, initial=self.step, unit="step", disable=not self.progress, desc="training")
+        bar = Progress(total=total, initial=self.step, disable=not self.progress, desc="training")
         prefetching = self.consistency == "async" and self.recipe.embedding.staleness >= 1
         train_time, samples, window, final, trained = 0.0, 0, [], None, None
         last_saved = self.step if resume else None
@@ -180,14 +185,15 @@ class Trainer:
             batch = self._next(batches)
             while batch is not None:
                 start = time.perf_counter()
-                (n,) = w.sum(len(batch))  # the global batch's examples
+                n, interrupts, terms, timed = w.sum(len(batch), *self.stop.flags(), self.clock.due())  # + stop, time
+                stop = self.stop.agree(interrupts, terms)  # any worker signalled: all save this step and end
                 if n == 0:  # every line of this global batch was bad: no step, on any worker
                     self.batch_in_epoch += 1
                     batch = self._next(batches)
                     continue
                 self.step += 1
-                last = t.steps and self.step >= t.steps
-                save_due = t.checkpoint_every and self.step % t.checkpoint_every == 0
+                last = (t.steps and self.step >= t.steps) or stop
+                save_due = (t.checkpoint_every and self.step % t.checkpoint_every == 0) or timed or stop
                 upcoming = self._next(batches)
                 loss = self._train_step(batch, n, upcoming if prefetching and not save_due and not last else None)
                 self._check_loss(loss)
@@ -221,6 +227,7 @@ class Trainer:
         bar.close()
         if batches is not None:
             batches.close()  # stops the reading thread before the reader's counts are looked at
+        self.stop.raise_if_agreed(self.step, self.run_dir)  # saved above; the command prints one line
         self._check_bad_rows()  # the share of bad lines read, also when train.steps ended the run early
         if self.step == 0:
             files = ", ".join(map(str, self.data_info["train_files"])) or "none"
@@ -358,6 +365,7 @@ class Trainer:
                              keep=self.recipe.train.keep_checkpoints, extra=position,
                              before_commit=lambda path: save_tree(path / "dense", dense))
         self.workers.barrier()
+        self.clock.restart()
         return self.step
 
     def load(self, path: str | Path) -> dict:
