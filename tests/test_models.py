@@ -63,3 +63,18 @@ def test_learns_a_planted_signal_through_the_parameter_server(name):
     with torch.no_grad():
         auc = binary_auroc(logits(sparse, dense), labels.long())
     assert auc > 0.9, f"{name} reached AUC {auc:.3f} on a signal it should learn"
+
+
+def test_a_batch_of_one_example_is_normalised_by_the_running_statistics():
+    """One example has no batch statistics: train mode then normalises it as eval mode does, and
+    leaves the running statistics as they were, instead of failing at the data set's last line."""
+    from cardinal.models.global_norm import GlobalBatchNorm
+
+    norm = GlobalBatchNorm(3)
+    norm(torch.randn(8, 3) * 4 + 1)  # running statistics away from their initial values
+    before = {k: v.clone() for k, v in norm.state_dict().items()}
+    one = torch.randn(1, 3)
+    out = norm(one)
+    assert all(torch.equal(v, before[k]) for k, v in norm.state_dict().items())
+    norm.eval()
+    assert torch.equal(out, norm(one))

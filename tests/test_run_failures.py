@@ -1,6 +1,7 @@
 """Runs that learn nothing fail loudly: a non-zero exit, a one-line reason, no checkpoint past the
 last finite step (the recipe values are the ones of the issue that found each case)."""
 
+import json
 import math
 import os
 import subprocess
@@ -172,3 +173,13 @@ def test_several_workers_judge_the_share_of_bad_lines_over_all_their_lines():
     bad.add([f"a.tsv:{i}: bad label" for i in range(30)], 1200)
     with pytest.raises(ValueError, match="30 of 2400 input rows read are bad"):
         Trainer._check_bad_rows(trainer)
+
+
+def test_a_last_batch_of_one_line_trains(tmp_path, data):
+    """1,201 lines at batch 200: the last global batch holds one example (batch norm has no statistics)."""
+    lines = (data / "train.tsv").read_bytes().splitlines(keepends=True)
+    assert len(lines) == 1200
+    (tmp_path / "odd.tsv").write_bytes(b"".join(lines + lines[:1]))
+    code, run = train(tmp_path, tmp_path, train_file="odd.tsv", eval_file=str(data / "eval.tsv"))
+    assert code == 0
+    assert json.loads((run / "summary.json").read_text())["samples"] == 1201

@@ -8,17 +8,21 @@ updates the same running statistics. ``torch.nn.SyncBatchNorm`` does this on GPU
 
 For input features (data, which need no gradient): no gradient flows back to the input through
 the statistics. Alone, or in eval mode, it is ``BatchNorm1d`` exactly; its state is the same.
+A global batch of one example has no batch statistics: it is normalised by the running ones
+(as in eval mode, which leaves them unchanged) instead of failing, so a data set whose last
+batch holds one line trains to its end.
 """
 
 import torch
 import torch.distributed as dist
+import torch.nn.functional as F
 from torch import nn
 
 
 class GlobalBatchNorm(nn.BatchNorm1d):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not (self.training and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
-            return super().forward(x)
+            return self._by_running_statistics(x) if self.training and len(x) == 1 else super().forward(x)
         if x.requires_grad:
             raise NotImplementedError("GlobalBatchNorm normalises input features; its input must not need a gradient")
         wide = x.double()
@@ -26,7 +30,7 @@ class GlobalBatchNorm(nn.BatchNorm1d):
         dist.all_reduce(stats)
         c, n = x.shape[1], stats[-1]
         if n < 2:
-            raise ValueError(f"batch normalisation needs more than one example per global batch, got {int(n)}")
+            return self._by_running_statistics(x)
         mean = stats[:c] / n
         var = (stats[c:2 * c] / n - mean * mean).clamp_min(0)
         with torch.no_grad():
@@ -35,3 +39,6 @@ class GlobalBatchNorm(nn.BatchNorm1d):
             self.running_mean.mul_(1 - m).add_((m * mean).float())
             self.running_var.mul_(1 - m).add_((m * var * n / (n - 1)).float())
         return (x - mean.float()) * torch.rsqrt(var.float() + self.eps) * self.weight + self.bias
+
+    def _by_running_statistics(self, x: torch.Tensor) -> torch.Tensor:
+        return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0, self.eps)
