@@ -32,6 +32,7 @@ READ = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_two_processes_generating_the_same_data_set_at_once_both_read_one_copy(tmp_path):
     sets = [f'data.cache_dir="{tmp_path}"', *SMALL]
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}

@@ -69,6 +69,7 @@ sys.exit(cli.main(sys.argv[1:]))
 """
 
 
+@pytest.mark.slow
 def test_two_processes_started_together_get_two_directories(tmp_path, data):
     runs = tmp_path / "runs"
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}

@@ -18,6 +18,8 @@ from cardinal.train import Trainer, config, tables
 from cluster import JOB, TOKEN, Cluster
 from conftest import tiny_recipe
 
+pytestmark = pytest.mark.slow  # processes or whole runs: outside `pytest -m "not slow"`
+
 
 def recipe(tmp_path, *extra):
     return tiny_recipe(tmp_path, "data.synthetic.rows=4000", "data.batch_size=250", *extra)

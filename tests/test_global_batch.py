@@ -16,6 +16,8 @@ from cardinal.train import Trainer, config, tables
 from cardinal.train.state_io import load_tree
 from test_distributed import launch_cmd, leftovers, run_launch
 
+pytestmark = pytest.mark.slow  # processes or whole runs: outside `pytest -m "not slow"`
+
 STEPS = ["train.steps=12", "train.eval_every=0"]
 
 

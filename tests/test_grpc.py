@@ -206,6 +206,7 @@ def server_process(tmp_path, *sets: str):
             proc.wait()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_server_process_reports_its_port_and_stops_cleanly_on_sigterm(tmp_path):
     with server_process(tmp_path) as (_, fields):
@@ -214,6 +215,7 @@ def test_server_process_reports_its_port_and_stops_cleanly_on_sigterm(tmp_path):
         assert client.health()[0]["incarnation"] == fields["incarnation"]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_server_process_takes_its_limits_from_the_recipe(tmp_path):
     with server_process(tmp_path, "ps.max_message_mb=1", "ps.max_rows=100", "ps.max_concurrent_calls=3") \
@@ -232,6 +234,7 @@ def test_server_process_takes_its_limits_from_the_recipe(tmp_path):
         assert client.stats()[0]["tables"]["emb"]["rows"] == 100
 
 
+@pytest.mark.slow
 def test_server_refuses_to_start_without_a_token(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "CARDINAL_TOKEN"}
     proc = subprocess.run([sys.executable, "-m", "cardinal.cli", "server", "--shard", "0/1", "--data-dir", str(tmp_path)],

@@ -23,6 +23,7 @@ def test_shapes(name, n_dense):
     out.sum().backward()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_learns_a_planted_signal_through_the_parameter_server(name):
     """Click iff the ids of fields 0 and 1 share a hidden class: needs the embeddings to learn."""

@@ -10,6 +10,8 @@ import pytest
 
 from cardinal.train import Trainer, config
 
+pytestmark = pytest.mark.slow  # processes or whole runs: outside `pytest -m "not slow"`
+
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "movielens-latest-small"
 
 

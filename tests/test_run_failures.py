@@ -93,6 +93,7 @@ def test_non_finite_eval_metrics_are_an_error(tmp_path):
         trainer.evaluate()
 
 
+@pytest.mark.slow
 def test_the_process_exit_code_says_the_run_failed(tmp_path, data):
     """The real command, as a user runs it: exit status 2 and the reason on stderr."""
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}

@@ -70,6 +70,7 @@ def _read(run_dir: str) -> dict:
     return json.loads((Path(run_dir) / "recipe.json").read_text())
 
 
+@pytest.mark.slow
 def test_a_sequential_sweep_trains_every_setting_into_its_own_run_dir(tmp_path, child_env):
     lines = []
     table = sweep.run("criteo_synthetic", ["embedding.dim=4,8", "sparse_optimizer.lr=0.05,0.1"], tiny(tmp_path),
@@ -92,6 +93,7 @@ def test_a_sequential_sweep_trains_every_setting_into_its_own_run_dir(tmp_path, 
     assert md.count("\n| ") == 5 and md in "\n".join(lines) + "\n"  # header + 4 rows, also printed
 
 
+@pytest.mark.slow
 def test_a_parallel_sweep_turns_each_failure_into_a_row(tmp_path, child_env):
     table = sweep.run("criteo_synthetic", ["embedding.dim=4,0", "dense_optimizer.lr=0.003,1e12"], tiny(tmp_path),
                       parallel=2, out_root=str(tmp_path / "runs"), echo=lambda _: None)
@@ -107,6 +109,7 @@ def test_a_parallel_sweep_turns_each_failure_into_a_row(tmp_path, child_env):
     assert "failed: exit 2" in (Path(table["dir"]) / "sweep.md").read_text()
 
 
+@pytest.mark.slow
 def test_the_command_line_runs_a_sweep_and_refuses_one_without_a_grid(tmp_path, capsys, child_env):
     assert cli.main(["sweep", "--set", "embedding.dim=4"]) == 2
     assert "needs at least one --grid" in capsys.readouterr().err

@@ -47,6 +47,7 @@ def test_a_run_learns_and_writes_metrics_curves_summary_and_a_checkpoint(tmp_pat
         Trainer(recipe(tmp_path), run, progress=False).fit()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("consistency", ["async", "sync", "geo"])
 def test_resume_is_bitwise_equal_to_training_straight_through(tmp_path, consistency):
     flags = [f'embedding.consistency="{consistency}"', "train.epochs=3", "train.checkpoint_every=7"]
