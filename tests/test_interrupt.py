@@ -95,6 +95,7 @@ def launched_line(out: str) -> tuple[int, Path]:
     return int(found[0][0]), Path(found[0][1])
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_ctrl_c_under_launch_lets_the_workers_save_before_the_servers_stop(tmp_path):
     cmd = launch_cmd(tmp_path, 1, 2, "train.epochs=1000", "train.log_every=2")
@@ -112,6 +113,7 @@ def test_ctrl_c_under_launch_lets_the_workers_save_before_the_servers_stop(tmp_p
     assert leaked == []
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_signal_to_one_worker_stops_every_worker_at_the_same_step(tmp_path):
     """Only worker 1 is signalled: the flag travels in the step's all-reduce, so worker 0 stops at the
