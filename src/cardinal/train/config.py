@@ -15,6 +15,7 @@ one value (TOML syntax: ``--set model.hidden=[256,128]``, ``--set data.format=cr
 """
 
 import inspect
+import math
 import os
 import tomllib
 from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
@@ -34,7 +35,9 @@ class DataConfig:
     format: str = "synthetic"
     train: list[str] = field(default_factory=list)  # files (criteo, parquet) or a directory (movielens);
                                                     # a plain string is a list of one
-    eval: list[str] = field(default_factory=list)
+    eval: list[str] = field(default_factory=list)  # criteo, parquet: empty carves `holdout` out of data.train
+    holdout: float = 0.1          # the share of the training rows held out for evaluation when data.eval is empty
+    holdout_by: str = "time"      # "time": the last rows (files in time order); "hash": a seeded hash of each row
     batch_size: int = 4096        # the global batch: W workers each train a 1/W share of every batch...
     batch_scope: str = "global"   # ...or "worker": each worker trains batch_size (global batch W x batch_size)
     eval_batch_size: int = 16384
@@ -49,8 +52,13 @@ class DataConfig:
                 object.__setattr__(self, name, [getattr(self, name)])
         if self.format not in FORMATS:
             raise ValueError(f"data.format must be one of {FORMATS}, got {self.format!r}")
-        if self.format in ("criteo", "parquet") and not (self.train and self.eval):
-            raise ValueError(f"data.format = {self.format!r} needs data.train and data.eval file lists")
+        if self.format in ("criteo", "parquet") and not self.train:
+            raise ValueError(f"data.format = {self.format!r} needs a data.train file list")
+        if self.format in ("criteo", "parquet") and not self.eval and not 0 < self.holdout < 1:
+            raise ValueError(f"data.format = {self.format!r} needs data.eval files, or data.holdout in (0, 1) "
+                             f"to hold out that share of data.train; got data.holdout = {self.holdout}")
+        if self.holdout_by not in ("time", "hash"):
+            raise ValueError(f"data.holdout_by must be 'time' or 'hash', got {self.holdout_by!r}")
         if self.format == "movielens" and len(self.train) != 1:
             raise ValueError("data.format = 'movielens' needs data.train = [directory of ratings.csv]")
         if self.batch_scope not in ("global", "worker"):
@@ -170,10 +178,18 @@ class TrainConfig:
     name: str = "run"
     epochs: int = 1
     steps: int = 0                # stop after this many steps (0: run the epochs)
-    eval_every: int = 0           # steps between evaluations (0: at the end only)
+    eval_every: int = 0           # steps between evaluations, counted over epochs (0: at the end only)
+    early_stop: str = "auc"       # stop when eval "auc" or "logloss" has not improved for `patience` evaluations;
+                                  # "none": never stop early (the best model is then judged by AUC)
+    patience: int = 3             # evaluations without an improvement of more than min_delta
+    min_delta: float = 0.0
+    keep_best: bool = True        # checkpoint at each evaluation that improves; kept beside the newest
+                                  # (checkpoints/best.json names it; eval and the summary use it)
+    baseline: str = "lr"          # "lr": train logistic regression on the same batches and report it beside the
+                                  # model (its own tables lr_*, on the same servers); "none": no baseline
     log_every: int = 10
     checkpoint_every: int = 0     # steps between checkpoints (0: at the end only)
-    keep_checkpoints: int = 1
+    keep_checkpoints: int = 1     # the newest ones; the best one is kept besides
     run_dir: str = "runs"
     seed: int = 0
     # One thread budget for the worker (train/threads.py): torch's intra-op threads, Cardinal's
@@ -190,6 +206,14 @@ class TrainConfig:
             raise ValueError("train.keep_checkpoints and train.log_every must be >= 1")
         if self.threads < 0:
             raise ValueError(f"train.threads must be >= 0 (0: the cores this worker may use), got {self.threads}")
+        if self.early_stop not in ("auc", "logloss", "none"):
+            raise ValueError(f"train.early_stop must be 'auc', 'logloss' or 'none', got {self.early_stop!r}")
+        if self.patience < 1:
+            raise ValueError(f"train.patience must be >= 1 (evaluations without improvement), got {self.patience}")
+        if not (self.min_delta >= 0 and math.isfinite(self.min_delta)):
+            raise ValueError(f"train.min_delta must be a finite number >= 0, got {self.min_delta}")
+        if self.baseline not in ("lr", "none"):
+            raise ValueError(f"train.baseline must be 'lr' or 'none', got {self.baseline!r}")
 
 
 @dataclass(frozen=True)

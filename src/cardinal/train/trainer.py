@@ -1,7 +1,21 @@
 """The training loop of a worker, on the embedded parameter server or on remote servers.
 
-    trainer = Trainer(recipe, run_dir)
+    from cardinal.train import Callback, Trainer, config
+
+    class Watch(Callback):
+        def on_eval(self, trainer, step, result):
+            print(step, result["eval_auc"], trainer.best.step)
+
+    recipe = config.load("criteo_synthetic", ["train.epochs=3", "train.eval_every=200"])
+    trainer = Trainer(recipe, "runs/mine", callbacks=[Watch()])
     summary = trainer.fit()                 # or fit(resume=True) to go on from the last checkpoint
+    summary["eval_auc"], summary["best_step"], summary["stopped_early"]
+
+Evaluation every ``train.eval_every`` steps (counted over epochs, and on from a resume), and at
+the end. Each evaluation that improves on the best (``train/best.py``) is checkpointed and kept
+beside the newest checkpoints; ``train.early_stop`` ends the run once ``train.patience``
+evaluations in a row have not improved (``callbacks.EarlyStopping``). The summary's headline
+eval_auc / eval_logloss are the best kept model's; last_eval_* are the last step's.
 
 One step: pooled embeddings for the batch (pulled ahead in async mode, see
 ``EmbeddingCollection``), the next batch's pulls sent, forward, backward (gradient rows
@@ -50,6 +64,8 @@ from cardinal.models import MODELS
 from cardinal.ps import PSClient, checkpoint, embedded
 from cardinal.ps.transport.grpc_transport import GrpcTransport
 from cardinal.train import tables, threads
+from cardinal.train.best import Best, best_checkpoint, write_marker
+from cardinal.train.callbacks import Callback, EarlyStopping
 from cardinal.train.config import DENSE_OPTIMIZERS, Recipe
 from cardinal.train.readers import make_readers
 from cardinal.train.report import MetricsLog, plot_curves
@@ -62,7 +78,8 @@ log = logging.getLogger(__name__)
 
 
 class Trainer:
-    def __init__(self, recipe: Recipe, run_dir: str | Path, progress: bool = True):
+    def __init__(self, recipe: Recipe, run_dir: str | Path, progress: bool = True,
+                 callbacks: list[Callback] = ()):
         self.recipe, self.run_dir = recipe, Path(run_dir)
         t, e = recipe.train, recipe.embedding
         self.workers = Workers(recipe.ps.timeout_s * 15)
@@ -103,6 +120,16 @@ class Trainer:
         self.metrics = MetricsLog(self.run_dir) if self.workers.leader else None
         self.step, self.epoch, self.batch_in_epoch = 0, 0, 0
         self.timings = {"data": 0.0, "compute": 0.0}
+        self.best = Best("logloss" if t.early_stop == "logloss" else "auc", t.min_delta)
+        self.callbacks = ([EarlyStopping(t.patience)] if t.early_stop != "none" else []) + list(callbacks)
+        self.stop_reason: str | None = None
+        self._saved: int | None = None   # the step of the newest checkpoint this run has
+        self._kept_best: int | None = None  # the step best.json names
+
+    def stop(self, reason: str) -> None:
+        """End the run after this step (saved, evaluated, summarised as usual); ``reason`` is printed
+        and recorded in summary.json as ``stopped_early``. Every worker must call it at the same step."""
+        self.stop_reason = reason
 
     def _global_data(self, recipe: Recipe):
         """The data section with the global batch: batch_size, or W x batch_size per worker."""
@@ -163,8 +190,10 @@ class Trainer:
         bar = tqdm(total=total, initial=self.step, unit="step", disable=not self.progress, desc="training")
         prefetching = self.consistency == "async" and self.recipe.embedding.staleness >= 1
         train_time, samples, window, final, trained = 0.0, 0, [], None, None
-        last_saved = self.step if resume else None
-        done = bool(t.steps and self.step >= t.steps)
+        if resume and t.early_stop != "none" and self.best.since >= t.patience:
+            self.stop(f"the run had stopped early: eval {self.best.metric} did not improve for {self.best.since} "
+                      f"evaluations after step {self.best.step}; resume with a larger train.patience to go on")
+        done = bool(t.steps and self.step >= t.steps) or self.stop_reason is not None
         batches = None
         while self.epoch < t.epochs and not done:  # batches read on a thread, ahead of the step (data/prefetch.py)
             batches = prefetched(itertools.islice(iter(self.train_data), self.batch_in_epoch, None))
@@ -177,11 +206,17 @@ class Trainer:
                     batch = self._next(batches)
                     continue
                 self.step += 1
-                last = t.steps and self.step >= t.steps
-                save_due = t.checkpoint_every and self.step % t.checkpoint_every == 0
                 upcoming = self._next(batches)
-                loss = self._train_step(batch, n, upcoming if prefetching and not save_due and not last else None)
+                last = bool(t.steps and self.step >= t.steps)
+                final_step = last or (upcoming is None and self.epoch == t.epochs - 1)
+                save_due = t.checkpoint_every and self.step % t.checkpoint_every == 0
+                # the last step's evaluation comes before its save, so that checkpoint records it
+                eval_due = (t.eval_every and self.step % t.eval_every == 0) or final_step  # may save: a barrier
+                barrier = save_due or eval_due
+                loss = self._train_step(batch, n, upcoming if prefetching and not barrier else None)
                 self._check_loss(loss)
+                for callback in self.callbacks:
+                    callback.on_step(self, self.step, loss)
                 trained = batch
                 self.batch_in_epoch += 1
                 train_time += time.perf_counter() - start
@@ -198,12 +233,12 @@ class Trainer:
                                             "samples_per_s": rate, "time": time.time(), **self._staleness()})
                     bar.set_postfix(loss=f"{loss_sum / count:.4f}", samples_per_s=f"{rate:,.0f}")
                     window = []
-                if save_due:
+                if eval_due:
+                    final = (self.step, self._eval_and_keep(batch))
+                if save_due and self._saved != self.step:
                     self._check_before_save(batch)
-                    last_saved = self.save()
-                if t.eval_every and self.step % t.eval_every == 0:
-                    final = (self.step, self._log_eval())
-                if last:
+                    self.save()
+                if last or self.stop_reason is not None:
                     done = True
                     break
                 batch = upcoming
@@ -217,10 +252,14 @@ class Trainer:
             files = ", ".join(map(str, self.data_info["train_files"])) or "none"
             raise ValueError(f"no training step: the training data ({files}) gave no batch; "
                              f"check that the files hold good lines (see the warnings above)")
-        if last_saved != self.step:
+        if self.stop_reason is not None:
+            log.info(self.stop_reason)
+            if self.progress:
+                tqdm.write(self.stop_reason)
+        result = final[1] if final and final[0] == self.step else self._eval_and_keep(trained)
+        if self._saved != self.step:
             self._check_before_save(trained)
             self.save()
-        result = final[1] if final and final[0] == self.step else self._log_eval()
         (samples,) = w.sum(samples)
         return self._summary(result, int(samples), train_time)
 
@@ -335,21 +374,60 @@ class Trainer:
             tqdm.write(f"step {self.step}: AUC {result['eval_auc']:.4f}, logloss {result['eval_logloss']:.4f}")
         return result
 
+    def _eval_and_keep(self, batch) -> dict:
+        """Evaluate; checkpoint the model when it is the best yet (``batch``: the step's own, for
+        the finiteness check before saving); then the callbacks (early stopping among them)."""
+        result = self._log_eval()
+        if self.best.evaluated != self.step:  # a resume that trains nothing judges no evaluation twice
+            self.best.evaluated = self.step
+            if self.best.update(self.step, result) and self.recipe.train.keep_best:
+                if self._saved == self.step:
+                    self._mark_best()  # saved already (its checkpoint records the judging before this one)
+                elif batch is not None:
+                    self._check_before_save(batch)
+                    self.save()
+        for callback in self.callbacks:
+            callback.on_eval(self, self.step, result)
+        return result
+
     # --- checkpoints ---------------------------------------------------------------------
 
     def save(self) -> int:
-        """Every worker flushes its pushes; worker 0 saves the servers' shards and the dense state."""
+        """Every worker flushes its pushes; worker 0 saves the servers' shards and the dense state.
+
+        When the step is the best evaluation's (``self.best``), ``checkpoints/best.json`` names it
+        once it is committed, and only then may the previous best checkpoint go; the best one is
+        never deleted by ``keep_checkpoints``."""
         self.embedding.flush()
         self.workers.barrier()
+        root = (self.run_dir / "checkpoints").resolve()
+        is_best = self.recipe.train.keep_best and self.best.step == self.step
         if self.workers.leader:
-            position = {"step": self.step, "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch}
+            position = {"step": self.step, "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch,
+                        "best": self.best.state()}
             dense = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                      "optimizer_name": self.recipe.dense_optimizer.name}
-            self.client.save(str((self.run_dir / "checkpoints").resolve()), self.step,
-                             keep=self.recipe.train.keep_checkpoints, extra=position,
+            keep = self.recipe.train.keep_checkpoints
+            protect = {s for s in (self._kept_best, self.step if is_best else None) if s is not None}
+            self.client.save(str(root), self.step, keep=keep, extra=position, protect=protect,
                              before_commit=lambda path: save_tree(path / "dense", dense))
+            if is_best:
+                write_marker(root, self.best)
+                checkpoint.remove_older(root, keep, protect={self.step})
+        if is_best:
+            self._kept_best = self.step
         self.workers.barrier()
+        self._saved = self.step
+        for callback in self.callbacks:
+            callback.on_checkpoint(self, self.step, checkpoint.step_dir(root, self.step), is_best)
         return self.step
+
+    def _mark_best(self) -> None:
+        root = (self.run_dir / "checkpoints").resolve()
+        if self.workers.leader:
+            write_marker(root, self.best)
+            checkpoint.remove_older(root, self.recipe.train.keep_checkpoints, protect={self.step})
+        self._kept_best = self.step
 
     def load(self, path: str | Path) -> dict:
         """Restore tables, dense state and data position from a checkpoint (or the newest under a root).
@@ -380,6 +458,16 @@ class Trainer:
             group["lr"], group["weight_decay"] = self._dense_lr(), d.weight_decay  # a resume may lower the lr
         extra = info["extra"]
         self.step, self.epoch, self.batch_in_epoch = extra["step"], extra["epoch"], extra["batch_in_epoch"]
+        self._saved = self.step
+        self.best.restore(extra.get("best"))
+        root = found.parent
+        kept = best_checkpoint(root)
+        self._kept_best = int(kept.name.split("-")[1]) if kept else None
+        if self.recipe.train.keep_best and self.best.step is not None and self.best.step != self._kept_best \
+                and (checkpoint.step_dir(root, self.best.step) / checkpoint.COMMIT).is_file():
+            if self.workers.leader:  # a crash between the best checkpoint's commit and best.json
+                write_marker(root, self.best)
+            self._kept_best = self.best.step
         return info
 
     def _check_dense(self, where: Path, dense) -> None:
@@ -402,12 +490,20 @@ class Trainer:
             raise ValueError(f"{where}: the optimizer state has other parameter groups than this recipe's optimizer")
 
     def _summary(self, final: dict, samples: int, train_time: float) -> dict:
+        """The best kept model's eval metrics as the headline (the last step's beside them)."""
         timings = {**self.timings, **self.embedding.timings}
+        root = self.run_dir / "checkpoints"
+        kept = best_checkpoint(root) if self.recipe.train.keep_best else None
+        headline = self.best.result if kept is not None and self.best.step is not None else final
+        summary = {**headline, **{f"last_{k}": v for k, v in final.items()},
+                   "best_step": self.best.step if kept is not None else self.step,
+                   "best_checkpoint": str(kept if kept is not None else checkpoint.latest(root)),
+                   "stopped_early": self.stop_reason}
         transport = self.client.transport
         if hasattr(transport, "bytes_sent"):  # network traffic, all workers together
             sent, received = self.workers.sum(transport.bytes_sent, transport.bytes_received)
-            final = {**final, "bytes_sent": sent, "bytes_received": received}
-        summary = {**final, "steps": self.step, "samples": samples, "train_seconds": train_time,
+            summary.update(bytes_sent=sent, bytes_received=received)
+        summary = {**summary, "steps": self.step, "samples": samples, "train_seconds": train_time,
                    "samples_per_s": samples / train_time if train_time else 0.0, "timings_s": timings,
                    "bad_lines": getattr(self.train_data, "bad_lines", 0),
                    "checkpoint": str(checkpoint.latest(self.run_dir / "checkpoints")), "workers": self.workers.world,
