@@ -105,7 +105,7 @@ def test_no_new_cli_options():
     """Knobs belong in recipes (--set section.key=value), not in flags: adding one is a decision."""
     sub = next(a for a in cli.parser()._actions if a.dest == "command")
     options = {name: sorted(o for a in p._actions for o in a.option_strings) for name, p in sub.choices.items()}
-    assert options == {"train": ["--help", "--resume", "--set", "-h"], "eval": ["--checkpoint", "--help", "-h"],
+    assert options == {"train": ["--help", "--resume", "--set", "-h"], "eval": ["--checkpoint", "--help", "--set", "-h"],
                        "generate": ["--help", "--set", "-h"], "convert": ["--help", "--out", "--strict", "-h"],
                        "server": ["--data-dir", "--help", "--host", "--port", "--set", "--shard", "-h"],
                        "launch": ["--help", "--servers", "--workers", "-h"]}

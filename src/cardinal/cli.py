@@ -1,7 +1,7 @@
 """The ``cardinal`` command. Few flags: every knob is a recipe value, set with ``--set``.
 
     cardinal train [RECIPE] [--set section.key=value ...] [--resume RUN_DIR]
-    cardinal eval RUN_DIR [--checkpoint STEP_DIR]
+    cardinal eval RUN_DIR [--checkpoint STEP_DIR] [--set data.eval=FILE ...]
     cardinal generate OUT_DIR [--set key=value ...]        (keys of [data.synthetic])
     cardinal convert TSV [TSV ...] --out FILE.parquet [--strict]
     cardinal server [RECIPE] --shard I/N --data-dir DIR [--port P] [--host H] [--set ...]
@@ -32,7 +32,9 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--resume", metavar="RUN_DIR", help="go on from the newest checkpoint of a run")
     e = sub.add_parser("eval", help="evaluate a run's checkpoint on its eval data")
     e.add_argument("run_dir")
-    e.add_argument("--checkpoint", metavar="STEP_DIR", help="a step directory (default: the newest)")
+    e.add_argument("--checkpoint", metavar="STEP_DIR", help="a step directory (default: the best, else the newest)")
+    e.add_argument("--set", action="append", default=[], metavar="data.eval=FILES",
+                   help="evaluate on other data: only data.eval* keys may change")
     g = sub.add_parser("generate", help="write synthetic Criteo-layout data with a planted teacher")
     g.add_argument("out_dir")
     g.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a [data.synthetic] value")
@@ -110,15 +112,27 @@ def _print_summary(s: dict) -> None:
 
 
 def evaluate(args) -> int:
+    """The run's best checkpoint (checkpoints/best.json), else its newest, or ``--checkpoint``; on
+    the run's eval data or, with ``--set data.eval=...``, on other data. Prints one JSON line."""
     from cardinal.train import Trainer, config
+    from cardinal.train.best import best_checkpoint
 
     run_dir = Path(args.run_dir)
     if not (run_dir / "recipe.json").exists():
         raise ValueError(f"{run_dir} is not a run directory (no recipe.json)")
-    recipe = config.from_dict(json.loads((run_dir / "recipe.json").read_text()))
+    for text in args.set:
+        keys, _ = config.parse_override(text)
+        if len(keys) != 2 or keys[0] != "data" or not keys[1].startswith("eval"):
+            raise ValueError(f"--set {text}: `cardinal eval` changes only the eval data (data.eval, "
+                             f"data.eval_batch_size); the model is the run's recipe.json")
+    recipe = config.from_dict(_apply(json.loads((run_dir / "recipe.json").read_text()), args.set))
+    root = run_dir / "checkpoints"
+    best = None if args.checkpoint else best_checkpoint(root)
+    which = args.checkpoint or ("best" if best is not None else "newest")
     trainer = Trainer(recipe, run_dir, progress=False)
-    trainer.load(args.checkpoint or run_dir / "checkpoints")
-    print(json.dumps({"step": trainer.step, **trainer.evaluate()}))
+    info = trainer.load(args.checkpoint or best or root)
+    print(json.dumps({"checkpoint": which, "path": str(info.get("path", "")), "step": trainer.step,
+                      **trainer.evaluate()}))
     return 0
 
 

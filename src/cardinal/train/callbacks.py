@@ -39,6 +39,6 @@ class EarlyStopping(Callback):
 
     def on_eval(self, trainer, step: int, result: dict) -> None:
         best = trainer.best
-        if best.since >= self.patience:
+        if best.since >= self.patience and trainer.stop_reason is None:
             trainer.stop(f"early stop at step {step}: eval {best.metric} has not improved on step {best.step}'s "
                          f"{best.value:.4f} for {best.since} evaluations (train.patience = {self.patience})")

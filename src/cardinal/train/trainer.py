@@ -86,7 +86,6 @@ class Trainer:
         self.progress = progress and self.workers.leader
         if self.workers.leader:
             self.run_dir.mkdir(parents=True, exist_ok=True)
-            (self.run_dir / "recipe.json").write_text(json.dumps(recipe.to_dict(), indent=1))
         self.threads = threads.apply(t.threads)  # torch, kernels and numba: one budget
         torch.manual_seed(t.seed)
         if not self.workers.leader:
@@ -185,6 +184,8 @@ class Trainer:
             self.load(self.run_dir / "checkpoints")
         elif checkpoint.committed_steps(self.run_dir / "checkpoints"):
             raise ValueError(f"{self.run_dir} already holds checkpoints: resume it, or train into a new directory")
+        if w.leader:  # written once the checkpoint (if any) has loaded: a refused resume leaves the run as it was
+            (self.run_dir / "recipe.json").write_text(json.dumps(self.recipe.to_dict(), indent=1))
         per_epoch = self.data_info["train_steps"]
         total = t.steps or (per_epoch * t.epochs if per_epoch else None)
         bar = tqdm(total=total, initial=self.step, unit="step", disable=not self.progress, desc="training")
@@ -210,9 +211,8 @@ class Trainer:
                 last = bool(t.steps and self.step >= t.steps)
                 final_step = last or (upcoming is None and self.epoch == t.epochs - 1)
                 save_due = t.checkpoint_every and self.step % t.checkpoint_every == 0
-                # the last step's evaluation comes before its save, so that checkpoint records it
-                eval_due = (t.eval_every and self.step % t.eval_every == 0) or final_step  # may save: a barrier
-                barrier = save_due or eval_due
+                eval_due = t.eval_every and self.step % t.eval_every == 0
+                barrier = save_due or eval_due or final_step  # evaluations may save the best model
                 loss = self._train_step(batch, n, upcoming if prefetching and not barrier else None)
                 self._check_loss(loss)
                 for callback in self.callbacks:
@@ -233,11 +233,12 @@ class Trainer:
                                             "samples_per_s": rate, "time": time.time(), **self._staleness()})
                     bar.set_postfix(loss=f"{loss_sum / count:.4f}", samples_per_s=f"{rate:,.0f}")
                     window = []
-                if eval_due:
-                    final = (self.step, self._eval_and_keep(batch))
-                if save_due and self._saved != self.step:
-                    self._check_before_save(batch)
-                    self.save()
+                if not final_step:  # the final step is evaluated, then saved, after the loop (bad lines judged)
+                    if eval_due:
+                        final = (self.step, self._eval_and_keep(batch))
+                    if save_due and self._saved != self.step:
+                        self._check_before_save(batch)
+                        self.save()
                 if last or self.stop_reason is not None:
                     done = True
                     break
@@ -456,6 +457,7 @@ class Trainer:
         d = self.recipe.dense_optimizer
         for group in self.optimizer.param_groups:  # the recipe's hyper-parameters, not the saved ones:
             group["lr"], group["weight_decay"] = self._dense_lr(), d.weight_decay  # a resume may lower the lr
+        info = {**info, "path": str(found)}
         extra = info["extra"]
         self.step, self.epoch, self.batch_in_epoch = extra["step"], extra["epoch"], extra["batch_in_epoch"]
         self._saved = self.step
