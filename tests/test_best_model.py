@@ -144,3 +144,25 @@ def test_callbacks_see_every_step_evaluation_and_checkpoint(tmp_path):
     best_steps = [s for s, _, is_best, committed in record.checkpoints if is_best and committed]
     assert best_steps == [s for s, _, best in record.evals if best == s]  # each new best, checkpointed
     assert {s for s, *_ in record.checkpoints} >= {12, 24, 36}
+
+
+def test_eval_command_on_other_data_and_only_data_eval_keys(tmp_path, capsys):
+    from cardinal.data import SyntheticConfig, generate
+
+    run = tmp_path / "run"
+    recipe = tiny_recipe(tmp_path, "ps.shards=3")
+    summary = Trainer(recipe, run, progress=False).fit()
+    other = tmp_path / "other"
+    generate(other, SyntheticConfig(rows=10, eval_rows=700, vocab=300, seed=5))
+    before = (run / "recipe.json").read_bytes()
+    capsys.readouterr()
+    assert cli.main(["eval", str(run), "--set", f"data.eval={other / 'eval.tsv'}"]) == 0
+    printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert printed["eval_rows"] == 700 and printed["eval_auc"] != pytest.approx(summary["eval_auc"], abs=1e-6)
+    direct = Trainer(tiny_recipe(tmp_path, "ps.shards=3", f'data.eval=["{other / "eval.tsv"}"]'), tmp_path / "d",
+                     progress=False)
+    direct.load(run / "checkpoints")
+    assert printed["eval_auc"] == pytest.approx(direct.evaluate()["eval_auc"], abs=1e-6)
+    assert cli.main(["eval", str(run), "--set", "model.hidden=[4]"]) == 2
+    assert "changes only the eval data" in capsys.readouterr().err
+    assert (run / "recipe.json").read_bytes() == before  # the run is left as it was

@@ -59,6 +59,9 @@ class DataConfig:
                              f"to hold out that share of data.train; got data.holdout = {self.holdout}")
         if self.holdout_by not in ("time", "hash"):
             raise ValueError(f"data.holdout_by must be 'time' or 'hash', got {self.holdout_by!r}")
+        if self.format == "movielens" and self.eval:
+            raise ValueError("data.eval does not apply to data.format = 'movielens' (its eval split is the latest "
+                             "ratings of data.train); leave it empty")
         if self.format == "movielens" and len(self.train) != 1:
             raise ValueError("data.format = 'movielens' needs data.train = [directory of ratings.csv]")
         if self.batch_scope not in ("global", "worker"):

@@ -40,9 +40,10 @@ def make_readers(cfg: DataConfig, seed: int = 0, progress: bool = True, share: t
         info["teacher"] = ensure_synthetic(cfg, progress)
         d = synthetic_dir(cfg)
         train = CriteoReader([d / "train.tsv"], cfg.batch_size, **mine)
-        evaluation = CriteoReader([d / "eval.tsv"], cfg.eval_batch_size, **checks)
+        eval_files = cfg.eval or [str(d / "eval.tsv")]  # data.eval: other data (`cardinal eval RUN --set ...`)
+        evaluation = _reader(eval_files)(eval_files, cfg.eval_batch_size, **checks)
         info["train_steps"] = math.ceil(cfg.synthetic.rows / cfg.batch_size)
-        info["train_files"], info["eval_files"] = [str(d / "train.tsv")], [str(d / "eval.tsv")]
+        info["train_files"], info["eval_files"] = [str(d / "train.tsv")], eval_files
     elif cfg.format in ("criteo", "parquet") and cfg.eval:
         reader = CriteoReader if cfg.format == "criteo" else ParquetReader
         train = reader(cfg.train, cfg.batch_size, **mine)
@@ -63,3 +64,8 @@ def make_readers(cfg: DataConfig, seed: int = 0, progress: bool = True, share: t
         info["train_steps"] = math.ceil(len(train.labels) / cfg.batch_size)
         info["eval_files"] = [f"{cfg.train[0]} (the latest ratings)"]
     return train, evaluation, info
+
+
+def _reader(files: list[str]) -> type:
+    """Parquet for .parquet files, else Criteo TSV."""
+    return ParquetReader if all(str(f).endswith(".parquet") for f in files) else CriteoReader
