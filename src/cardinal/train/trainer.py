@@ -64,6 +64,7 @@ from cardinal.models import MODELS
 from cardinal.ps import PSClient, checkpoint, embedded
 from cardinal.ps.transport.grpc_transport import GrpcTransport
 from cardinal.train import tables, threads
+from cardinal.train.baseline import Baseline
 from cardinal.train.best import Best, best_checkpoint, write_marker
 from cardinal.train.callbacks import Callback, EarlyStopping
 from cardinal.train.config import DENSE_OPTIMIZERS, Recipe
@@ -107,15 +108,13 @@ class Trainer:
         w = self.workers
         self.consistency = e.mode(distributed=bool(recipe.ps.servers) or w.world > 1)
         staleness = e.staleness if self.consistency == "async" else None
-        source = GeoReplica(self.client, recipe.sparse_optimizer, e.geo_interval, recipe.ps.timeout_s) \
-            if self.consistency == "geo" else PSSource(self.client, e.max_in_flight, recipe.ps.timeout_s, worker=w.rank,
-                                                    workers=w.world, combine=e.combine,
-                                                    compensate=e.compensation == "lr")
-        self.embedding = EmbeddingCollection(source, tables.features(recipe), e.pooling, staleness,
+        self.embedding = EmbeddingCollection(self._source(), tables.features(recipe), e.pooling, staleness,
                                              timeout=recipe.ps.timeout_s)
         d = recipe.dense_optimizer
         self.optimizer = getattr(torch.optim, DENSE_OPTIMIZERS[d.name])(self.model.parameters(), lr=self._dense_lr(),
                                                                         weight_decay=d.weight_decay)
+        n_dense = len(self.train_data.dense_fields)
+        self.baseline = Baseline(self, self._source(), n_dense) if tables.baseline(recipe) else None
         self.metrics = MetricsLog(self.run_dir) if self.workers.leader else None
         self.step, self.epoch, self.batch_in_epoch = 0, 0, 0
         self.timings = {"data": 0.0, "compute": 0.0}
@@ -129,6 +128,23 @@ class Trainer:
         """End the run after this step (saved, evaluated, summarised as usual); ``reason`` is printed
         and recorded in summary.json as ``stopped_early``. Every worker must call it at the same step."""
         self.stop_reason = reason
+
+    def _source(self):
+        """Where one collection's rows come from: the servers (with the in-flight window), or a GEO replica."""
+        e, w, timeout = self.recipe.embedding, self.workers, self.recipe.ps.timeout_s
+        if self.consistency == "geo":
+            return GeoReplica(self.client, self.recipe.sparse_optimizer, e.geo_interval, timeout)
+        return PSSource(self.client, e.max_in_flight, timeout, worker=w.rank, workers=w.world, combine=e.combine,
+                        compensate=e.compensation == "lr")
+
+    def _flush(self) -> None:
+        """Every push of this worker (model and baseline) applied."""
+        self.embedding.flush()
+        if self.baseline is not None:
+            self.baseline.flush()
+
+    def _modules(self):
+        return (self.model, self.embedding, *(self.baseline.modules if self.baseline is not None else ()))
 
     def _global_data(self, recipe: Recipe):
         """The data section with the global batch: batch_size, or W x batch_size per worker."""
@@ -155,8 +171,8 @@ class Trainer:
     # --- one step ------------------------------------------------------------------------
 
     def _embed(self, batch):
-        rows = self.embedding.stacked(batch.sparse)  # (B, fields, dim [+ 1])
-        dim = self.recipe.embedding.dim
+        rows = self.embedding.stacked(batch.sparse)  # (B, fields, dim [+ 1]), or (B, fields, 1) for `lr`
+        dim = self.recipe.embedding.dim if self.model.uses_embedding else 0
         return rows[..., :dim], (rows[..., dim] if self.model.uses_wide else None)
 
     def _train_step(self, batch, n: float, upcoming) -> float:
@@ -174,6 +190,10 @@ class Trainer:
         loss.backward()
         self.optimizer.step()
         self.timings["compute"] += time.perf_counter() - start
+        if self.baseline is not None:
+            start = time.perf_counter()
+            self.baseline.train_step(batch, n, upcoming, self.step)
+            self.timings["baseline"] = self.timings.get("baseline", 0.0) + time.perf_counter() - start
         return loss.item()
 
     # --- the loop ------------------------------------------------------------------------
@@ -304,11 +324,11 @@ class Trainer:
         must the loss of the step's own batch with the rows and weights as that step left them
         (a sparse lr of 1e30 leaves finite rows whose next forward is NaN). Lookup-only pulls
         after a flush change nothing, so a resumed run stays bitwise equal."""
-        self.embedding.flush()
+        self._flush()
         self.workers.barrier()  # every worker's pushes are applied before anyone looks
         loss = math.nan if not all(bool(torch.isfinite(p).all()) for p in self.model.parameters()) else None
         if loss is None:
-            for m in (self.model, self.embedding):
+            for m in self._modules():
                 m.eval()
             try:
                 with torch.no_grad():
@@ -318,7 +338,7 @@ class Trainer:
                     total, count = self.workers.sum(total, len(batch))  # over the global batch
                     loss = total / count
             finally:
-                for m in (self.model, self.embedding):
+                for m in self._modules():
                     m.train()
         bad = not math.isfinite(loss)
         if self.workers.world > 1:
@@ -336,11 +356,11 @@ class Trainer:
 
     def evaluate(self) -> dict:
         """AUC and logloss on the eval split, with lookup-only pulls (nothing is created)."""
-        self.embedding.flush()
+        self._flush()
         self.workers.barrier()  # every worker's pushes are applied before anyone reads rows
-        for m in (self.model, self.embedding):
+        for m in self._modules():
             m.eval()
-        logits, labels = [], []
+        logits, labels, baseline = [], [], []
         w = self.workers
         with torch.no_grad():
             for i, batch in enumerate(self.eval_data):
@@ -349,7 +369,9 @@ class Trainer:
                 emb, wide = self._embed(batch)
                 logits.append(self.model(batch.dense, emb, wide))
                 labels.append(batch.labels)
-        for m in (self.model, self.embedding):
+                if self.baseline is not None:
+                    baseline.append(self.baseline.logits(batch))
+        for m in self._modules():
             m.train()
         empty = torch.zeros(0)
         logit, label = w.gather(torch.cat(logits or [empty])), w.gather(torch.cat(labels or [empty]))
@@ -365,6 +387,10 @@ class Trainer:
             if not math.isfinite(result[name]):
                 raise ValueError(f"{name} is {result[name]} at step {self.step}: the model's predictions are not "
                                  f"finite; lower dense_optimizer.lr or sparse_optimizer.lr")
+        if self.baseline is not None:
+            b = w.gather(torch.cat(baseline or [empty]))
+            result["baseline_lr_auc"] = float(binary_auroc(b, label.long()))
+            result["baseline_lr_logloss"] = float(F.binary_cross_entropy_with_logits(b, label))
         return result
 
     def _log_eval(self) -> dict:
@@ -399,7 +425,7 @@ class Trainer:
         When the step is the best evaluation's (``self.best``), ``checkpoints/best.json`` names it
         once it is committed, and only then may the previous best checkpoint go; the best one is
         never deleted by ``keep_checkpoints``."""
-        self.embedding.flush()
+        self._flush()
         self.workers.barrier()
         root = (self.run_dir / "checkpoints").resolve()
         is_best = self.recipe.train.keep_best and self.best.step == self.step
@@ -407,7 +433,8 @@ class Trainer:
             position = {"step": self.step, "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch,
                         "best": self.best.state()}
             dense = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                     "optimizer_name": self.recipe.dense_optimizer.name}
+                     "optimizer_name": self.recipe.dense_optimizer.name,
+                     **(self.baseline.state() if self.baseline is not None else {})}
             keep = self.recipe.train.keep_checkpoints
             protect = {s for s in (self._kept_best, self.step if is_best else None) if s is not None}
             self.client.save(str(root), self.step, keep=keep, extra=position, protect=protect,
@@ -447,6 +474,8 @@ class Trainer:
             raise ValueError(f"{found / checkpoint.COMMIT} lists no dense/{checkpoint.STATE}: not a trainer checkpoint")
         dense = load_tree(found / "dense", dense_entry)
         self._check_dense(found / "dense" / checkpoint.STATE, dense)
+        if self.baseline is not None:
+            self.baseline.check_state(found / "dense" / checkpoint.STATE, dense)
         if self.workers.leader:
             info = self.client.load(found)
         self.workers.barrier()  # no worker pulls before the servers hold the checkpoint
@@ -457,6 +486,8 @@ class Trainer:
         d = self.recipe.dense_optimizer
         for group in self.optimizer.param_groups:  # the recipe's hyper-parameters, not the saved ones:
             group["lr"], group["weight_decay"] = self._dense_lr(), d.weight_decay  # a resume may lower the lr
+        if self.baseline is not None:
+            self.baseline.load_state(dense)
         info = {**info, "path": str(found)}
         extra = info["extra"]
         self.step, self.epoch, self.batch_in_epoch = extra["step"], extra["epoch"], extra["batch_in_epoch"]
