@@ -16,6 +16,8 @@ the end. Each evaluation that improves on the best (``train/best.py``) is checkp
 beside the newest checkpoints; ``train.early_stop`` ends the run once ``train.patience``
 evaluations in a row have not improved (``callbacks.EarlyStopping``). The summary's headline
 eval_auc / eval_logloss are the best kept model's; last_eval_* are the last step's.
+With ``train.baseline = "lr"`` (``baseline.py``) logistic regression trains beside the model on
+the same batches and every evaluation reports it (baseline_lr_auc, baseline_lr_logloss).
 
 One step: pooled embeddings for the batch (pulled ahead in async mode, see
 ``EmbeddingCollection``), the next batch's pulls sent, forward, backward (gradient rows
