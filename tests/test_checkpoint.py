@@ -189,3 +189,18 @@ def test_load_phases_stage_off_to_the_side_until_committed(tmp_path, rng):
     target = embedded(CONFIG, 1)
     target.transport.stores[0] = store
     assert_same_values(values(target, source.seen), saved)
+
+
+def test_array_headers_are_parsed_one_thread_at_a_time(tmp_path, monkeypatch):
+    """numpy parses .npy headers with ast.literal_eval, which CPython 3.11 cannot run in two threads
+    at once (python/cpython#106905): the shards' threads load their arrays under one lock."""
+    import ast
+
+    from cardinal import durable
+
+    durable.write_array(tmp_path / "a.npy", np.arange(3))
+    seen, parse = [], ast.literal_eval
+    monkeypatch.setattr(ast, "literal_eval", lambda text: (seen.append(durable._NPY_LOCK.locked()), parse(text))[1])
+    for mmap in (True, False):
+        assert durable.load_array(tmp_path / "a.npy", mmap=mmap).tolist() == [0, 1, 2]
+    assert seen and all(seen)

@@ -129,7 +129,8 @@ def test_a_failed_server_fails_the_job_naming_it_and_the_job_resumes_from_its_ch
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("point, committed", [
-    ("save.shard_file_written=exit@5", [4]),     # a server, in the first file of its second save
+    ("save.shard_file_written=exit@9", [4]),     # a server, in the first file of its second save (8 a save:
+                                                 # 4 columns of emb and of the lr baseline's lr_emb)
     ("save.before_shard_manifest=exit@2", [4]),  # a server, before its second shard manifest
     ("save.before_commit=exit@2", [4]),          # worker 0, with every shard of step 8 written
     ("save.before_cleanup=exit@2", [4, 8]),      # worker 0, step 8 committed, step 4 not yet removed

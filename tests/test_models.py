@@ -24,7 +24,7 @@ def test_shapes(name, n_dense):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(MODELS))
+@pytest.mark.parametrize("name", sorted(set(MODELS) - {"lr"}))  # lr: one weight per id cannot learn a pair's class
 def test_learns_a_planted_signal_through_the_parameter_server(name):
     """Click iff the ids of fields 0 and 1 share a hidden class: needs the embeddings to learn."""
     torch.manual_seed(0)

@@ -115,7 +115,7 @@ def test_no_new_cli_options():
     sub = next(a for a in cli.parser()._actions if a.dest == "command")
     options = {name: sorted(o for a in p._actions for o in a.option_strings) for name, p in sub.choices.items()}
     assert options == {"train": ["--help", "--resume", "--set", "-h"], "recipe": ["--help", "-h"],
-                       "eval": ["--checkpoint", "--help", "-h"],
+                       "eval": ["--checkpoint", "--help", "--set", "-h"],
                        "generate": ["--help", "--set", "-h"], "convert": ["--help", "--out", "--strict", "-h"],
                        "server": ["--data-dir", "--help", "--host", "--port", "--set", "--shard", "-h"],
                        "launch": ["--help", "--servers", "--workers", "-h"], "data": ["--help", "-h"],

@@ -3,7 +3,7 @@
     cardinal train [RECIPE] [--set section.key=value ...] [--resume RUN_DIR]
     cardinal recipe show [RECIPE] [--set ...] [--resume RUN_DIR]   (the resolved recipe, each key explained)
     cardinal recipe list
-    cardinal eval RUN_DIR [--checkpoint STEP_DIR]
+    cardinal eval RUN_DIR [--checkpoint STEP_DIR] [--set data.eval=FILE ...]
     cardinal generate OUT_DIR [--set key=value ...]        (keys of [data.synthetic])
     cardinal convert TSV [TSV ...] --out FILE.parquet [--strict]
     cardinal data movielens [DIR]                          (download; DIR: $CARDINAL_HOME/data/...)
@@ -63,7 +63,9 @@ def parser() -> argparse.ArgumentParser:
     rs.add_parser("list", help="the shipped recipes")
     e = sub.add_parser("eval", help="evaluate a run's checkpoint on its eval data")
     e.add_argument("run_dir")
-    e.add_argument("--checkpoint", metavar="STEP_DIR", help="a step directory (default: the newest)")
+    e.add_argument("--checkpoint", metavar="STEP_DIR", help="a step directory (default: the best, else the newest)")
+    e.add_argument("--set", action="append", default=[], metavar="data.eval=FILES",
+                   help="evaluate on other data: only data.eval* keys may change")
     g = sub.add_parser("generate", help="write synthetic Criteo-layout data with a planted teacher")
     g.add_argument("out_dir")
     g.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a [data.synthetic] value")
@@ -206,21 +208,41 @@ def _apply(raw: dict, overrides: list[str]) -> dict:
 
 def _print_summary(s: dict) -> None:
     line = f"AUC {s['eval_auc']:.4f}  logloss {s['eval_logloss']:.4f}  {s['samples_per_s']:,.0f} samples/s  {s['steps']} steps"
+    if "baseline_lr_auc" in s:
+        line += f"  (lr baseline AUC {s['baseline_lr_auc']:.4f})"
     if "teacher_eval_auc" in s:
         line += f"  (teacher AUC {s['teacher_eval_auc']:.4f})"
+    if s.get("best_step") is not None and s["best_step"] != s["steps"]:
+        line += f"\nthe kept model is step {s['best_step']}'s (last step: AUC {s['last_eval_auc']:.4f})"
+    if s.get("stopped_early"):
+        line += f"\n{s['stopped_early']}"
     print(line)
 
 
 def evaluate(args) -> int:
+    """The run's best checkpoint (checkpoints/best.json), else its newest, or ``--checkpoint``; on
+    the run's eval data or, with ``--set data.eval=...``, on other data. Prints one JSON line."""
     from cardinal.train import config
     from cardinal.train.resume import saved_recipe
 
     run_dir = Path(args.run_dir)
-    recipe = config.from_dict(saved_recipe(run_dir))
+    raw = saved_recipe(run_dir)
+    for text in args.set:
+        keys, _ = config.parse_override(text)
+        if len(keys) != 2 or keys[0] != "data" or not keys[1].startswith("eval"):
+            raise ValueError(f"--set {text}: `cardinal eval` changes only the eval data (data.eval, "
+                             f"data.eval_batch_size); the model is the run's recipe.json")
+    recipe = config.from_dict(_apply(raw, args.set))
     from cardinal.train import Trainer
+    from cardinal.train.best import best_checkpoint
+
+    root = run_dir / "checkpoints"
+    best = None if args.checkpoint else best_checkpoint(root)
+    which = args.checkpoint or ("best" if best is not None else "newest")
     trainer = Trainer(recipe, run_dir, progress=False)
-    trainer.load(args.checkpoint or run_dir / "checkpoints")
-    print(json.dumps({"step": trainer.step, **trainer.evaluate()}))
+    info = trainer.load(args.checkpoint or best or root)
+    print(json.dumps({"checkpoint": which, "path": str(info.get("path", "")), "step": trainer.step,
+                      **trainer.evaluate()}))
     return 0
 
 

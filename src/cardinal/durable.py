@@ -14,6 +14,7 @@ the checkpoint's directory, so a tampered manifest can never make a load read el
 import json
 import os
 import re
+import threading
 import zlib
 from pathlib import Path
 
@@ -74,9 +75,16 @@ def write_json(path: Path, obj: dict) -> None:
     fsync_dir(path.parent)
 
 
+# numpy parses each .npy header with ast.literal_eval, and CPython 3.11 can fail two ast parses
+# running at once in two threads ("SystemError: AST constructor recursion depth mismatch",
+# python/cpython#106905): the embedded shards load their files in threads, so loads take turns.
+_NPY_LOCK = threading.Lock()
+
+
 def load_array(path: Path, mmap: bool = True) -> np.ndarray:
     try:
-        return np.load(path, allow_pickle=False, mmap_mode="r" if mmap else None)
+        with _NPY_LOCK:
+            return np.load(path, allow_pickle=False, mmap_mode="r" if mmap else None)
     except (OSError, ValueError) as e:
         raise ValueError(f"checkpoint file unreadable: {path} ({e})") from None
 

@@ -29,6 +29,7 @@ import torch
 from cardinal.data import tsv_kernels as K
 from cardinal.data.bad_rows import BadRows
 from cardinal.data.batch import Batch, single_hot
+from cardinal.data.holdout import Holdout
 from cardinal.data.shares import bounds, by_batch, check_share, count_in
 
 DENSE = [f"I{i}" for i in range(1, K.N_INT + 1)]
@@ -100,7 +101,9 @@ class LayoutReader(ABC):
     dense_fields, sparse_fields = DENSE, SPARSE
 
     def __init__(self, paths: list[str | Path], batch_size: int, strict: bool = False,
-                 max_bad_fraction: float = 1.0, keep_examples: int = 10, share: tuple[int, int] = (0, 1)):
+                 max_bad_fraction: float = 1.0, keep_examples: int = 10, share: tuple[int, int] = (0, 1),
+                 holdout: Holdout | None = None):
+        self.holdout = holdout  # keep only one side of a held-out split (data/holdout.py)
         self.paths = [Path(p) for p in paths]
         for p in self.paths:
             if not p.is_file():
@@ -131,9 +134,22 @@ class LayoutReader(ABC):
 
     def __iter__(self) -> Iterator[Batch]:
         self.bad.reset()
-        for rows in by_batch(self.pieces(), self.batch_size):
-            yield rows.to_batch()
+        pieces = self.pieces() if self.holdout is None else self._split(self.pieces())
+        for rows in by_batch(pieces, self.batch_size):
+            if len(rows) or self.holdout is None or self.holdout.side == "train":  # train: one per global batch
+                yield rows.to_batch()
         self.bad.finish()
+
+    def _split(self, pieces: Iterator[tuple[Rows, np.ndarray, int]]) -> Iterator[tuple[Rows, np.ndarray, int]]:
+        """Only this side's rows of a held-out split; the time split's train side stops at the cut."""
+        h = self.holdout
+        for rows, line, done in pieces:
+            mask = h.keep(rows, line)
+            if h.done_before(done):
+                yield rows[mask], line[mask], h.cut
+                pieces.close()
+                return
+            yield rows[mask], line[mask], done
 
 
 class CriteoReader(LayoutReader):
@@ -145,8 +161,8 @@ class CriteoReader(LayoutReader):
 
     def __init__(self, paths: list[str | Path], batch_size: int, strict: bool = False,
                  chunk_bytes: int = 8 << 20, keep_examples: int = 10, max_bad_fraction: float = 1.0,
-                 share: tuple[int, int] = (0, 1)):
-        super().__init__(paths, batch_size, strict, max_bad_fraction, keep_examples, share)
+                 share: tuple[int, int] = (0, 1), holdout: Holdout | None = None):
+        super().__init__(paths, batch_size, strict, max_bad_fraction, keep_examples, share, holdout)
         self.chunk_bytes = chunk_bytes
 
     def buffers(self) -> Iterator[tuple[Path, int, bytes, int]]:

@@ -58,6 +58,7 @@ def check_dropout(dropout: float) -> float:
 
 class CTRModel(nn.Module):
     uses_wide = False
+    uses_embedding = True  # False: the rows hold no embedding columns, and emb is (B, n_fields, 0)
 
     def __init__(self, n_dense: int, n_fields: int, dim: int):
         super().__init__()

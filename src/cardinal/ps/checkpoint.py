@@ -19,6 +19,7 @@ are JSON.
 
 import os
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
 
 from cardinal.durable import crc32_json, file_entry, write_array, write_json
@@ -92,15 +93,17 @@ def shard_names(n_shards: int) -> list[str]:
     return [shard_dir(Path(), s, n_shards).name for s in range(n_shards)]
 
 
-def remove_older(root: str | os.PathLike, keep: int) -> None:
-    """Delete all but the newest ``keep`` committed checkpoints, and any uncommitted leftovers older than them."""
+def remove_older(root: str | os.PathLike, keep: int, protect: Iterable[int] = ()) -> None:
+    """Delete all but the newest ``keep`` committed checkpoints, and any uncommitted leftovers older
+    than them; the steps in ``protect`` (the run's best checkpoint) are never deleted."""
     failpoint("save.before_cleanup")
     committed = committed_steps(root)
     if len(committed) <= keep:
         return
-    oldest_kept = committed[-keep]
+    oldest_kept, protected = committed[-keep], set(protect)
     for path in Path(root).glob("step-*"):
-        if path.is_dir() and _step_of(path) < oldest_kept:
+        step = _step_of(path)
+        if path.is_dir() and step < oldest_kept and step not in protected:
             shutil.rmtree(path)
 
 

@@ -15,6 +15,7 @@ rejected everywhere or nowhere.
 import itertools
 import time
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -133,8 +134,9 @@ class PSClient:
         return Resending(send, self.retries)
 
     def save(self, root: str, step: int, *, keep: int = 1, extra: dict | None = None,
-             before_commit=None, timeout: float | None = None) -> Path:
-        """Save every shard, commit, then remove all but the newest ``keep`` checkpoints.
+             before_commit=None, timeout: float | None = None, protect: Iterable[int] = ()) -> Path:
+        """Save every shard, commit, then remove all but the newest ``keep`` checkpoints and
+        those of the steps in ``protect`` (the best checkpoint, which the trainer keeps).
 
         ``before_commit(step_path)`` writes anything else that belongs to the checkpoint
         (the trainer's dense state): it is committed, or lost, with the shards.
@@ -148,7 +150,7 @@ class PSClient:
         if before_commit is not None:
             before_commit(path)
         checkpoint.commit(path, step, self.n_shards, extra)
-        checkpoint.remove_older(root, keep)
+        checkpoint.remove_older(root, keep, protect)
         return path
 
     def load(self, path: str, *, timeout: float | None = None) -> dict:

@@ -2,9 +2,10 @@
 
 ``Trainer`` loads on first use, so reading a recipe imports no torch (fast errors)."""
 
+from cardinal.train.callbacks import Callback, EarlyStopping
 from cardinal.train.config import Recipe, load
 
-__all__ = ["Recipe", "load", "Trainer"]
+__all__ = ["Callback", "EarlyStopping", "Recipe", "load", "Trainer"]
 
 
 def __getattr__(name: str):

@@ -35,7 +35,7 @@ FORMATS = ("synthetic", "criteo", "parquet", "movielens")
 DENSE_OPTIMIZERS = {"adam": "Adam", "adagrad": "Adagrad", "sgd": "SGD"}
 # the names alone, checked before torch or numba is imported (tests/test_cli_fast.py keeps them
 # equal to cardinal.models.MODELS and cardinal.optim.OPTIMIZERS)
-MODEL_NAMES = ("deepfm", "dlrm", "wide_deep")
+MODEL_NAMES = ("deepfm", "dlrm", "lr", "wide_deep")
 SPARSE_OPTIMIZERS = ("adagrad", "adam", "ftrl", "rowwise_adagrad", "sgd")
 
 
@@ -44,7 +44,9 @@ class DataConfig:
     format: str = "synthetic"     # "synthetic" (generated), "criteo" (TSV), "parquet" or "movielens"
     train: list[str] = field(default_factory=list)  # files (criteo, parquet) or a directory (movielens);
                                                     # a plain string is a list of one
-    eval: list[str] = field(default_factory=list)  # files to evaluate on (criteo, parquet)
+    eval: list[str] = field(default_factory=list)  # criteo, parquet: empty carves `holdout` out of data.train
+    holdout: float = 0.1          # the share of the training rows held out for evaluation when data.eval is empty
+    holdout_by: str = "time"      # "time": the last rows (files in time order); "hash": a seeded hash of each row
     batch_size: int = 4096        # the global batch: W workers each train a 1/W share of every batch...
     batch_scope: str = "global"   # ...or "worker": each worker trains batch_size (global batch W x batch_size)
     eval_batch_size: int = 16384  # rows per eval batch (evaluation only: any size gives the same metrics)
@@ -64,8 +66,16 @@ class DataConfig:
         object.__setattr__(self, "cache_dir", expand(self.cache_dir))
         if self.format not in FORMATS:
             raise ValueError(f"data.format must be one of {FORMATS}, got {self.format!r}")
-        if self.format in ("criteo", "parquet") and not (self.train and self.eval):
-            raise ValueError(f"data.format = {self.format!r} needs data.train and data.eval file lists")
+        if self.format in ("criteo", "parquet") and not self.train:
+            raise ValueError(f"data.format = {self.format!r} needs a data.train file list")
+        if self.format in ("criteo", "parquet") and not self.eval and not 0 < self.holdout < 1:
+            raise ValueError(f"data.format = {self.format!r} needs data.eval files, or data.holdout in (0, 1) "
+                             f"to hold out that share of data.train; got data.holdout = {self.holdout}")
+        if self.holdout_by not in ("time", "hash"):
+            raise ValueError(f"data.holdout_by must be 'time' or 'hash', got {self.holdout_by!r}")
+        if self.format == "movielens" and self.eval:
+            raise ValueError("data.eval does not apply to data.format = 'movielens' (its eval split is the latest "
+                             "ratings of data.train); leave it empty")
         if self.format == "movielens" and len(self.train) != 1:
             raise ValueError("data.format = 'movielens' needs data.train = [directory of ratings.csv]")
         if self.batch_scope not in ("global", "worker"):
@@ -198,14 +208,22 @@ class TrainConfig:
     name: str = "run"             # the run directory's name: run_dir/name-YYYYmmdd-HHMMSS
     epochs: int = 1               # passes over the training data (a total: on --resume, from the run's start)
     steps: int = 0                # stop after this many steps (0: run the epochs; a total, as epochs)
-    eval_every: int = 0           # steps between evaluations (0: at the end only)
+    eval_every: int = 0           # steps between evaluations, counted over epochs (0: at the end only)
+    early_stop: str = "auc"       # stop when eval "auc" or "logloss" has not improved for `patience` evaluations;
+                                  # "none": never stop early (the best model is then judged by AUC)
+    patience: int = 3             # evaluations without an improvement of more than min_delta
+    min_delta: float = 0.0        # the least gain that counts as an improvement
+    keep_best: bool = True        # checkpoint at each evaluation that improves; kept beside the newest
+                                  # (checkpoints/best.json names it; eval and the summary use it)
+    baseline: str = "lr"          # "lr": train logistic regression on the same batches and report it beside the
+                                  # model (its own tables lr_*, on the same servers); "none": no baseline
     log_every: int = 10           # steps between lines of metrics.jsonl
     checkpoint_every: int = 0     # steps between checkpoints (0: none by steps)
     checkpoint_minutes: float = 10.0  # minutes between checkpoints, by worker 0's clock (0: none by time);
                                       # a run always saves at its end and on SIGINT / SIGTERM. A save is a
                                       # barrier (no pull ahead), so in async mode the steps it falls on change
                                       # the numbers: set 0 for runs that must repeat bit for bit
-    keep_checkpoints: int = 1     # the newest this many are kept
+    keep_checkpoints: int = 1     # the newest this many are kept; the best one is kept besides
     run_dir: str = "runs"         # the folder that holds one directory per run
     seed: int = 0                 # torch's seed (dense weights) and the data order where it is shuffled
     # One thread budget for the worker (train/threads.py): torch's intra-op threads, Cardinal's
@@ -227,6 +245,14 @@ class TrainConfig:
                              f"got {self.checkpoint_minutes}")
         if self.threads < 0:
             raise ValueError(f"train.threads must be >= 0 (0: the cores this worker may use), got {self.threads}")
+        if self.early_stop not in ("auc", "logloss", "none"):
+            raise ValueError(f"train.early_stop must be 'auc', 'logloss' or 'none', got {self.early_stop!r}")
+        if self.patience < 1:
+            raise ValueError(f"train.patience must be >= 1 (evaluations without improvement), got {self.patience}")
+        if not (self.min_delta >= 0 and math.isfinite(self.min_delta)):
+            raise ValueError(f"train.min_delta must be a finite number >= 0, got {self.min_delta}")
+        if self.baseline not in ("lr", "none"):
+            raise ValueError(f"train.baseline must be 'lr' or 'none', got {self.baseline!r}")
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from pathlib import Path
 from cardinal.data import CriteoReader, MovieLensReader, ParquetReader, generate, sizes
 from cardinal.data.generation_lock import generated_once
 from cardinal.progress import bar as progress_bar
+from cardinal.data.holdout import Holdout, count_rows
 from cardinal.train.config import DataConfig
 
 
@@ -43,15 +44,24 @@ def make_readers(cfg: DataConfig, seed: int = 0, progress: bool = True, share: t
         info["teacher"] = ensure_synthetic(cfg, progress)
         d = synthetic_dir(cfg)
         train = CriteoReader([d / "train.tsv"], cfg.batch_size, **mine)
-        evaluation = CriteoReader([d / "eval.tsv"], cfg.eval_batch_size, **checks)
+        eval_files = cfg.eval or [str(d / "eval.tsv")]  # data.eval: other data (`cardinal eval RUN --set ...`)
+        evaluation = _reader(eval_files)(eval_files, cfg.eval_batch_size, **checks)
         info["train_steps"] = math.ceil(cfg.synthetic.rows / cfg.batch_size)
-        info["train_files"], info["eval_files"] = [str(d / "train.tsv")], [str(d / "eval.tsv")]
-    elif cfg.format == "criteo":
-        train = CriteoReader(cfg.train, cfg.batch_size, **mine)
-        evaluation = CriteoReader(cfg.eval, cfg.eval_batch_size, **checks)
-    elif cfg.format == "parquet":
-        train = ParquetReader(cfg.train, cfg.batch_size, **mine)
-        evaluation = ParquetReader(cfg.eval, cfg.eval_batch_size, **checks)
+        info["train_files"], info["eval_files"] = [str(d / "train.tsv")], eval_files
+    elif cfg.format in ("criteo", "parquet") and cfg.eval:
+        reader = CriteoReader if cfg.format == "criteo" else ParquetReader
+        train = reader(cfg.train, cfg.batch_size, **mine)
+        evaluation = reader(cfg.eval, cfg.eval_batch_size, **checks)
+    elif cfg.format in ("criteo", "parquet"):  # no eval files: hold out a share of the training rows
+        reader = CriteoReader if cfg.format == "criteo" else ParquetReader
+        total = count_rows(cfg.format, cfg.train)
+        train_side, eval_side = (Holdout(cfg.holdout, cfg.holdout_by, side, total, seed) for side in ("train", "eval"))
+        train = reader(cfg.train, cfg.batch_size, **mine, holdout=train_side)
+        evaluation = reader(cfg.train, cfg.eval_batch_size, **checks, holdout=eval_side)
+        info["train_steps"] = math.ceil((train_side.cut if cfg.holdout_by == "time" else total) / cfg.batch_size)
+        which = "the last" if cfg.holdout_by == "time" else f"a hash (seed {seed}) of"
+        info["eval_files"] = [f"{which} {cfg.holdout:.0%} of the rows of {', '.join(map(str, cfg.train))} "
+                              f"(data.holdout)"]
     else:
         _check_movielens(cfg.train[0])
         train = MovieLensReader(cfg.train[0], "train", cfg.batch_size, seed=seed, **mine)
@@ -72,3 +82,8 @@ def _check_movielens(folder: str) -> None:
         raise ValueError(f"MovieLens data not found: {folder} holds no ratings.csv. Download it with "
                          f"`cardinal data movielens{where}`, or point to a copy (the folder of ratings.csv "
                          f"and movies.csv) with --set data.train=\"PATH\"")
+
+
+def _reader(files: list[str]) -> type:
+    """Parquet for .parquet files, else Criteo TSV."""
+    return ParquetReader if all(str(f).endswith(".parquet") for f in files) else CriteoReader

@@ -2,7 +2,9 @@
 
 One table ``emb`` for all sparse fields (``embedding.shared``, ids never collide across
 fields) or one per field; each row is ``dim`` values, plus one first-order weight for models
-with a wide part (DeepFM, Wide&Deep), so a step needs one pull and one push per table.
+with a wide part (DeepFM, Wide&Deep), so a step needs one pull and one push per table. With ``train.baseline =
+"lr"`` each table has a twin ``lr_<name>`` of one weight per id: the logistic-regression
+baseline trained on the same batches, on the same servers.
 """
 
 from cardinal.data import criteo, movielens
@@ -16,8 +18,20 @@ def sparse_fields(recipe: Recipe) -> list[str]:
     return list(movielens.SPARSE if recipe.data.format == "movielens" else criteo.SPARSE)
 
 
-def row_width(recipe: Recipe) -> int:
-    return recipe.embedding.dim + (1 if MODELS[recipe.model["name"]].uses_wide else 0)
+def row_width(recipe: Recipe, model: str | None = None) -> int:
+    """dim embedding values (models that use them) + 1 first-order weight (models with a wide part)."""
+    cls = MODELS[model or recipe.model["name"]]
+    return (recipe.embedding.dim if cls.uses_embedding else 0) + (1 if cls.uses_wide else 0)
+
+
+def baseline(recipe: Recipe) -> bool:
+    """Whether the run trains the `lr` baseline beside its model (not when the model is `lr` itself)."""
+    return recipe.train.baseline == "lr" and recipe.model["name"] != "lr"
+
+
+def baseline_features(recipe: Recipe) -> dict[str, str]:
+    """sparse field -> the baseline's table: ``lr_`` + the model's table, one weight per id."""
+    return {f: f"lr_{t}" for f, t in features(recipe).items()}
 
 
 def features(recipe: Recipe) -> dict[str, str]:
@@ -27,6 +41,8 @@ def features(recipe: Recipe) -> dict[str, str]:
 
 def store_config(recipe: Recipe) -> StoreConfig:
     e = recipe.embedding
-    names = sorted(set(features(recipe).values()))
-    return StoreConfig(tuple(TableConfig(n, row_width(recipe), e.init_scale, e.seed) for n in names),
+    widths = {n: row_width(recipe) for n in features(recipe).values()}
+    if baseline(recipe):
+        widths |= {n: row_width(recipe, "lr") for n in baseline_features(recipe).values()}
+    return StoreConfig(tuple(TableConfig(n, w, e.init_scale, e.seed) for n, w in sorted(widths.items())),
                        dict(recipe.sparse_optimizer))

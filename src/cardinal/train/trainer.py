@@ -1,7 +1,23 @@
 """The training loop of a worker, on the embedded parameter server or on remote servers.
 
-    trainer = Trainer(recipe, run_dir)
+    from cardinal.train import Callback, Trainer, config
+
+    class Watch(Callback):
+        def on_eval(self, trainer, step, result):
+            print(step, result["eval_auc"], trainer.best.step)
+
+    recipe = config.load("criteo_synthetic", ["train.epochs=3", "train.eval_every=200"])
+    trainer = Trainer(recipe, "runs/mine", callbacks=[Watch()])
     summary = trainer.fit()                 # or fit(resume=True) to go on from the last checkpoint
+    summary["eval_auc"], summary["best_step"], summary["stopped_early"]
+
+Evaluation every ``train.eval_every`` steps (counted over epochs, and on from a resume), and at
+the end. Each evaluation that improves on the best (``train/best.py``) is checkpointed and kept
+beside the newest checkpoints; ``train.early_stop`` ends the run once ``train.patience``
+evaluations in a row have not improved (``callbacks.EarlyStopping``). The summary's headline
+eval_auc / eval_logloss are the best kept model's; last_eval_* are the last step's.
+With ``train.baseline = "lr"`` (``baseline.py``) logistic regression trains beside the model on
+the same batches and every evaluation reports it (baseline_lr_auc, baseline_lr_logloss).
 
 One step: pooled embeddings for the batch (pulled ahead in async mode, see
 ``EmbeddingCollection``), the next batch's pulls sent, forward, backward (gradient rows
@@ -51,6 +67,9 @@ from cardinal.ps import PSClient, checkpoint, embedded
 from cardinal.ps.transport.grpc_transport import GrpcTransport
 from cardinal.progress import Progress
 from cardinal.train import tables, threads
+from cardinal.train.baseline import Baseline
+from cardinal.train.best import Best, best_checkpoint, write_marker
+from cardinal.train.callbacks import Callback, EarlyStopping
 from cardinal.train.checkpoint_clock import CheckpointClock
 from cardinal.train.config import DENSE_OPTIMIZERS, Recipe
 from cardinal.train.interrupt import StopFlag
@@ -67,9 +86,10 @@ log = logging.getLogger(__name__)
 
 
 class Trainer:
-    def __init__(self, recipe: Recipe, run_dir: str | Path, progress: bool = True, stop: StopFlag | None = None):
+    def __init__(self, recipe: Recipe, run_dir: str | Path, progress: bool = True,
+                 callbacks: list[Callback] = (), stop: StopFlag | None = None):
         self.recipe, self.run_dir = recipe, Path(run_dir)
-        self.stop = stop or StopFlag()  # set by SIGINT / SIGTERM (train/interrupt.py)
+        self.signals = stop or StopFlag()  # set by SIGINT / SIGTERM (train/interrupt.py)
         t, e = recipe.train, recipe.embedding
         self.workers = Workers(recipe.ps.timeout_s * 15)
         self.progress = progress and self.workers.leader
@@ -97,21 +117,46 @@ class Trainer:
         w = self.workers
         self.consistency = e.mode(distributed=bool(recipe.ps.servers) or w.world > 1)
         staleness = e.staleness if self.consistency == "async" else None
-        source = GeoReplica(self.client, recipe.sparse_optimizer, e.geo_interval, recipe.ps.timeout_s) \
-            if self.consistency == "geo" else PSSource(self.client, e.max_in_flight, recipe.ps.timeout_s, worker=w.rank,
-                                                    workers=w.world, combine=e.combine,
-                                                    compensate=e.compensation == "lr")
-        self.embedding = EmbeddingCollection(source, tables.features(recipe), e.pooling, staleness,
+        self.embedding = EmbeddingCollection(self._source(), tables.features(recipe), e.pooling, staleness,
                                              timeout=recipe.ps.timeout_s, clip=CowClip.from_config(e))
         d = recipe.dense_optimizer
         self.optimizer = getattr(torch.optim, DENSE_OPTIMIZERS[d.name])(self.model.parameters(), lr=self._dense_lr(),
                                                                         weight_decay=d.weight_decay)
         per_epoch = self.data_info["train_steps"]
         self.schedule = DenseSchedule(d, self._dense_lr(), t.steps or (per_epoch * t.epochs if per_epoch else None))
+        n_dense = len(self.train_data.dense_fields)
+        self.baseline = Baseline(self, self._source(), n_dense) if tables.baseline(recipe) else None
         self.metrics = MetricsLog(self.run_dir, t.tensorboard) if self.workers.leader else None
         self.clock = CheckpointClock(t.checkpoint_minutes, self.workers.leader)  # worker 0's decides
         self.step, self.epoch, self.batch_in_epoch = 0, 0, 0
         self.timings = {"data": 0.0, "compute": 0.0}
+        self.best = Best("logloss" if t.early_stop == "logloss" else "auc", t.min_delta)
+        self.callbacks = ([EarlyStopping(t.patience)] if t.early_stop != "none" else []) + list(callbacks)
+        self.stop_reason: str | None = None
+        self._saved: int | None = None   # the step of the newest checkpoint this run has
+        self._kept_best: int | None = None  # the step best.json names
+
+    def stop(self, reason: str) -> None:
+        """End the run after this step (saved, evaluated, summarised as usual); ``reason`` is printed
+        and recorded in summary.json as ``stopped_early``. Every worker must call it at the same step."""
+        self.stop_reason = reason
+
+    def _source(self):
+        """Where one collection's rows come from: the servers (with the in-flight window), or a GEO replica."""
+        e, w, timeout = self.recipe.embedding, self.workers, self.recipe.ps.timeout_s
+        if self.consistency == "geo":
+            return GeoReplica(self.client, self.recipe.sparse_optimizer, e.geo_interval, timeout)
+        return PSSource(self.client, e.max_in_flight, timeout, worker=w.rank, workers=w.world, combine=e.combine,
+                        compensate=e.compensation == "lr")
+
+    def _flush(self) -> None:
+        """Every push of this worker (model and baseline) applied."""
+        self.embedding.flush()
+        if self.baseline is not None:
+            self.baseline.flush()
+
+    def _modules(self):
+        return (self.model, self.embedding, *(self.baseline.modules if self.baseline is not None else ()))
 
     def _global_data(self, recipe: Recipe):
         """The data section with the global batch: batch_size, or W x batch_size per worker."""
@@ -138,8 +183,8 @@ class Trainer:
     # --- one step ------------------------------------------------------------------------
 
     def _embed(self, batch):
-        rows = self.embedding.stacked(batch.sparse)  # (B, fields, dim [+ 1])
-        dim = self.recipe.embedding.dim
+        rows = self.embedding.stacked(batch.sparse)  # (B, fields, dim [+ 1]), or (B, fields, 1) for `lr`
+        dim = self.recipe.embedding.dim if self.model.uses_embedding else 0
         return rows[..., :dim], (rows[..., dim] if self.model.uses_wide else None)
 
     def _train_step(self, batch, n: float, upcoming) -> float:
@@ -160,6 +205,10 @@ class Trainer:
         loss.backward()
         self.optimizer.step()
         self.timings["compute"] += time.perf_counter() - start
+        if self.baseline is not None:
+            start = time.perf_counter()
+            self.baseline.train_step(batch, n, upcoming, self.step)
+            self.timings["baseline"] = self.timings.get("baseline", 0.0) + time.perf_counter() - start
         return loss.item()
 
     # --- the loop ------------------------------------------------------------------------
@@ -177,26 +226,33 @@ class Trainer:
         bar = Progress(total=total, initial=self.step, disable=not self.progress, desc="training")
         prefetching = self.consistency == "async" and self.recipe.embedding.staleness >= 1
         train_time, samples, window, final, trained = 0.0, 0, [], None, None
-        last_saved = self.step if resume else None
-        done = bool(t.steps and self.step >= t.steps)
+        if resume and t.early_stop != "none" and self.best.since >= t.patience:
+            self.stop(f"the run had stopped early: eval {self.best.metric} did not improve for {self.best.since} "
+                      f"evaluations after step {self.best.step}; resume with a larger train.patience to go on")
+        done = bool(t.steps and self.step >= t.steps) or self.stop_reason is not None
         batches = None
         while self.epoch < t.epochs and not done:  # batches read on a thread, ahead of the step (data/prefetch.py)
             batches = prefetched(itertools.islice(iter(self.train_data), self.batch_in_epoch, None))
             batch = self._next(batches)
             while batch is not None:
                 start = time.perf_counter()
-                n, interrupts, terms, timed = w.sum(len(batch), *self.stop.flags(), self.clock.due())  # + stop, time
-                stop = self.stop.agree(interrupts, terms)  # any worker signalled: all save this step and end
+                n, interrupts, terms, timed = w.sum(len(batch), *self.signals.flags(), self.clock.due())  # + stop, time
+                stop = self.signals.agree(interrupts, terms)  # any worker signalled: all save this step and end
                 if n == 0:  # every line of this global batch was bad: no step, on any worker
                     self.batch_in_epoch += 1
                     batch = self._next(batches)
                     continue
                 self.step += 1
-                last = (t.steps and self.step >= t.steps) or stop
-                save_due = (t.checkpoint_every and self.step % t.checkpoint_every == 0) or timed or stop
                 upcoming = self._next(batches)
-                loss = self._train_step(batch, n, upcoming if prefetching and not save_due and not last else None)
+                last = bool(t.steps and self.step >= t.steps) or stop
+                final_step = last or (upcoming is None and self.epoch == t.epochs - 1)
+                save_due = (t.checkpoint_every and self.step % t.checkpoint_every == 0) or timed
+                eval_due = t.eval_every and self.step % t.eval_every == 0
+                barrier = save_due or eval_due or final_step  # evaluations may save the best model
+                loss = self._train_step(batch, n, upcoming if prefetching and not barrier else None)
                 self._check_loss(loss)
+                for callback in self.callbacks:
+                    callback.on_step(self, self.step, loss)
                 trained = batch
                 self.batch_in_epoch += 1
                 train_time += time.perf_counter() - start
@@ -213,12 +269,16 @@ class Trainer:
                                             "samples_per_s": rate, "time": time.time(), **self._staleness()})
                     bar.set_postfix(loss=f"{loss_sum / count:.4f}", samples_per_s=f"{rate:,.0f}")
                     window = []
-                if save_due:
+                if stop:  # a signal on some worker: every worker saves this step and ends, without evaluating
                     self._check_before_save(batch)
-                    last_saved = self.save()
-                if t.eval_every and self.step % t.eval_every == 0:
-                    final = (self.step, self._log_eval())
-                if last:
+                    self.save()
+                elif not final_step:  # the final step is evaluated, then saved, after the loop (bad lines judged)
+                    if eval_due:
+                        final = (self.step, self._eval_and_keep(batch))
+                    if save_due and self._saved != self.step:
+                        self._check_before_save(batch)
+                        self.save()
+                if last or self.stop_reason is not None:
                     done = True
                     break
                 batch = upcoming
@@ -227,16 +287,20 @@ class Trainer:
         bar.close()
         if batches is not None:
             batches.close()  # stops the reading thread before the reader's counts are looked at
-        self.stop.raise_if_agreed(self.step, self.run_dir)  # saved above; the command prints one line
+        self.signals.raise_if_agreed(self.step, self.run_dir)  # saved above; the command prints one line
         self._check_bad_rows()  # the share of bad lines read, also when train.steps ended the run early
         if self.step == 0:
             files = ", ".join(map(str, self.data_info["train_files"])) or "none"
             raise ValueError(f"no training step: the training data ({files}) gave no batch; "
                              f"check that the files hold good lines (see the warnings above)")
-        if last_saved != self.step:
+        if self.stop_reason is not None:
+            log.info(self.stop_reason)
+            if self.progress:
+                tqdm.write(self.stop_reason)
+        result = final[1] if final and final[0] == self.step else self._eval_and_keep(trained)
+        if self._saved != self.step:
             self._check_before_save(trained)
             self.save()
-        result = final[1] if final and final[0] == self.step else self._log_eval()
         (samples,) = w.sum(samples)
         return self._summary(result, int(samples), train_time)
 
@@ -280,11 +344,11 @@ class Trainer:
         must the loss of the step's own batch with the rows and weights as that step left them
         (a sparse lr of 1e30 leaves finite rows whose next forward is NaN). Lookup-only pulls
         after a flush change nothing, so a resumed run stays bitwise equal."""
-        self.embedding.flush()
+        self._flush()
         self.workers.barrier()  # every worker's pushes are applied before anyone looks
         loss = math.nan if not all(bool(torch.isfinite(p).all()) for p in self.model.parameters()) else None
         if loss is None:
-            for m in (self.model, self.embedding):
+            for m in self._modules():
                 m.eval()
             try:
                 with torch.no_grad():
@@ -294,7 +358,7 @@ class Trainer:
                     total, count = self.workers.sum(total, len(batch))  # over the global batch
                     loss = total / count
             finally:
-                for m in (self.model, self.embedding):
+                for m in self._modules():
                     m.train()
         bad = not math.isfinite(loss)
         if self.workers.world > 1:
@@ -312,11 +376,11 @@ class Trainer:
 
     def evaluate(self) -> dict:
         """AUC and logloss on the eval split, with lookup-only pulls (nothing is created)."""
-        self.embedding.flush()
+        self._flush()
         self.workers.barrier()  # every worker's pushes are applied before anyone reads rows
-        for m in (self.model, self.embedding):
+        for m in self._modules():
             m.eval()
-        logits, labels = [], []
+        logits, labels, baseline = [], [], []
         w = self.workers
         with torch.no_grad():
             for i, batch in enumerate(self.eval_data):
@@ -325,7 +389,9 @@ class Trainer:
                 emb, wide = self._embed(batch)
                 logits.append(self.model(batch.dense, emb, wide))
                 labels.append(batch.labels)
-        for m in (self.model, self.embedding):
+                if self.baseline is not None:
+                    baseline.append(self.baseline.logits(batch))
+        for m in self._modules():
             m.train()
         empty = torch.zeros(0)
         logit, label = w.gather(torch.cat(logits or [empty])), w.gather(torch.cat(labels or [empty]))
@@ -341,6 +407,10 @@ class Trainer:
             if not math.isfinite(result[name]):
                 raise ValueError(f"{name} is {result[name]} at step {self.step}: the model's predictions are not "
                                  f"finite; lower dense_optimizer.lr or sparse_optimizer.lr")
+        if self.baseline is not None:
+            b = w.gather(torch.cat(baseline or [empty]))
+            result["baseline_lr_auc"] = float(binary_auroc(b, label.long()))
+            result["baseline_lr_logloss"] = float(F.binary_cross_entropy_with_logits(b, label))
         return result
 
     def _log_eval(self) -> dict:
@@ -351,22 +421,62 @@ class Trainer:
             tqdm.write(f"step {self.step}: AUC {result['eval_auc']:.4f}, logloss {result['eval_logloss']:.4f}")
         return result
 
+    def _eval_and_keep(self, batch) -> dict:
+        """Evaluate; checkpoint the model when it is the best yet (``batch``: the step's own, for
+        the finiteness check before saving); then the callbacks (early stopping among them)."""
+        result = self._log_eval()
+        if self.best.evaluated != self.step:  # a resume that trains nothing judges no evaluation twice
+            self.best.evaluated = self.step
+            if self.best.update(self.step, result) and self.recipe.train.keep_best:
+                if self._saved == self.step:
+                    self._mark_best()  # saved already (its checkpoint records the judging before this one)
+                elif batch is not None:
+                    self._check_before_save(batch)
+                    self.save()
+        for callback in self.callbacks:
+            callback.on_eval(self, self.step, result)
+        return result
+
     # --- checkpoints ---------------------------------------------------------------------
 
     def save(self) -> int:
-        """Every worker flushes its pushes; worker 0 saves the servers' shards and the dense state."""
-        self.embedding.flush()
+        """Every worker flushes its pushes; worker 0 saves the servers' shards and the dense state.
+
+        When the step is the best evaluation's (``self.best``), ``checkpoints/best.json`` names it
+        once it is committed, and only then may the previous best checkpoint go; the best one is
+        never deleted by ``keep_checkpoints``."""
+        self._flush()
         self.workers.barrier()
+        root = (self.run_dir / "checkpoints").resolve()
+        is_best = self.recipe.train.keep_best and self.best.step == self.step
         if self.workers.leader:
-            position = {"step": self.step, "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch}
+            position = {"step": self.step, "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch,
+                        "best": self.best.state()}
             dense = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                     "optimizer_name": self.recipe.dense_optimizer.name}
-            self.client.save(str((self.run_dir / "checkpoints").resolve()), self.step,
-                             keep=self.recipe.train.keep_checkpoints, extra=position,
+                     "optimizer_name": self.recipe.dense_optimizer.name,
+                     **(self.baseline.state() if self.baseline is not None else {})}
+            keep = self.recipe.train.keep_checkpoints
+            protect = {s for s in (self._kept_best, self.step if is_best else None) if s is not None}
+            self.client.save(str(root), self.step, keep=keep, extra=position, protect=protect,
                              before_commit=lambda path: save_tree(path / "dense", dense))
+            if is_best:
+                write_marker(root, self.best)
+                checkpoint.remove_older(root, keep, protect={self.step})
+        if is_best:
+            self._kept_best = self.step
         self.workers.barrier()
         self.clock.restart()
+        self._saved = self.step
+        for callback in self.callbacks:
+            callback.on_checkpoint(self, self.step, checkpoint.step_dir(root, self.step), is_best)
         return self.step
+
+    def _mark_best(self) -> None:
+        root = (self.run_dir / "checkpoints").resolve()
+        if self.workers.leader:
+            write_marker(root, self.best)
+            checkpoint.remove_older(root, self.recipe.train.keep_checkpoints, protect={self.step})
+        self._kept_best = self.step
 
     def load(self, path: str | Path) -> dict:
         """Restore tables, dense state and data position from a checkpoint (or the newest under a root).
@@ -385,6 +495,8 @@ class Trainer:
             raise ValueError(f"{found / checkpoint.COMMIT} lists no dense/{checkpoint.STATE}: not a trainer checkpoint")
         dense = load_tree(found / "dense", dense_entry)
         self._check_dense(found / "dense" / checkpoint.STATE, dense)
+        if self.baseline is not None:
+            self.baseline.check_state(found / "dense" / checkpoint.STATE, dense)
         if self.workers.leader:
             info = self.client.load(found)
         self.workers.barrier()  # no worker pulls before the servers hold the checkpoint
@@ -395,8 +507,21 @@ class Trainer:
         d = self.recipe.dense_optimizer
         for group in self.optimizer.param_groups:  # the recipe's hyper-parameters, not the saved ones:
             group["lr"], group["weight_decay"] = self._dense_lr(), d.weight_decay  # a resume may lower the lr
+        if self.baseline is not None:
+            self.baseline.load_state(dense)
+        info = {**info, "path": str(found)}
         extra = info["extra"]
         self.step, self.epoch, self.batch_in_epoch = extra["step"], extra["epoch"], extra["batch_in_epoch"]
+        self._saved = self.step
+        self.best.restore(extra.get("best"))
+        root = found.parent
+        kept = best_checkpoint(root)
+        self._kept_best = int(kept.name.split("-")[1]) if kept else None
+        if self.recipe.train.keep_best and self.best.step is not None and self.best.step != self._kept_best \
+                and (checkpoint.step_dir(root, self.best.step) / checkpoint.COMMIT).is_file():
+            if self.workers.leader:  # a crash between the best checkpoint's commit and best.json
+                write_marker(root, self.best)
+            self._kept_best = self.best.step
         return info
 
     def _check_dense(self, where: Path, dense) -> None:
@@ -419,12 +544,20 @@ class Trainer:
             raise ValueError(f"{where}: the optimizer state has other parameter groups than this recipe's optimizer")
 
     def _summary(self, final: dict, samples: int, train_time: float) -> dict:
+        """The best kept model's eval metrics as the headline (the last step's beside them)."""
         timings = {**self.timings, **self.embedding.timings}
+        root = self.run_dir / "checkpoints"
+        kept = best_checkpoint(root) if self.recipe.train.keep_best else None
+        headline = self.best.result if kept is not None and self.best.step is not None else final
+        summary = {**headline, **{f"last_{k}": v for k, v in final.items()},
+                   "best_step": self.best.step if kept is not None else self.step,
+                   "best_checkpoint": str(kept if kept is not None else checkpoint.latest(root)),
+                   "stopped_early": self.stop_reason}
         transport = self.client.transport
         if hasattr(transport, "bytes_sent"):  # network traffic, all workers together
             sent, received = self.workers.sum(transport.bytes_sent, transport.bytes_received)
-            final = {**final, "bytes_sent": sent, "bytes_received": received}
-        summary = {**final, "steps": self.step, "samples": samples, "train_seconds": train_time,
+            summary.update(bytes_sent=sent, bytes_received=received)
+        summary = {**summary, "steps": self.step, "samples": samples, "train_seconds": train_time,
                    "samples_per_s": samples / train_time if train_time else 0.0, "timings_s": timings,
                    "bad_lines": getattr(self.train_data, "bad_lines", 0),
                    "checkpoint": str(checkpoint.latest(self.run_dir / "checkpoints")), "workers": self.workers.world,

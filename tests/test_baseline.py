@@ -1,0 +1,68 @@
+"""The `lr` baseline: a model of its own (model.name = "lr"), and trained beside every run's model
+on the same batches (train.baseline = "lr"), reported in the summary."""
+
+import json
+
+import pytest
+import torch
+
+from cardinal import cli
+from cardinal.train import Trainer, config, tables
+from conftest import tiny_recipe
+
+LEARNS = ["ps.shards=3", "data.synthetic.vocab=30", "train.epochs=3", "dense_optimizer.lr=0.01", "train.eval_every=12"]
+
+
+def test_the_baseline_is_what_a_separate_lr_run_of_the_same_batches_trains(tmp_path):
+    deep = Trainer(tiny_recipe(tmp_path, *LEARNS), tmp_path / "deep", progress=False)
+    summary = deep.fit()
+    # tiny_recipe without model.hidden (the `lr` model takes no settings)
+    sets = [f'data.cache_dir="{tmp_path / "data"}"', "data.synthetic.rows=3000", "data.synthetic.eval_rows=1000",
+            "data.synthetic.vocab=300", "data.batch_size=256", "data.eval_batch_size=1000", "embedding.dim=4",
+            "train.log_every=2", *LEARNS, 'model.name="lr"']
+    lr = Trainer(config.load(None, sets), tmp_path / "lr", progress=False)
+    alone = lr.fit()
+    assert lr.baseline is None and tables.row_width(lr.recipe) == 1  # one weight per id
+    assert summary["baseline_lr_auc"] > 0.6, "logistic regression learns the tiny data well above chance"
+    # the same math on the same batches: equal, not just close
+    assert summary["baseline_lr_auc"] == alone["eval_auc"]
+    assert summary["baseline_lr_logloss"] == alone["eval_logloss"]
+    assert deep.client.digest("lr_emb") == lr.client.digest("emb")
+    a, b = deep.baseline.model.state_dict(), lr.model.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    saved = json.loads((tmp_path / "deep" / "summary.json").read_text())
+    assert saved["baseline_lr_auc"] == summary["baseline_lr_auc"] and "baseline" in saved["timings_s"]
+
+
+def test_the_baseline_changes_nothing_of_the_model(tmp_path):
+    """Its rows, dense layer and random draws are its own: the model trains the same bits without it."""
+    with_lr = Trainer(tiny_recipe(tmp_path, *LEARNS), tmp_path / "a", progress=False)
+    with_lr.fit()
+    without = Trainer(tiny_recipe(tmp_path, *LEARNS, 'train.baseline="none"'), tmp_path / "b", progress=False)
+    summary = without.fit()
+    assert "baseline_lr_auc" not in summary
+    assert with_lr.client.digest("emb") == without.client.digest("emb")
+    a, b = with_lr.model.state_dict(), without.model.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_the_baseline_resumes_bitwise_and_is_printed(tmp_path, capsys):
+    flags = [*LEARNS, "train.checkpoint_every=5"]
+    straight = Trainer(tiny_recipe(tmp_path, *flags, "train.steps=17"), tmp_path / "a", progress=False)
+    straight.fit()
+    Trainer(tiny_recipe(tmp_path, *flags, "train.steps=10"), tmp_path / "b", progress=False).fit()
+    resumed = Trainer(tiny_recipe(tmp_path, *flags, "train.steps=17"), tmp_path / "b", progress=False)
+    resumed.fit(resume=True)
+    assert straight.client.digest("lr_emb") == resumed.client.digest("lr_emb")
+    a, b = straight.baseline.optimizer.state_dict(), resumed.baseline.optimizer.state_dict()
+    assert all(torch.equal(a["state"][k]["exp_avg"], b["state"][k]["exp_avg"]) for k in a["state"])
+    a, b = straight.baseline.model.state_dict(), resumed.baseline.model.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    cli._print_summary(json.loads((tmp_path / "b" / "summary.json").read_text()))
+    assert "lr baseline AUC" in capsys.readouterr().out
+
+
+def test_a_checkpoint_without_the_baseline_is_refused_by_a_run_with_it(tmp_path):
+    Trainer(tiny_recipe(tmp_path, 'train.baseline="none"', "train.steps=2"), tmp_path / "a", progress=False).fit()
+    with pytest.raises(ValueError, match="baseline"):
+        Trainer(tiny_recipe(tmp_path, "train.steps=4"), tmp_path / "a", progress=False).fit(resume=True)

@@ -1,0 +1,168 @@
+"""The best model a run saw: evaluation across epochs, the best checkpoint kept, early stopping,
+callbacks. A run is made to get worse on purpose: from step 18 a callback sets the dense lr to
+1.0 (the tiny recipe learns at 0.01), and eval AUC falls after step 15 (measured: 0.54 0.59
+0.63 at steps 5-15, then 0.61 0.55 0.53 0.56 0.59)."""
+
+import json
+
+import pytest
+import torch
+
+from cardinal import cli
+from cardinal.ps import checkpoint
+from cardinal.train import Callback, Trainer
+from conftest import tiny_recipe
+
+FLAGS = ["ps.shards=3", "data.synthetic.vocab=30", "train.epochs=3", "dense_optimizer.lr=0.01", "train.eval_every=5"]
+
+
+class Sabotage(Callback):
+    """From step ``at`` on, a dense lr far too large (set again after every step, so a resume keeps it)."""
+
+    def __init__(self, at: int = 18, lr: float = 1.0):
+        self.at, self.lr = at, lr
+
+    def on_step(self, trainer, step, loss):
+        if step >= self.at:
+            for group in trainer.optimizer.param_groups:
+                group["lr"] = self.lr
+
+
+class Noise(Callback):
+    """From step ``at`` on, seeded noise added to the dense weights after each step: a function of
+    the step alone, so a resumed run is spoiled exactly as the straight one."""
+
+    def __init__(self, at: int = 18, scale: float = 0.3):
+        self.at, self.scale = at, scale
+
+    def on_step(self, trainer, step, loss):
+        if step >= self.at:
+            g = torch.Generator().manual_seed(step)
+            with torch.no_grad():
+                for p in trainer.model.parameters():
+                    p.add_(torch.randn(p.shape, generator=g) * self.scale)
+
+
+class Record(Callback):
+    def __init__(self):
+        self.steps, self.evals, self.checkpoints = [], [], []
+
+    def on_step(self, trainer, step, loss):
+        self.steps.append((step, loss))
+
+    def on_eval(self, trainer, step, result):
+        self.evals.append((step, result["eval_auc"], trainer.best.step))
+
+    def on_checkpoint(self, trainer, step, path, best):
+        self.checkpoints.append((step, path.name, best, (path / checkpoint.COMMIT).is_file()))
+
+
+def evals(run) -> list[tuple[int, float]]:
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    return [(r["step"], r["eval_auc"]) for r in map(json.loads, lines) if "eval_auc" in r]
+
+
+def test_the_kept_model_is_the_best_evaluation_not_the_newest(tmp_path, capsys):
+    run = tmp_path / "run"
+    recipe = tiny_recipe(tmp_path, *FLAGS, 'train.early_stop="none"', "train.keep_checkpoints=1")
+    summary = Trainer(recipe, run, progress=False, callbacks=[Sabotage()]).fit()
+    seen = evals(run)
+    assert [s for s, _ in seen] == [5, 10, 15, 20, 25, 30, 35, 36]  # every 5 steps across the epochs, and the end
+    best_step, best_auc = max(seen, key=lambda e: e[1])
+    assert best_step < 36 and seen[-1][1] < best_auc - 0.01, "the sabotage should make the run end worse"
+    assert (summary["best_step"], summary["eval_auc"]) == (best_step, best_auc)
+    assert summary["last_eval_auc"] == seen[-1][1] and summary["steps"] == 36
+    # kept beside the newest although keep_checkpoints = 1; best.json names it
+    assert checkpoint.committed_steps(run / "checkpoints") == [best_step, 36]
+    assert json.loads((run / "checkpoints" / "best.json").read_text())["step"] == best_step
+    assert summary["best_checkpoint"].endswith(f"step-{best_step:010d}")
+    # the model on disk is the best one: evaluated again from the checkpoint, it scores the same
+    again = Trainer(recipe, tmp_path / "reload", progress=False)
+    again.load(summary["best_checkpoint"])
+    assert again.evaluate()["eval_auc"] == pytest.approx(best_auc, abs=1e-6)
+    # and `cardinal eval RUN` evaluates it by default, saying which
+    capsys.readouterr()
+    assert cli.main(["eval", str(run)]) == 0
+    printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert printed["step"] == best_step and printed["checkpoint"] == "best"
+    assert printed["eval_auc"] == pytest.approx(best_auc, abs=1e-6)
+    assert cli.main(["eval", str(run), "--checkpoint", str(run / "checkpoints" / "step-0000000036")]) == 0
+    printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert printed["step"] == 36 and printed["eval_auc"] == pytest.approx(seen[-1][1], abs=1e-6)
+
+
+def test_early_stopping_ends_within_patience_of_the_best(tmp_path):
+    run = tmp_path / "run"
+    recipe = tiny_recipe(tmp_path, *FLAGS, 'train.early_stop="auc"', "train.patience=2")
+    summary = Trainer(recipe, run, progress=False, callbacks=[Sabotage()]).fit()
+    seen = evals(run)
+    best_step = max(seen, key=lambda e: e[1])[0]
+    assert summary["steps"] == best_step + 2 * 5 < 36  # two evaluations without improvement, then stop
+    assert [s for s, _ in seen][-3:] == [best_step, best_step + 5, best_step + 10]
+    assert summary["stopped_early"].startswith(f"early stop at step {best_step + 10}")
+    assert json.loads((run / "summary.json").read_text())["stopped_early"] == summary["stopped_early"]
+    assert summary["best_step"] == best_step
+
+
+def test_min_delta_counts_small_gains_as_no_improvement(tmp_path):
+    # AUC gains of 0.05 and 0.03 over steps 5-15 (see the module docstring): with min_delta 0.2 only
+    # the first evaluation is ever the best, and the run stops at the third
+    recipe = tiny_recipe(tmp_path, *FLAGS, 'train.early_stop="auc"', "train.patience=2", "train.min_delta=0.2")
+    summary = Trainer(recipe, tmp_path / "run", progress=False).fit()
+    assert (summary["best_step"], summary["steps"]) == (5, 15)
+
+
+def test_early_stopping_state_survives_a_resume(tmp_path):
+    """Best and evaluations-since-best travel in the checkpoint: a run resumed between its best
+    evaluation and its stop stops where the straight run stops, with the same model."""
+    flags = [*FLAGS, 'train.early_stop="auc"', "train.patience=2"]  # saves: the best ones and the last
+    straight = Trainer(tiny_recipe(tmp_path, *flags), tmp_path / "a", progress=False, callbacks=[Noise()])
+    done = straight.fit()
+    first = Trainer(tiny_recipe(tmp_path, *flags, "train.steps=20"), tmp_path / "b", progress=False,
+                    callbacks=[Noise()])
+    first.fit()
+    resumed = Trainer(tiny_recipe(tmp_path, *flags), tmp_path / "b", progress=False, callbacks=[Noise()])
+    summary = resumed.fit(resume=True)
+    assert (summary["steps"], summary["best_step"]) == (done["steps"], done["best_step"])
+    assert done["best_step"] <= 20 < done["steps"] < 36  # resumed between the best and the stop
+    assert summary["eval_auc"] == done["eval_auc"] and summary["stopped_early"] == done["stopped_early"]
+    assert straight.client.digest("emb") == resumed.client.digest("emb")
+    a, b = straight.model.state_dict(), resumed.model.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    # resumed once more, the stopped run stays stopped
+    again = Trainer(tiny_recipe(tmp_path, *flags), tmp_path / "b", progress=False).fit(resume=True)
+    assert again["steps"] == done["steps"] and "had stopped early" in again["stopped_early"]
+
+
+def test_callbacks_see_every_step_evaluation_and_checkpoint(tmp_path):
+    record = Record()
+    recipe = tiny_recipe(tmp_path, *FLAGS, 'train.early_stop="none"', "train.checkpoint_every=12")
+    Trainer(recipe, tmp_path / "run", progress=False, callbacks=[record, Sabotage()]).fit()
+    assert [s for s, _ in record.steps] == list(range(1, 37)) and all(loss > 0 for _, loss in record.steps)
+    assert [(s, auc) for s, auc, _ in record.evals] == evals(tmp_path / "run")
+    assert all(best <= s for s, _, best in record.evals)
+    best_steps = [s for s, _, is_best, committed in record.checkpoints if is_best and committed]
+    assert best_steps == [s for s, _, best in record.evals if best == s]  # each new best, checkpointed
+    assert {s for s, *_ in record.checkpoints} >= {12, 24, 36}
+
+
+def test_eval_command_on_other_data_and_only_data_eval_keys(tmp_path, capsys):
+    from cardinal.data import SyntheticConfig, generate
+
+    run = tmp_path / "run"
+    recipe = tiny_recipe(tmp_path, "ps.shards=3")
+    summary = Trainer(recipe, run, progress=False).fit()
+    other = tmp_path / "other"
+    generate(other, SyntheticConfig(rows=10, eval_rows=700, vocab=300, seed=5))
+    before = (run / "recipe.json").read_bytes()
+    capsys.readouterr()
+    assert cli.main(["eval", str(run), "--set", f"data.eval={other / 'eval.tsv'}"]) == 0
+    printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert printed["eval_rows"] == 700 and printed["eval_auc"] != pytest.approx(summary["eval_auc"], abs=1e-6)
+    direct = Trainer(tiny_recipe(tmp_path, "ps.shards=3", f'data.eval=["{other / "eval.tsv"}"]'), tmp_path / "d",
+                     progress=False)
+    direct.load(run / "checkpoints")
+    assert printed["eval_auc"] == pytest.approx(direct.evaluate()["eval_auc"], abs=1e-6)
+    assert cli.main(["eval", str(run), "--set", "model.hidden=[4]"]) == 2
+    assert "changes only the eval data" in capsys.readouterr().err
+    assert (run / "recipe.json").read_bytes() == before  # the run is left as it was
