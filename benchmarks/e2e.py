@@ -187,7 +187,8 @@ def main():
     parser.add_argument("--steps", type=int, default=0, help="steps per run (default: one epoch)")
     args = parser.parse_args()
     sets = ["data.synthetic.rows=200000", "data.synthetic.eval_rows=20000"] if args.quick else []
-    recipe = config.load("criteo_synthetic", [*sets, "train.eval_every=0", "data.batch_size=4096"])  # the published batch
+    recipe = config.load("criteo_synthetic", [*sets, "train.eval_every=0", "data.batch_size=4096",  # the published batch
+                                               'train.baseline="none"'])  # the system alone, not its lr baseline
     size = TORCH_TABLE_ROWS
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)

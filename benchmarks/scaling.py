@@ -56,7 +56,7 @@ def servers_for(workers: int, cores: int) -> int:
 def recipe_sets(rows: int, eval_rows: int, steps: int) -> list[str]:
     """The overrides every run gets (the launched runs add embedding.consistency)."""
     sets = ["train.eval_every=0"]  # evaluate once, at the end: evaluations are not training time anyway
-    sets += ["data.batch_size=4096"]  # the batch of the published table (the recipe's default is now 1024)
+    sets += ["data.batch_size=4096", 'train.baseline="none"']  # the published table's batch; no lr baseline
     sets += [f"data.synthetic.rows={rows}"] if rows else []
     sets += [f"data.synthetic.eval_rows={eval_rows}"] if eval_rows else []
     return sets + ([f"train.steps={steps}"] if steps else [])
