@@ -105,6 +105,9 @@ def test_the_readmes_train_and_eval_lines_work_in_bash_as_printed(tmp_path):
         runs.add(getattr(parsed, "resume", None) or getattr(parsed, "run_dir", None))
     for run in sorted(filter(None, runs)):  # the runs the lines resume or evaluate: one tiny epoch each
         Trainer(tiny_recipe(tmp_path), tmp_path / run, progress=False).fit()
+    eval_tsv = next((tmp_path / "data").rglob("eval.tsv"))  # the tiny runs' generated Criteo-layout file
+    for name in set(re.findall(r"\b[\w-]+\.tsv\b", " ".join(lines))):  # the files the lines name (day_3.tsv)
+        (tmp_path / name).write_bytes(eval_tsv.read_bytes())
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "cardinal").write_text(SHIM.format(python=sys.executable))
