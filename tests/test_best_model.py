@@ -166,3 +166,18 @@ def test_eval_command_on_other_data_and_only_data_eval_keys(tmp_path, capsys):
     assert cli.main(["eval", str(run), "--set", "model.hidden=[4]"]) == 2
     assert "changes only the eval data" in capsys.readouterr().err
     assert (run / "recipe.json").read_bytes() == before  # the run is left as it was
+
+
+def test_evaluating_an_older_checkpoint_leaves_best_json_naming_the_best(tmp_path):
+    """`cardinal eval RUN --checkpoint OLD` loads a checkpoint whose recorded best is older than the
+    run's best: the marker must still name the run's best (it is repaired from the newest only)."""
+    run = tmp_path / "run"
+    recipe = tiny_recipe(tmp_path, *FLAGS, "train.keep_checkpoints=50", "train.checkpoint_every=5",
+                         "train.early_stop='none'", "train.baseline='none'")
+    Trainer(recipe, run, progress=False, callbacks=[Noise()]).fit()
+    root = run / "checkpoints"
+    before = json.loads((root / "best.json").read_text())
+    older = [s for s in checkpoint.committed_steps(root) if s < before["step"]]
+    assert older, before
+    Trainer(recipe, run, progress=False).load(checkpoint.step_dir(root, older[0]))
+    assert json.loads((root / "best.json").read_text()) == before

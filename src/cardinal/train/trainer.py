@@ -517,9 +517,12 @@ class Trainer:
         root = found.parent
         kept = best_checkpoint(root)
         self._kept_best = int(kept.name.split("-")[1]) if kept else None
+        # a crash between the best checkpoint's commit and best.json: repaired from the newest checkpoint
+        # only (an older one, loaded by `cardinal eval RUN --checkpoint`, records an older best)
         if self.recipe.train.keep_best and self.best.step is not None and self.best.step != self._kept_best \
+                and found == checkpoint.latest(root) \
                 and (checkpoint.step_dir(root, self.best.step) / checkpoint.COMMIT).is_file():
-            if self.workers.leader:  # a crash between the best checkpoint's commit and best.json
+            if self.workers.leader:
                 write_marker(root, self.best)
             self._kept_best = self.best.step
         return info
