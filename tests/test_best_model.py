@@ -181,3 +181,29 @@ def test_evaluating_an_older_checkpoint_leaves_best_json_naming_the_best(tmp_pat
     assert older, before
     Trainer(recipe, run, progress=False).load(checkpoint.step_dir(root, older[0]))
     assert json.loads((root / "best.json").read_text()) == before
+
+
+def test_a_signal_at_an_evaluation_step_is_evaluated_on_resume(tmp_path):
+    """A signal read at an evaluation's step saves that step without evaluating it; the resumed run
+    evaluates it first, so it judges every evaluation the straight run judges (the best among them)."""
+    import os
+    import signal
+
+    from cardinal.train.interrupt import Interrupted, StopFlag
+
+    class Kill(Callback):
+        def on_step(self, trainer, step, loss):
+            if step == 4:  # read at step 5's all-reduce: step 5, an evaluation's step, is saved and the run ends
+                os.kill(os.getpid(), signal.SIGINT)
+
+    flags = [*FLAGS, "train.early_stop='none'", "train.baseline='none'", "train.checkpoint_every=5"]
+    straight = Record()
+    Trainer(tiny_recipe(tmp_path, *flags), tmp_path / "a", progress=False, callbacks=[straight]).fit()
+    stop = StopFlag()
+    with stop.catching_signals(), pytest.raises(Interrupted) as stopped:
+        Trainer(tiny_recipe(tmp_path, *flags), tmp_path / "b", progress=False, callbacks=[Kill()], stop=stop).fit()
+    assert stopped.value.step == 5
+    resumed = Record()
+    Trainer(tiny_recipe(tmp_path, *flags), tmp_path / "b", progress=False, callbacks=[resumed]).fit(resume=True)
+    assert [e[0] for e in resumed.evals] == [e[0] for e in straight.evals]
+    assert resumed.evals == straight.evals
