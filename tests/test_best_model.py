@@ -207,3 +207,18 @@ def test_a_signal_at_an_evaluation_step_is_evaluated_on_resume(tmp_path):
     Trainer(tiny_recipe(tmp_path, *flags), tmp_path / "b", progress=False, callbacks=[resumed]).fit(resume=True)
     assert [e[0] for e in resumed.evals] == [e[0] for e in straight.evals]
     assert resumed.evals == straight.evals
+
+
+def test_resuming_an_early_stopped_run_is_an_error_not_a_no_op(tmp_path, capsys):
+    """`cardinal train --resume RUN` of a run that stopped early, with the same patience, would train
+    nothing and overwrite its summary with 0 samples/s: refused, RUN unchanged; a larger patience goes on."""
+    run = tmp_path / "run"
+    recipe = tiny_recipe(tmp_path, *FLAGS, 'train.early_stop="auc"', "train.patience=2", "train.min_delta=0.2")
+    assert Trainer(recipe, run, progress=False).fit()["steps"] == 15  # stopped early (see above)
+    before = {p: p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()}
+    capsys.readouterr()
+    assert cli.main(["train", "--resume", str(run)]) == 2
+    assert f"run {run} stopped early at step 15" in capsys.readouterr().err
+    assert {p: p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()} == before
+    assert cli.main(["train", "--resume", str(run), "--set", "train.patience=3"]) == 0
+    assert json.loads((run / "summary.json").read_text())["steps"] == 20

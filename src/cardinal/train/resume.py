@@ -61,6 +61,13 @@ def check_not_done(run_dir: Path, recipe: Recipe) -> None:
         raise ValueError(f"run {run_dir} is at step {step} (epoch {epoch}) already; raise train.steps / "
                          f"train.epochs to go on (both count from the run's start: train.steps = {t.steps}, "
                          f"train.epochs = {t.epochs})")
+    best = extra.get("best") or {}
+    metric = "logloss" if t.early_stop == "logloss" else "auc"
+    if t.early_stop != "none" and best.get("metric") == metric and best.get("step") is not None \
+            and best.get("since", 0) >= t.patience and _finished(run_dir, step):
+        raise ValueError(f"run {run_dir} stopped early at step {step}: eval {metric} did not improve for "
+                         f"{best['since']} evaluations after step {best['step']} (train.patience = {t.patience}); "
+                         f"raise train.patience, or set train.early_stop = \"none\", to go on")
 
 
 def _finished(run_dir: Path, step: int) -> bool:
