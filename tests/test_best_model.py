@@ -222,3 +222,23 @@ def test_resuming_an_early_stopped_run_is_an_error_not_a_no_op(tmp_path, capsys)
     assert {p: p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()} == before
     assert cli.main(["train", "--resume", str(run), "--set", "train.patience=3"]) == 0
     assert json.loads((run / "summary.json").read_text())["steps"] == 20
+
+
+def test_eval_command_reads_parquet_eval_files_of_a_tsv_run(tmp_path, capsys):
+    """`cardinal eval RUN --set data.eval=X.parquet` of a run trained on TSV reads X as Parquet
+    (it was parsed as TSV: every line bad) and scores what the same rows as TSV score."""
+    from cardinal.data import SyntheticConfig, convert, generate
+
+    data = tmp_path / "tsv"
+    generate(data, SyntheticConfig(rows=1500, eval_rows=600, vocab=100, seed=3))
+    convert([data / "eval.tsv"], tmp_path / "eval.parquet")
+    run = tmp_path / "run"
+    recipe = tiny_recipe(tmp_path, 'data.format="criteo"', f"data.train={data / 'train.tsv'}",
+                         f"data.eval={data / 'eval.tsv'}", "train.steps=3")
+    Trainer(recipe, run, progress=False).fit()
+    scores = []
+    for other in (data / "eval.tsv", tmp_path / "eval.parquet"):
+        capsys.readouterr()
+        assert cli.main(["eval", str(run), "--set", f"data.eval={other}"]) == 0, capsys.readouterr().err
+        scores.append(json.loads(capsys.readouterr().out.strip().splitlines()[-1]))
+    assert scores[1]["eval_rows"] == 600 and scores[1]["eval_auc"] == pytest.approx(scores[0]["eval_auc"], abs=1e-6)
