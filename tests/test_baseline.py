@@ -13,13 +13,15 @@ from conftest import tiny_recipe
 LEARNS = ["ps.shards=3", "data.synthetic.vocab=30", "train.epochs=3", "dense_optimizer.lr=0.01", "train.eval_every=12"]
 
 
-def test_the_baseline_is_what_a_separate_lr_run_of_the_same_batches_trains(tmp_path):
-    deep = Trainer(tiny_recipe(tmp_path, *LEARNS), tmp_path / "deep", progress=False)
+@pytest.mark.parametrize("extra", [[], ["embedding.clip_ratio=0.5", "dense_optimizer.warmup_steps=20",
+                                        'dense_optimizer.decay="linear"']], ids=["plain", "clip-warmup-decay"])
+def test_the_baseline_is_what_a_separate_lr_run_of_the_same_batches_trains(tmp_path, extra):
+    deep = Trainer(tiny_recipe(tmp_path, *LEARNS, *extra), tmp_path / "deep", progress=False)
     summary = deep.fit()
     # tiny_recipe without model.hidden (the `lr` model takes no settings)
     sets = [f'data.cache_dir="{tmp_path / "data"}"', "data.synthetic.rows=3000", "data.synthetic.eval_rows=1000",
             "data.synthetic.vocab=300", "data.batch_size=256", "data.eval_batch_size=1000", "embedding.dim=4",
-            "train.log_every=2", *LEARNS, 'model.name="lr"']
+            "train.log_every=2", *LEARNS, *extra, 'model.name="lr"']
     lr = Trainer(config.load(None, sets), tmp_path / "lr", progress=False)
     alone = lr.fit()
     assert lr.baseline is None and tables.row_width(lr.recipe) == 1  # one weight per id

@@ -166,3 +166,79 @@ def test_eval_command_on_other_data_and_only_data_eval_keys(tmp_path, capsys):
     assert cli.main(["eval", str(run), "--set", "model.hidden=[4]"]) == 2
     assert "changes only the eval data" in capsys.readouterr().err
     assert (run / "recipe.json").read_bytes() == before  # the run is left as it was
+
+
+def test_evaluating_an_older_checkpoint_leaves_best_json_naming_the_best(tmp_path):
+    """`cardinal eval RUN --checkpoint OLD` loads a checkpoint whose recorded best is older than the
+    run's best: the marker must still name the run's best (it is repaired from the newest only)."""
+    run = tmp_path / "run"
+    recipe = tiny_recipe(tmp_path, *FLAGS, "train.keep_checkpoints=50", "train.checkpoint_every=5",
+                         "train.early_stop='none'", "train.baseline='none'")
+    Trainer(recipe, run, progress=False, callbacks=[Noise()]).fit()
+    root = run / "checkpoints"
+    before = json.loads((root / "best.json").read_text())
+    older = [s for s in checkpoint.committed_steps(root) if s < before["step"]]
+    assert older, before
+    Trainer(recipe, run, progress=False).load(checkpoint.step_dir(root, older[0]))
+    assert json.loads((root / "best.json").read_text()) == before
+
+
+def test_a_signal_at_an_evaluation_step_is_evaluated_on_resume(tmp_path):
+    """A signal read at an evaluation's step saves that step without evaluating it; the resumed run
+    evaluates it first, so it judges every evaluation the straight run judges (the best among them)."""
+    import os
+    import signal
+
+    from cardinal.train.interrupt import Interrupted, StopFlag
+
+    class Kill(Callback):
+        def on_step(self, trainer, step, loss):
+            if step == 4:  # read at step 5's all-reduce: step 5, an evaluation's step, is saved and the run ends
+                os.kill(os.getpid(), signal.SIGINT)
+
+    flags = [*FLAGS, "train.early_stop='none'", "train.baseline='none'", "train.checkpoint_every=5"]
+    straight = Record()
+    Trainer(tiny_recipe(tmp_path, *flags), tmp_path / "a", progress=False, callbacks=[straight]).fit()
+    stop = StopFlag()
+    with stop.catching_signals(), pytest.raises(Interrupted) as stopped:
+        Trainer(tiny_recipe(tmp_path, *flags), tmp_path / "b", progress=False, callbacks=[Kill()], stop=stop).fit()
+    assert stopped.value.step == 5
+    resumed = Record()
+    Trainer(tiny_recipe(tmp_path, *flags), tmp_path / "b", progress=False, callbacks=[resumed]).fit(resume=True)
+    assert [e[0] for e in resumed.evals] == [e[0] for e in straight.evals]
+    assert resumed.evals == straight.evals
+
+
+def test_resuming_an_early_stopped_run_is_an_error_not_a_no_op(tmp_path, capsys):
+    """`cardinal train --resume RUN` of a run that stopped early, with the same patience, would train
+    nothing and overwrite its summary with 0 samples/s: refused, RUN unchanged; a larger patience goes on."""
+    run = tmp_path / "run"
+    recipe = tiny_recipe(tmp_path, *FLAGS, 'train.early_stop="auc"', "train.patience=2", "train.min_delta=0.2")
+    assert Trainer(recipe, run, progress=False).fit()["steps"] == 15  # stopped early (see above)
+    before = {p: p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()}
+    capsys.readouterr()
+    assert cli.main(["train", "--resume", str(run)]) == 2
+    assert f"run {run} stopped early at step 15" in capsys.readouterr().err
+    assert {p: p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()} == before
+    assert cli.main(["train", "--resume", str(run), "--set", "train.patience=3"]) == 0
+    assert json.loads((run / "summary.json").read_text())["steps"] == 20
+
+
+def test_eval_command_reads_parquet_eval_files_of_a_tsv_run(tmp_path, capsys):
+    """`cardinal eval RUN --set data.eval=X.parquet` of a run trained on TSV reads X as Parquet
+    (it was parsed as TSV: every line bad) and scores what the same rows as TSV score."""
+    from cardinal.data import SyntheticConfig, convert, generate
+
+    data = tmp_path / "tsv"
+    generate(data, SyntheticConfig(rows=1500, eval_rows=600, vocab=100, seed=3))
+    convert([data / "eval.tsv"], tmp_path / "eval.parquet")
+    run = tmp_path / "run"
+    recipe = tiny_recipe(tmp_path, 'data.format="criteo"', f"data.train={data / 'train.tsv'}",
+                         f"data.eval={data / 'eval.tsv'}", "train.steps=3")
+    Trainer(recipe, run, progress=False).fit()
+    scores = []
+    for other in (data / "eval.tsv", tmp_path / "eval.parquet"):
+        capsys.readouterr()
+        assert cli.main(["eval", str(run), "--set", f"data.eval={other}"]) == 0, capsys.readouterr().err
+        scores.append(json.loads(capsys.readouterr().out.strip().splitlines()[-1]))
+    assert scores[1]["eval_rows"] == 600 and scores[1]["eval_auc"] == pytest.approx(scores[0]["eval_auc"], abs=1e-6)

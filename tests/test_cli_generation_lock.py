@@ -68,6 +68,7 @@ def test_a_crashed_generation_leaves_nothing_that_looks_complete(tmp_path, monke
     with pytest.raises(KeyboardInterrupt):
         ensure_synthetic(cfg, progress=False)
     assert not synthetic_dir(cfg).exists()
+    assert not list(tmp_path.glob("*.tmp-*"))  # Ctrl-C leaves no partial copy behind either
     monkeypatch.setattr(readers, "generate", real)
     teacher = ensure_synthetic(cfg, progress=False)  # the next run generates it whole
     assert teacher["train"]["rows"] == 20000 and len((synthetic_dir(cfg) / "train.tsv").read_bytes().splitlines()) == 20000

@@ -123,3 +123,32 @@ def test_the_help_says_what_a_resume_may_change_and_that_steps_are_totals(capsys
     out = " ".join(capsys.readouterr().out.split())
     assert "train.steps and train.epochs are totals from the run's start" in out
     assert "model.*, embedding.dim" in out and "Learning rates, train.*" in out
+
+
+def test_a_run_stopped_by_a_signal_at_its_last_step_is_finished_by_its_resume(tmp_path, data, capsys):
+    """A signal read at the run's last step (train.steps) saves it unevaluated and unsummarised; the
+    resume the interrupted run prints evaluates and summarises it (it trains nothing), then no more."""
+    import os
+    import signal
+
+    from cardinal.train import Callback, Trainer, config
+    from cardinal.train.interrupt import Interrupted, StopFlag
+
+    class Kill(Callback):
+        def on_step(self, trainer, step, loss):
+            if step == 2:  # read at step 3's all-reduce: the last step
+                os.kill(os.getpid(), signal.SIGINT)
+
+    recipe = config.load(None, ['data.format="criteo"', f"data.train={data / 'train.tsv'}",
+                                f"data.eval={data / 'eval.tsv'}", "data.batch_size=200", "data.eval_batch_size=400",
+                                "model.hidden=[8]", "embedding.dim=4", "train.steps=3"])
+    run, stop = tmp_path / "run", StopFlag()
+    with stop.catching_signals(), pytest.raises(Interrupted) as stopped:
+        Trainer(recipe, run, progress=False, callbacks=[Kill()], stop=stop).fit()
+    assert stopped.value.step == 3 and not (run / "summary.json").exists()
+    assert resume(run) == 0
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["steps"] == 3 and summary["eval_auc"] > 0
+    assert checkpoint.committed_steps(run / "checkpoints") == [3]
+    assert resume(run) == 2  # now it is done
+    assert f"run {run} is at step 3 (epoch 0) already" in capsys.readouterr().err

@@ -92,3 +92,13 @@ def test_two_processes_started_together_get_two_directories(tmp_path, data):
     for p, (out, err) in zip(procs, outs):
         assert p.returncode == 0, err[-3000:]
     check_one_run_each(runs, 2)
+
+
+def test_a_run_that_cannot_start_leaves_no_empty_run_directory(tmp_path, capsys):
+    """The first thing a new user may meet, data not found, is an error (exit 2), not also an empty
+    run directory per attempt."""
+    runs = tmp_path / "runs"
+    code = cli.main(["train", "movielens", "--set", f'train.run_dir="{runs}"',
+                     "--set", f'data.train="{tmp_path / "no-such-folder"}"'])
+    assert code == 2 and "MovieLens data not found" in capsys.readouterr().err
+    assert list(runs.iterdir()) == []

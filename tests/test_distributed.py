@@ -72,6 +72,25 @@ def run_launch(cmd, timeout=240):
 
 
 @pytest.mark.timeout(300)
+def test_launch_resume_with_only_the_run_directory_serves_the_runs_tables(tmp_path):
+    """`cardinal launch -- --resume RUN`, without the first launch's --set values: the servers hold
+    the run's tables (RUN/recipe.json), not the default recipe's, and a frozen override is refused
+    before anything starts."""
+    code, out = run_launch(launch_cmd(tmp_path, 1, 1, "train.steps=3"))
+    assert code == 0, out
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    resume = [sys.executable, "-m", "cardinal.cli", "launch", "--servers", "1", "--workers", "1", "--",
+              "--set", "train.steps=5", "--resume", str(run_dir)]
+    code, out = run_launch(resume)
+    assert code == 0, out[-3000:]
+    assert json.loads((run_dir / "summary.json").read_text())["steps"] == 5
+    code, out = run_launch([*resume[:-2], "--set", "embedding.dim=8", "--resume", str(run_dir)])
+    assert code == 2 and "--resume cannot change embedding.dim" in out, out[-3000:]
+    assert "servers at" not in out
+    assert leftovers(tmp_path) == []
+
+
+@pytest.mark.timeout(300)
 def test_launch_two_servers_two_workers_trains_and_leaves_nothing_behind(tmp_path):
     code, out = run_launch(launch_cmd(tmp_path, 2, 2))
     assert code == 0, out

@@ -117,3 +117,41 @@ def test_the_command_line_runs_a_sweep_and_refuses_one_without_a_grid(tmp_path, 
                      *sum((["--set", s] for s in tiny(tmp_path)), [])]) == 0
     (out,) = (tmp_path / "runs").iterdir()
     assert json.loads((out / "sweep.json").read_text())["rows"][0]["steps"] == 12
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_sigterm_of_the_sweep_stops_its_training_child_too(tmp_path, child_env):
+    """`kill SWEEP_PID` reaches the sweep alone (no terminal's process group): the setting it was
+    training is told to save and stop, not left training on as an orphan."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from test_distributed import leftovers
+
+    cmd = [sys.executable, "-m", "cardinal.cli", "sweep", "--out", str(tmp_path / "runs"),
+           *sum((["--set", s] for s in [*tiny(tmp_path), "train.epochs=1000", 'train.early_stop="none"']), []),
+           "--grid", "embedding.dim=4,8"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not any("cardinal.cli train" in line for line in leftovers(tmp_path)):
+            assert time.monotonic() < deadline and proc.poll() is None, "no setting started"
+            time.sleep(0.2)
+        time.sleep(3)  # the child is training, its signal handler set
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+        deadline = time.monotonic() + 60
+        while leftovers(tmp_path) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert leftovers(tmp_path) == []
+        (out,) = (tmp_path / "runs").iterdir()
+        assert [p.name for p in out.iterdir() if p.is_dir()] == ["00-embedding.dim=4"]  # no further setting
+    finally:
+        for line in leftovers(tmp_path):
+            os.kill(int(line.split()[0]), signal.SIGKILL)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()

@@ -133,7 +133,12 @@ def train(args) -> int:
     from cardinal.train.interrupt import Interrupted, StopFlag
 
     stop = StopFlag()
-    trainer = Trainer(recipe, run_dir, stop=stop)
+    try:
+        trainer = Trainer(recipe, run_dir, stop=stop)
+    except BaseException:  # data not found, a missing package...: no empty run directory per attempt
+        if not args.resume and not shared_dir and run_dir.is_dir() and not any(run_dir.iterdir()):
+            run_dir.rmdir()
+        raise
     try:
         with stop.catching_signals():  # SIGINT / SIGTERM: save at a step boundary, one line, 130 / 143
             summary = trainer.fit(resume=bool(args.resume))

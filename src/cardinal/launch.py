@@ -23,6 +23,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -99,11 +100,19 @@ def launch(n_servers: int, n_workers: int, train_args: list[str]) -> int:
     if n_servers < 1 or n_workers < 1:
         raise ValueError("--servers and --workers must be >= 1")
     recipe_name, sets, resume = split_train_args(train_args)
-    recipe = config.load(recipe_name, sets)
-    if resume:
+    server_recipe, scratch = recipe_name, None
+    if resume:  # the run's recipe.json plus the --set values, checked as `cardinal train --resume` checks them
+        from cardinal.train import resume as resuming
+        from cardinal.train.recipe_toml import to_toml
+
         run_dir = Path(resume).resolve()
-        run_dir.mkdir(parents=True, exist_ok=True)
+        recipe = resuming.resumed_recipe(run_dir, sets)
+        resuming.check_not_done(run_dir, recipe)
+        scratch = tempfile.TemporaryDirectory(prefix="cardinal-launch-")  # the servers' tables are the run's,
+        server_recipe = str(Path(scratch.name) / "recipe.toml")            # not RECIPE's (workers read recipe.json)
+        Path(server_recipe).write_text(to_toml(recipe))
     else:  # two launches in the same second get two directories
+        recipe = config.load(recipe_name, sets)
         from cardinal.cli import new_run_dir
 
         run_dir = new_run_dir(Path(recipe.train.run_dir), recipe.train.name).resolve()
@@ -116,7 +125,7 @@ def launch(n_servers: int, n_workers: int, train_args: list[str]) -> int:
     previous = {s: signal.signal(s, interrupted.handle) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         for i in range(n_servers):
-            processes.append(Process(f"server {i}", [*me, "server", recipe_name, "--shard", f"{i}/{n_servers}",
+            processes.append(Process(f"server {i}", [*me, "server", server_recipe, "--shard", f"{i}/{n_servers}",
                                                      "--data-dir", str(run_dir), *common], env))
         deadline = time.monotonic() + SERVER_START_S
         for p in processes:
@@ -145,6 +154,8 @@ def launch(n_servers: int, n_workers: int, train_args: list[str]) -> int:
         return code
     finally:
         stop(processes)
+        if scratch is not None:
+            scratch.cleanup()
         for s, handler in previous.items():
             signal.signal(s, handler)
 

@@ -19,8 +19,10 @@ cores // N`` unless the sweep sets train.threads itself.
 import itertools
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -152,11 +154,17 @@ def run_one(recipe: str, s: Setting, timeout_s: float) -> Setting:
         env.pop(key, None)  # each setting is a job of one worker, whatever launched the sweep
     start = time.monotonic()
     with open(s.run_dir / "log.txt", "wb") as log:
-        try:
-            done = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            s.error = f"timed out after {timeout_s:.0f} s (see {s.run_dir / 'log.txt'})"
-            return s
+        with subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env) as done:
+            _children.add(done)  # a SIGTERM of the sweep is forwarded to it (see `run`)
+            try:
+                done.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                done.kill()
+                done.wait()
+                s.error = f"timed out after {timeout_s:.0f} s (see {s.run_dir / 'log.txt'})"
+                return s
+            finally:
+                _children.discard(done)
     wall = time.monotonic() - start
     summary = s.run_dir / "summary.json"
     if done.returncode != 0 or not summary.exists():
@@ -168,6 +176,18 @@ def run_one(recipe: str, s: Setting, timeout_s: float) -> Setting:
     if "teacher_eval_auc" in got:
         s.result["teacher_eval_auc"] = got["teacher_eval_auc"]
     return s
+
+
+_children: set[subprocess.Popen] = set()  # the settings training now
+
+
+def _terminate(signum, frame) -> None:
+    """SIGTERM of the sweep: the children save and stop (they are not in a terminal's process group
+    when the sweep alone was signalled, so they would train on, orphaned); no further setting starts."""
+    for child in list(_children):
+        if child.poll() is None:
+            child.send_signal(signal.SIGTERM)
+    raise KeyboardInterrupt
 
 
 def _last_line(log: Path) -> str:
@@ -196,12 +216,16 @@ def run(recipe: str, grids: list[str], base: list[str], parallel: int = 1, out_r
     prepare(recipe, items, out, threads)
     start = time.monotonic()
     pool = ThreadPoolExecutor(parallel)
+    previous = signal.signal(signal.SIGTERM, _terminate) if threading.current_thread() is threading.main_thread() \
+        else None
     try:
         for s in pool.map(lambda s: run_one(recipe, s, timeout_s), items):
             auc = s.result.get("eval_auc")
             echo(f"[{s.index + 1}/{len(items)}] {s.label()}: " + (f"AUC {auc:.4f}" if auc is not None else s.error))
-    finally:  # Ctrl-C (which the children get too) starts no further setting
+    finally:  # Ctrl-C (which the children get too) or SIGTERM (forwarded) starts no further setting
         pool.shutdown(wait=True, cancel_futures=True)
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     table = tabulate(recipe, items, base, parallel, time.monotonic() - start)
     (out / "sweep.json").write_text(json.dumps(table, indent=1))
     (out / "sweep.md").write_text(markdown(table))

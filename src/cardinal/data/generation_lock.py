@@ -4,8 +4,9 @@ Two processes that need the same generated data set at once (two ``cardinal trai
 together) must not both write it, nor read a half-written one. The first takes an exclusive
 ``fcntl.flock`` on ``NAME.lock`` beside the data set and generates into ``NAME.tmp-PID``, renamed
 to ``NAME`` when complete; the others wait for the lock (saying so), then find ``NAME`` complete
-and only read it. A generation that crashed leaves a ``.tmp-*`` folder, never a ``NAME`` that
-looks complete; the next generation removes it. The kernel drops a dead holder's lock.
+and only read it. A generation stopped by Ctrl-C or an error removes its ``.tmp-*`` folder; one
+killed leaves it, never a ``NAME`` that looks complete, and the next generation removes it. The
+kernel drops a dead holder's lock.
 """
 
 import fcntl
@@ -39,10 +40,14 @@ def generated_once(out: Path, complete: Callable[[Path], bool], make: Callable[[
                 shutil.rmtree(out)
             tmp = out.with_name(f"{out.name}.tmp-{os.getpid()}")
             tmp.mkdir()
-            make(tmp)
-            if not complete(tmp):
-                raise AssertionError(f"generation into {tmp} finished incomplete")
-            os.rename(tmp, out)
+            try:
+                make(tmp)
+                if not complete(tmp):
+                    raise AssertionError(f"generation into {tmp} finished incomplete")
+                os.rename(tmp, out)
+            except BaseException:  # Ctrl-C or an error: no partial copy (hundreds of MB) left behind
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
             return out
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from cardinal.models import MODELS
 from cardinal.train import tables
 from cardinal.worker import EmbeddingCollection
+from cardinal.worker.clip import CowClip
 
 
 class Baseline:
@@ -28,7 +29,8 @@ class Baseline:
             self.model = MODELS["lr"](n_dense, len(trainer.fields), recipe.embedding.dim)
         self.net = trainer.workers.wrap(self.model)
         self.embedding = EmbeddingCollection(source, tables.baseline_features(recipe), recipe.embedding.pooling,
-                                             trainer.embedding.staleness, timeout=recipe.ps.timeout_s)
+                                             trainer.embedding.staleness, timeout=recipe.ps.timeout_s,
+                                             clip=CowClip.from_config(recipe.embedding))  # as an `lr` run clips
         self.optimizer = type(trainer.optimizer)(self.model.parameters(), **trainer.optimizer.defaults)
 
     def _wide(self, sparse) -> torch.Tensor:
@@ -37,6 +39,7 @@ class Baseline:
     def train_step(self, batch, n: float, upcoming, step: int) -> float:
         """One step of the baseline on the model's batch (``n``: the global batch's examples)."""
         self.embedding.step = step
+        self.trainer.schedule.apply(self.optimizer, step)  # the dense warmup and decay an `lr` run follows
         wide = self._wide(batch.sparse)
         if upcoming is not None:
             self.embedding.prefetch(upcoming.sparse, step + 1)

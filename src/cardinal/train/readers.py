@@ -51,7 +51,7 @@ def make_readers(cfg: DataConfig, seed: int = 0, progress: bool = True, share: t
     elif cfg.format in ("criteo", "parquet") and cfg.eval:
         reader = CriteoReader if cfg.format == "criteo" else ParquetReader
         train = reader(cfg.train, cfg.batch_size, **mine)
-        evaluation = reader(cfg.eval, cfg.eval_batch_size, **checks)
+        evaluation = _eval_reader(cfg.eval, reader)(cfg.eval, cfg.eval_batch_size, **checks)
     elif cfg.format in ("criteo", "parquet"):  # no eval files: hold out a share of the training rows
         reader = CriteoReader if cfg.format == "criteo" else ParquetReader
         total = count_rows(cfg.format, cfg.train)
@@ -87,3 +87,12 @@ def _check_movielens(folder: str) -> None:
 def _reader(files: list[str]) -> type:
     """Parquet for .parquet files, else Criteo TSV."""
     return ParquetReader if all(str(f).endswith(".parquet") for f in files) else CriteoReader
+
+
+def _eval_reader(files: list[str], reader: type) -> type:
+    """The eval files' reader: as their names say (.parquet, .tsv or .txt: `cardinal eval RUN --set
+    data.eval=...` of a TSV run on Parquet files, or the other way), else the training data's."""
+    suffixes = {Path(f).suffix.lower() for f in files}
+    if suffixes == {".parquet"}:
+        return ParquetReader
+    return CriteoReader if suffixes and suffixes <= {".tsv", ".txt"} else reader

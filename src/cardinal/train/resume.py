@@ -47,7 +47,8 @@ def resumed_recipe(run_dir: Path, overrides: list[str]) -> Recipe:
 
 
 def check_not_done(run_dir: Path, recipe: Recipe) -> None:
-    """Refuse a resume that would train nothing: the newest checkpoint is already at the totals."""
+    """Refuse a resume that would do nothing: the newest checkpoint is already at the totals, and
+    the run was summarised there (a signal at the last step leaves it to the resume to finish)."""
     from cardinal.ps import checkpoint  # numba: only on a resume
     from cardinal.ps.checkpoint_load import read_commit
 
@@ -56,10 +57,26 @@ def check_not_done(run_dir: Path, recipe: Recipe) -> None:
         raise ValueError(f"no committed checkpoint in {run_dir / 'checkpoints'}: nothing to resume")
     extra = read_commit(found)["extra"]
     step, epoch, t = extra["step"], extra["epoch"], recipe.train
-    if (t.steps and step >= t.steps) or epoch >= t.epochs:
+    if ((t.steps and step >= t.steps) or epoch >= t.epochs) and _finished(run_dir, step):
         raise ValueError(f"run {run_dir} is at step {step} (epoch {epoch}) already; raise train.steps / "
                          f"train.epochs to go on (both count from the run's start: train.steps = {t.steps}, "
                          f"train.epochs = {t.epochs})")
+    best = extra.get("best") or {}
+    metric = "logloss" if t.early_stop == "logloss" else "auc"
+    if t.early_stop != "none" and best.get("metric") == metric and best.get("step") is not None \
+            and best.get("since", 0) >= t.patience and _finished(run_dir, step):
+        raise ValueError(f"run {run_dir} stopped early at step {step}: eval {metric} did not improve for "
+                         f"{best['since']} evaluations after step {best['step']} (train.patience = {t.patience}); "
+                         f"raise train.patience, or set train.early_stop = \"none\", to go on")
+
+
+def _finished(run_dir: Path, step: int) -> bool:
+    """The run ended at ``step`` with its summary written. A run stopped by a signal at its last step
+    saved that step but was never evaluated or summarised: its resume does that, training nothing."""
+    try:
+        return json.loads((run_dir / "summary.json").read_text()).get("steps") == step
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def _flat(tree: dict, prefix: str = "") -> dict:

@@ -229,6 +229,9 @@ class Trainer:
         if resume and t.early_stop != "none" and self.best.since >= t.patience:
             self.stop(f"the run had stopped early: eval {self.best.metric} did not improve for {self.best.since} "
                       f"evaluations after step {self.best.step}; resume with a larger train.patience to go on")
+        if resume and self.stop_reason is None and t.eval_every and self.step and self.step % t.eval_every == 0 \
+                and self.best.evaluated != self.step:  # a signal at an evaluation's step saved it unevaluated
+            final = (self.step, self._eval_and_keep(None))
         done = bool(t.steps and self.step >= t.steps) or self.stop_reason is not None
         batches = None
         while self.epoch < t.epochs and not done:  # batches read on a thread, ahead of the step (data/prefetch.py)
@@ -517,9 +520,12 @@ class Trainer:
         root = found.parent
         kept = best_checkpoint(root)
         self._kept_best = int(kept.name.split("-")[1]) if kept else None
+        # a crash between the best checkpoint's commit and best.json: repaired from the newest checkpoint
+        # only (an older one, loaded by `cardinal eval RUN --checkpoint`, records an older best)
         if self.recipe.train.keep_best and self.best.step is not None and self.best.step != self._kept_best \
+                and found == checkpoint.latest(root) \
                 and (checkpoint.step_dir(root, self.best.step) / checkpoint.COMMIT).is_file():
-            if self.workers.leader:  # a crash between the best checkpoint's commit and best.json
+            if self.workers.leader:
                 write_marker(root, self.best)
             self._kept_best = self.best.step
         return info
