@@ -146,6 +146,8 @@ def train(args) -> int:
         if int(os.environ.get("RANK", "0")) == 0:
             print(e, file=sys.stderr, flush=True)  # the one line (the bar is closed)
         return e.exit_code
+    finally:  # channels closed while every thread lives: a gRPC finalizer run at interpreter exit can
+        trainer.close()  # wait forever on a lock a frozen daemon thread holds (seen after a server died)
     if int(os.environ.get("RANK", "0")) == 0:
         _print_summary(summary)
     return 0

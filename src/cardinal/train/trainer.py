@@ -136,6 +136,13 @@ class Trainer:
         self._saved: int | None = None   # the step of the newest checkpoint this run has
         self._kept_best: int | None = None  # the step best.json names
 
+    def close(self) -> None:
+        """Close the connections to the servers (a no-op for embedded shards); the trainer is done."""
+        try:
+            self.client.transport.close()
+        except Exception as e:  # noqa: BLE001 - closing is best effort, after the run's own outcome
+            log.debug("closing the transport: %s", e)
+
     def stop(self, reason: str) -> None:
         """End the run after this step (saved, evaluated, summarised as usual); ``reason`` is printed
         and recorded in summary.json as ``stopped_early``. Every worker must call it at the same step."""
