@@ -20,6 +20,10 @@ FROZEN_OVERRIDES = {  # an override -> the key the refusal names
     'dense_optimizer.name="sgd"': "dense_optimizer.name",
     'data.format="parquet"': "data.format",
     "data.batch_size=100": "data.batch_size",
+    "data.holdout=0.2": "data.holdout",
+    'data.holdout_by="hash"': "data.holdout_by",
+    "train.seed=7": "train.seed",
+    'train.baseline="none"': "train.baseline",
 }
 
 
