@@ -339,6 +339,7 @@ def test_a_frozen_server_is_named_within_the_deadline(cluster):
             slow.pull("user", ids).wait(timeout=30)  # the call's own deadline (1.5 s) is what fires
 
 
+@pytest.mark.slow
 def test_a_call_its_caller_abandons_while_sending_is_not_logged_as_a_server_bug(tmp_path, caplog):
     server = ShardServer(ShardStore(StoreConfig((TableConfig("t", 4),))), tmp_path, JOB, TOKEN, ServerOptions()).start()
     started = threading.Event()

@@ -57,6 +57,7 @@ def signal_after(cmd, sig: int, pattern: str, target=None, limit_s: float = 120,
     return proc.returncode, "".join(out), leaked
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"])
 def test_a_signal_saves_the_step_prints_one_line_and_the_run_resumes_from_it(tmp_path, sig, code):
@@ -129,6 +130,7 @@ def test_a_signal_to_one_worker_stops_every_worker_at_the_same_step(tmp_path):
     assert leaked == []
 
 
+@pytest.mark.slow
 def test_a_second_signal_is_told_to_wait_and_a_third_aborts(capsys):
     """While the step is finished and saved, Ctrl-C again says so and goes on; a third aborts at once
     (a checkpoint being written is then never committed: durable.py)."""

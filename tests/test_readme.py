@@ -93,6 +93,7 @@ def dry_lines() -> list[str]:
             and cardinal_args(line)[:1] in (["train"], ["eval"], ["recipe"])]
 
 
+@pytest.mark.slow
 def test_the_readmes_train_and_eval_lines_work_in_bash_as_printed(tmp_path):
     from conftest import tiny_recipe
     from cardinal.train import Trainer

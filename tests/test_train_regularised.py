@@ -49,6 +49,7 @@ def test_resume_with_every_regulariser_on_is_bitwise(tmp_path, monkeypatch):
     assert lr == [pytest.approx(resumed.schedule.lr(17), rel=1e-12)] * len(lr)
 
 
+@pytest.mark.slow
 def test_each_regulariser_changes_the_run_and_all_are_off_by_default(tmp_path):
     def run(name, *extra):
         trainer = Trainer(recipe(tmp_path, "train.steps=6", *extra), tmp_path / name, progress=False)
