@@ -1,15 +1,12 @@
 """$CARDINAL_HOME: where generated and downloaded data go, found the same from any folder."""
 
 import os
-import shutil
 from pathlib import Path
 
 import pytest
 
 from cardinal import home
 from cardinal.train import config, readers
-
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "movielens-latest-small"
 
 
 def test_home_is_cardinal_home_else_the_xdg_cache_else_dot_cache(tmp_path, monkeypatch):
@@ -61,11 +58,14 @@ def test_the_movielens_recipe_reads_the_downloaded_copy(tmp_path, monkeypatch):
     monkeypatch.setenv("CARDINAL_HOME", str(tmp_path / "h"))
     recipe = config.load("movielens")
     assert recipe.data.train == [str(tmp_path / "h" / "data" / "movielens-latest-small")]
-    if not SHARED.is_dir():
-        pytest.skip("shared MovieLens data not present")
-    shutil.copytree(SHARED, tmp_path / "h" / "data" / "movielens-latest-small")
+    folder = tmp_path / "h" / "data" / "movielens-latest-small"  # a small copy in ml-latest-small's layout
+    folder.mkdir(parents=True)
+    (folder / "movies.csv").write_text("movieId,title,genres\n" + "".join(
+        f"{m},Movie {m} ({1990 + m}),Comedy|Drama\n" for m in range(1, 11)))
+    (folder / "ratings.csv").write_text("userId,movieId,rating,timestamp\n" + "".join(
+        f"{1 + i % 7},{1 + i % 10},{1 + i % 5}.0,{1_000_000 + 60 * i}\n" for i in range(200)))
     train, evaluation, info = readers.make_readers(recipe.data, progress=False)
-    assert len(train.labels) + len(evaluation.labels) == 100836
+    assert len(train.labels) + len(evaluation.labels) == 200
 
 
 def test_missing_movielens_names_both_fixes(tmp_path, monkeypatch):

@@ -16,6 +16,7 @@ import pytest
 from cardinal.data.generation_lock import generated_once
 from cardinal.train import config
 from cardinal.train.readers import ensure_synthetic, synthetic_dir
+from processes import reaped, succeeded
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["data.synthetic.rows=20000", "data.synthetic.eval_rows=2000", "data.synthetic.vocab=300"]
@@ -38,16 +39,8 @@ def test_two_processes_generating_the_same_data_set_at_once_both_read_one_copy(t
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     procs = [subprocess.Popen([sys.executable, "-c", READ, *sets], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for _ in range(2)]
-    try:
-        outs = [p.communicate(timeout=240) for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait(timeout=30)
-    for p, (out, err) in zip(procs, outs):
-        assert p.returncode == 0, err[-3000:]
-    first, second = (json.loads(out) for out, _ in outs)
+    with reaped(procs):
+        first, second = (json.loads(out) for out in succeeded(procs))
     assert first == second
     d = synthetic_dir(config.load(None, sets).data)
     assert first["train.tsv"] == hashlib.sha256((d / "train.tsv").read_bytes()).hexdigest()

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from cardinal import cli
+from processes import reaped, succeeded
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -76,21 +77,14 @@ def test_two_processes_started_together_get_two_directories(tmp_path, data):
     cmd = [sys.executable, "-c", TOGETHER, "train", *sets(data, runs)]
     procs = [subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True) for _ in range(2)]
-    try:
+    with reaped(procs):
         for p in procs:  # readline blocks; pytest-timeout bounds it, and a dead process gives ""
             assert p.stdout.readline().strip() == "ready", p.stderr.read()[-3000:]
         start = math.ceil(time.time()) + 1.05
         for p in procs:
             p.stdin.write(f"{start}\n")
             p.stdin.flush()
-        outs = [p.communicate(timeout=240) for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait(timeout=30)
-    for p, (out, err) in zip(procs, outs):
-        assert p.returncode == 0, err[-3000:]
+        succeeded(procs)
     check_one_run_each(runs, 2)
 
 
