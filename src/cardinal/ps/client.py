@@ -58,6 +58,12 @@ class Gathered(Handle):
         return self.combine([h.wait(timeout) for h in self.handles])
 
 
+def _push_reply(replies: list[dict]) -> dict:
+    out = {"clock": min(r["clock"] for r in replies)}
+    logs = {s: r["log"] for s, r in enumerate(replies) if "log" in r}
+    return {**out, "log": logs} if logs else out
+
+
 class PSClient:
     def __init__(self, transport: Transport, retries: int = 5):
         self.transport, self.retries = transport, retries
@@ -89,11 +95,12 @@ class PSClient:
         return Gathered(handles, combine)
 
     def push(self, table: str, ids: np.ndarray, grads: np.ndarray, *, step: int = 0, kind: str = "grad",
-             origin: Origin | None = None) -> Handle:
+             origin: Origin | None = None, since: list[int] | None = None) -> Handle:
         """Route and send; ``wait()`` gives {} or, for a push with an ``origin`` (one worker of
         several, see ``worker_steps.py``), {"clock": the slowest worker's clock over the shards}.
         A push with an origin goes to every shard, empty where it has no ids, so that every
-        shard sees every worker's every step."""
+        shard sees every worker's every step. ``since`` (with an origin): per shard, the update
+        log position to report from; the reply then has "log": {shard: ``UpdateLog.since``}."""
         validate.check_ids(ids)
         if not isinstance(grads, np.ndarray) or grads.ndim != 2 or len(grads) != len(ids):
             raise ValueError(f"gradients must be an array of shape (len(ids), dim) = ({len(ids)}, dim), "
@@ -105,12 +112,15 @@ class PSClient:
             empty = np.zeros(0, np.int64)
             parts = [dict(parts).get(s, empty) for s in range(self.n_shards)]
             parts = list(enumerate(parts))
+        if since is not None and (origin is None or len(since) != self.n_shards):
+            raise ValueError(f"since needs an origin and one position per shard ({self.n_shards}), got {since!r}")
+        origins = [origin if since is None else replace(origin, since=since[s]) for s in range(self.n_shards)]
         handles = [self._resending(lambda s=s, pos=pos, rid=self._request_id(): self.transport.push(
-            s, table, ids[pos], grads[pos], step=step, kind=kind, request_id=rid, origin=origin))
+            s, table, ids[pos], grads[pos], step=step, kind=kind, request_id=rid, origin=origins[s]))
             for s, pos in parts]
         if origin is None:
             return Gathered(handles, lambda _: {})
-        return Gathered(handles, lambda replies: {"clock": min(r["clock"] for r in replies)})
+        return Gathered(handles, _push_reply)
 
     def clocks(self, workers: int, timeout: float | None = DEFAULT_TIMEOUT) -> dict[str, tuple[int, int, int]]:
         """Per table (clock, culprit, shard): the last step whose pushes by all ``workers``

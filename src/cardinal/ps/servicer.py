@@ -26,6 +26,7 @@ import logging
 from pathlib import Path
 
 import grpc
+import numpy as np
 
 from cardinal.ps.limits import StoreFull
 from cardinal.ps.request_log import FirstAttemptFailed, quote
@@ -137,7 +138,11 @@ class ShardServicer:
         reply = self.store.push(wire.field(header, "table", str), ids, grads, step=wire.field(header, "step", int, 0),
                                 kind=wire.field(header, "kind", str, "grad"),
                                 request_id=wire.field(header, "request_id", str), origin=origin)
-        return reply, []
+        if "log" not in reply:
+            return reply, []
+        log = reply["log"]  # the update log's arrays travel as payload, their length in the header
+        head = {"cursor": log["cursor"], "reset": log["reset"], "clock": log["clock"], "n": len(log["ids"])}
+        return {**reply, "log": head}, [np.ascontiguousarray(log[k], np.int64) for k in wire.LOG_ARRAYS]
 
     def _inside(self, relative: str) -> Path:
         if len(relative) > 4096 or "\0" in relative:

@@ -22,6 +22,7 @@ from cardinal.optim import make_optimizer
 from cardinal.ps import checkpoint, checkpoint_load, validate
 from cardinal.ps.limits import StoreFull, StoreLimits
 from cardinal.ps.request_log import RequestLog, quote
+from cardinal.ps.update_log import UpdateLog
 from cardinal.ps.worker_steps import Origin, WorkerSteps
 
 
@@ -50,6 +51,7 @@ class ShardStore:
         self.step = 0
         self.requests = RequestLog(self.limits)
         self.steps = WorkerSteps()
+        self.log = UpdateLog()  # rows each update of several workers changed (worker caches' invalidations)
         self._admitting = threading.Lock()
         self._pending = 0  # rows admitted, not yet counted in len(table)
         self.tables = self._fresh_tables()
@@ -83,7 +85,8 @@ class ShardStore:
         With an ``origin`` (several workers, ``worker_steps.py``) the push moves that worker's
         clock, is held until the step is whole when ``origin.combine``, and its learning rate is
         divided by ``origin.staleness`` (a combined step's: the largest of its pushes') when above 1. Returns {"clock": the slowest
-        worker's clock} for such a push, else {}."""
+        worker's clock} for such a push, else {}; with ``origin.since >= 0`` also "log": the
+        update log after that position (``update_log.py``), read after the clock."""
         self._check_ids(table, ids)
         validate.check_grads(grads, len(ids), self.tables[table].dim, table)
         validate.check_step(step)
@@ -94,11 +97,17 @@ class ShardStore:
             if kind != "grad":
                 raise ValueError("only gradient pushes carry an origin (GEO deltas move no clock)")
         fingerprint = _fingerprint(request_id, table, f"push {kind} {step} {origin}", ids, grads)
-        reply = (lambda: {"clock": self.steps.clock(table, origin.workers)}) if origin is not None else dict
+        reply = (lambda: self._push_reply(table, origin)) if origin is not None else dict
         self.requests.run(request_id, fingerprint, lambda: self._apply_push(table, ids, grads, step, kind, origin),
                           lambda: None)
         self.step = max(self.step, step)
         return reply()
+
+    def _push_reply(self, table: str, origin: Origin) -> dict:
+        clock = self.steps.clock(table, origin.workers)  # first: every update of steps <= clock is logged by now
+        if origin.since < 0:
+            return {"clock": clock}
+        return {"clock": clock, "log": self.log.since(table, origin.since, origin.worker, clock)}
 
     def _apply_push(self, table, ids, grads, step, kind, origin: Origin | None) -> None:
         t = self.tables[table]
@@ -108,6 +117,8 @@ class ShardStore:
         self.steps.admit(table, step, origin)
         if not origin.combine or origin.workers == 1:
             t.push(ids, grads, step=step, admit=self._admit, lr_scale=_lr_scale(origin.staleness))
+            if origin.workers > 1:  # logged before the clock moves past it
+                self.log.append(table, step, [(origin.worker, ids)])
             self.steps.applied(table, step, origin.worker, origin.parts)
             return
         whole = self.steps.hold(table, step, origin, ids, grads)
@@ -120,6 +131,7 @@ class ShardStore:
         except BaseException:
             self.steps.withdraw(table, step, origin)
             raise
+        self.log.append(table, step, list(zip(self.steps.senders(table, step), [p[0] for p in parts])))
         self.steps.finish(table, step, origin.workers)
 
     def _admit(self, n_new: int):
@@ -194,6 +206,7 @@ class ShardStore:
             return {"aborted": True}
         self.tables, self.step = fresh, step
         self.steps.reset(step)
+        self.log.reset()
         return {"step": step, "rows": {n: len(t) for n, t in fresh.items()}}
 
     def stats(self, digest: bool = False, check: bool = False) -> dict:

@@ -30,7 +30,9 @@ MAX_AHEAD = 64  # steps a push may run ahead of the slowest worker's clock (boun
 @dataclass(frozen=True)
 class Origin:
     """Who sent a push. ``staleness``: steps of other updates the gradient's rows had not seen
-    when they were pulled (measured by the worker); the server may scale its step by it."""
+    when they were pulled (measured by the worker); the server may scale its step by it.
+    ``since``: the update log position after which the reply reports other workers' updates
+    (a worker cache asks; ``ps/update_log.py``), -1 for none."""
 
     worker: int = 0
     workers: int = 1
@@ -38,9 +40,10 @@ class Origin:
     parts: int = 1
     combine: bool = False
     staleness: int = 0
+    since: int = -1
 
     def __post_init__(self):
-        for name in ("worker", "workers", "part", "parts", "staleness"):
+        for name in ("worker", "workers", "part", "parts", "staleness", "since"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool):
                 raise TypeError(f"origin.{name} must be an int, got {type(value).__name__}")
@@ -52,10 +55,12 @@ class Origin:
             raise ValueError(f"origin: part {self.part} of {self.parts} (parts must be in [1, {MAX_PARTS}])")
         if not 0 <= self.staleness < 1 << 31:
             raise ValueError(f"origin.staleness must be in [0, 2**31), got {self.staleness}")
+        if not -1 <= self.since < 1 << 62:
+            raise ValueError(f"origin.since must be in [-1, 2**62), got {self.since}")
 
     def split(self, k: int, n: int) -> "Origin":
-        """This origin as part k of n messages."""
-        return Origin(self.worker, self.workers, k, n, self.combine, self.staleness)
+        """This origin as part k of n messages (only the first asks for the update log)."""
+        return Origin(self.worker, self.workers, k, n, self.combine, self.staleness, self.since if k == 0 else -1)
 
 
 @dataclass
@@ -151,6 +156,11 @@ class WorkerSteps:
                 held.parts.pop(origin.worker, None)
             if not held.messages:
                 del self._held[(table, step)]
+
+    def senders(self, table: str, step: int) -> list[int]:
+        """The worker of each held part of a whole step, in (worker, part) order (``hold``'s order)."""
+        with self._lock:
+            return [w for w, _ in sorted(self._held[(table, step)].messages)]
 
     def finish(self, table: str, step: int, workers: int) -> None:
         """A combined step was applied: its parts go, and every worker's clock passes it."""

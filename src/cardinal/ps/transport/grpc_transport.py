@@ -94,9 +94,23 @@ class _Mapped(Handle):
 
 
 def _push_reply(replies) -> dict:
-    """The newest clock any part's reply saw (clocks only move forward), or {}."""
+    """The newest clock any part's reply saw (clocks only move forward), or {}; and the update
+    log, from the one part that asked for it."""
     clocks = [h["clock"] for h, _ in replies if isinstance(h.get("clock"), int)]
-    return {"clock": max(clocks)} if clocks else {}
+    out = {"clock": max(clocks)} if clocks else {}
+    for h, payload in replies:
+        if isinstance(h.get("log"), dict):
+            out["log"] = _update_log(h["log"], payload)
+    return out
+
+
+def _update_log(head: dict, payload) -> dict:
+    n = head.get("n")
+    if not isinstance(n, int) or n < 0 or len(payload) != 8 * n * len(wire.LOG_ARRAYS):
+        raise ShardUnavailable(f"a push reply's update log of {n!r} ids does not match its {len(payload)} bytes")
+    arrays = np.frombuffer(payload, np.int64).reshape(len(wire.LOG_ARRAYS), n)
+    return {"cursor": head["cursor"], "reset": head["reset"], "clock": head["clock"],
+            **{k: arrays[i].copy() for i, k in enumerate(wire.LOG_ARRAYS)}}
 
 
 class GrpcTransport(Transport):

@@ -52,6 +52,7 @@ class PSSource(RowSource):
         self._pulled: dict[tuple[str, int], int] = {}  # (table, step) -> staleness of the rows pulled
         self._last: dict[str, int] = {}              # table -> the step of its last push
         self.staleness_counts: Counter[int] = Counter()
+        self.on_reply = None  # called (table, reply) with each push reply that carries an update log (a cache)
 
     def pull(self, table: str, ids: np.ndarray, *, create: bool, step: int) -> Handle:
         if create:
@@ -69,7 +70,14 @@ class PSSource(RowSource):
         oldest = [s for s, _ in self._pushes[:1]]
         return oldest[0] - 1 if oldest else self._pushed if self._pushed is not None else step - 1
 
-    def push(self, table: str, ids: np.ndarray, grads: np.ndarray, *, step: int) -> None:
+    def clock(self, table: str) -> int:
+        """The step up to which every worker's pushes of ``table`` are known applied on every shard."""
+        return self._clock.get(table, -1)
+
+    def push(self, table: str, ids: np.ndarray, grads: np.ndarray, *, step: int,
+             since: list[int] | None = None) -> None:
+        """``since``: per shard, the update log position after which the reply should report
+        other workers' updates (``ps/update_log.py``; a cache asks), None for none."""
         if self.workers > 1 and self._last.get(table, -1) >= step:
             raise ValueError(f"a second push of table {table!r} at step {step}: with several workers each table is "
                              "pushed once per step (pool every field of a table in one call of the collection, and "
@@ -81,18 +89,23 @@ class PSSource(RowSource):
             origin = Origin(self.worker, self.workers, combine=self.combine,
                             staleness=staleness if self.compensate else 0)
         self._pushed = step if self._pushed is None else max(self._pushed, step)
-        self._sending.append(self._sender.submit(self._send, table, ids, grads, step, origin))
+        self._sending.append(self._sender.submit(self._send, table, ids, grads, step, origin, since))
 
-    def _send(self, table: str, ids: np.ndarray, grads: np.ndarray, step: int, origin: Origin | None) -> None:
+    def _send(self, table: str, ids: np.ndarray, grads: np.ndarray, step: int, origin: Origin | None,
+              since: list[int] | None = None) -> None:
         """On the push thread: route and send one push, keeping at most max_in_flight unacknowledged."""
         while len(self._pushes) >= self.max_in_flight:
             self._acknowledged(*self._pushes.pop(0))
-        self._pushes.append((step, _Tagged(table, self.client.push(table, ids, grads, step=step, origin=origin))))
+        extra = {} if since is None else {"since": since}
+        self._pushes.append((step, _Tagged(table, self.client.push(table, ids, grads, step=step, origin=origin,
+                                                                   **extra))))
 
     def _acknowledged(self, step: int, push: "_Tagged") -> None:
         reply = push.handle.wait(self.timeout)
         if "clock" in reply:
             self._clock[push.table] = max(self._clock.get(push.table, -1), reply["clock"])
+        if "log" in reply and self.on_reply is not None:
+            self.on_reply(push.table, reply)
 
     def settle(self, up_to_step: int | None) -> None:
         while self._sending:

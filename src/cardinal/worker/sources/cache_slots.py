@@ -1,0 +1,110 @@
+"""``Slots``: one table's cached rows, preallocated, and what the cache knows of each.
+
+    rows      (slots, dim) float32 on the device    the row as it was fetched
+    pending   (slots, dim) float32 on the device    gradients accumulated, not pushed yet
+    ids       (slots,) int64, -1 = free             slot_of: id -> slot (a dict)
+    count     (slots,) int32   gradients in pending (0..s)
+    behind    (slots,) int32   updates the server applied that the row lacks, as far as known
+    seen      (slots,) int64   the step of the servers' clock the fetched row surely reflects
+    shard     (slots,) int64   the id's shard (whose update log reports on it)
+    last_used, uses            for the eviction policy
+
+Row data lives on the device and is only touched with torch ops, so the same code serves a
+cache in GPU memory or in RAM; the bookkeeping (small per-slot numbers and the id map) stays
+in numpy on the host, where the decisions are made.
+"""
+
+import numpy as np
+import torch
+
+from cardinal.worker.sources.cache_policy import EvictionPolicy
+
+# host bytes per slot besides its two rows: the arrays above plus a dict entry (measured ~100 B)
+META_BYTES = 8 + 4 + 4 + 8 + 8 + 8 + 8 + 100
+
+
+def slots_for(capacity_bytes: int, dim: int) -> int:
+    """How many rows ``capacity_bytes`` hold: each slot costs its row, its pending sum and META_BYTES."""
+    return capacity_bytes // (2 * 4 * dim + META_BYTES)
+
+
+class Slots:
+    def __init__(self, n: int, dim: int, device: torch.device):
+        self.n, self.dim, self.device = n, dim, device
+        self.rows = torch.zeros((n, dim), dtype=torch.float32, device=device)
+        self.pending = torch.zeros((n, dim), dtype=torch.float32, device=device)
+        self.ids = np.full(n, -1, np.int64)
+        self.count = np.zeros(n, np.int32)
+        self.behind = np.zeros(n, np.int32)
+        self.seen = np.zeros(n, np.int64)
+        self.shard = np.zeros(n, np.int64)
+        self.last_used = np.zeros(n, np.int64)
+        self.uses = np.zeros(n, np.int64)
+        self.slot_of: dict[int, int] = {}
+
+    def __len__(self) -> int:
+        return len(self.slot_of)
+
+    def lookup(self, ids: np.ndarray) -> np.ndarray:
+        """(n,) slot of each id, -1 where not cached."""
+        get = self.slot_of.get
+        return np.fromiter((get(i, -1) for i in ids.tolist()), np.int64, len(ids))
+
+    def insert(self, ids: np.ndarray, values: torch.Tensor, seen: int, shards: np.ndarray, step: int,
+               policy: EvictionPolicy) -> tuple[np.ndarray, tuple]:
+        """Cache ``ids`` (not cached yet) with their fetched rows; evicts by ``policy`` among slots
+        not used at ``step``. Returns (mask of the ids cached, the evicted slots' pending
+        (ids, sums, counts), how many slots were evicted)."""
+        free = np.flatnonzero(self.ids < 0)
+        need = len(ids) - len(free)
+        evicted, victims = _EMPTY, free[:0]
+        if need > 0:
+            eligible = (self.ids >= 0) & (self.last_used < step)
+            victims = policy.victims(self.last_used, self.uses, eligible, need)
+            evicted = self.take_pending(victims)
+            self.free(victims)
+            free = np.concatenate([free, victims])
+        k = min(len(free), len(ids))
+        slots, cached = free[:k], np.zeros(len(ids), bool)
+        cached[:k] = True  # the first ones in pull order, when there is room for fewer
+        if k:
+            self.rows[torch.from_numpy(slots).to(self.device)] = values[:k]
+            self.ids[slots] = ids[:k]
+            self.count[slots] = 0
+            self.behind[slots] = 0
+            self.seen[slots] = seen
+            self.shard[slots] = shards[:k]
+            self.last_used[slots] = step
+            self.uses[slots] = 0
+            self.slot_of.update(zip(ids[:k].tolist(), slots.tolist()))
+        return cached, evicted, len(victims)
+
+    def refresh(self, slots: np.ndarray, values: torch.Tensor, seen: int) -> None:
+        """Fetched again: the rows are current (their pending gradients stay, still unpushed)."""
+        self.rows[torch.from_numpy(slots).to(self.device)] = values
+        self.behind[slots] = 0
+        self.seen[slots] = seen
+
+    def take_pending(self, slots: np.ndarray) -> tuple:
+        """(ids, sums (k, dim) float32 numpy, counts int32) of those ``slots`` holding gradients;
+        their pending is cleared."""
+        held = slots[self.count[slots] > 0]
+        if not len(held):
+            return _EMPTY
+        index = torch.from_numpy(held).to(self.device)
+        sums = self.pending[index].cpu().numpy()
+        out = (self.ids[held].copy(), sums, self.count[held].copy())
+        self.count[held] = 0
+        return out
+
+    def free(self, slots: np.ndarray) -> None:
+        for i in self.ids[slots].tolist():
+            del self.slot_of[i]
+        self.ids[slots] = -1
+        self.count[slots] = 0
+
+    def clear(self) -> None:
+        self.free(np.flatnonzero(self.ids >= 0))
+
+
+_EMPTY = (np.zeros(0, np.int64), None, np.zeros(0, np.int32))
