@@ -56,5 +56,7 @@ class Adagrad(SparseOptimizer):
         if self.config.initial_accumulator:
             fill_state(data, start, stop, dim, 2 * dim, np.float32(self.config.initial_accumulator))
 
-    def apply(self, data, rows, grads, dim):
+    def apply(self, data, rows, grads, dim, counts=None):
+        if counts is not None:
+            raise NotImplementedError(f'{self.name}: counted pushes are not implemented yet')
         adagrad_kernel(self.config.l2)(data, rows, grads, dim, *self.f32("lr", "eps", "l2"))

@@ -65,5 +65,7 @@ class Adam(SparseOptimizer):
     def state_width(self, dim: int) -> int:
         return 2 * dim + 1
 
-    def apply(self, data, rows, grads, dim):
+    def apply(self, data, rows, grads, dim, counts=None):
+        if counts is not None:
+            raise NotImplementedError(f'{self.name}: counted pushes are not implemented yet')
         adam_kernel(self.config.l2)(data, rows, grads, dim, *self.f32("lr", "beta1", "beta2", "eps", "l2"))

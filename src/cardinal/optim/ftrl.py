@@ -60,5 +60,7 @@ class FTRL(SparseOptimizer):
         raise ValueError("embedding.compensation = 'lr' does not apply to FTRL (its lr rescales the whole "
                          "weight); use 'none' with FTRL")
 
-    def apply(self, data, rows, grads, dim):
+    def apply(self, data, rows, grads, dim, counts=None):
+        if counts is not None:
+            raise NotImplementedError(f'{self.name}: counted pushes are not implemented yet')
         ftrl_kernel(data, rows, grads, dim, *self.f32("lr", "beta", "l1", "l2"))

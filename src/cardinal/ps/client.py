@@ -89,9 +89,10 @@ class PSClient:
         return Gathered(handles, combine)
 
     def push(self, table: str, ids: np.ndarray, grads: np.ndarray, *, step: int = 0, kind: str = "grad",
-             origin: Origin | None = None) -> Handle:
+             origin: Origin | None = None, counts: np.ndarray | None = None) -> Handle:
         """Route and send; ``wait()`` gives {} or, for a push with an ``origin`` (one worker of
         several, see ``worker_steps.py``), {"clock": the slowest worker's clock over the shards}.
+        ``counts`` (len(ids),) int32 >= 1: updates each gradient row accumulates (``optim/base.py``).
         A push with an origin goes to every shard, empty where it has no ids, so that every
         shard sees every worker's every step."""
         validate.check_ids(ids)
@@ -100,13 +101,15 @@ class PSClient:
                              f"got {getattr(grads, 'shape', type(grads).__name__)}")
         validate.check_grads(grads, len(ids), grads.shape[1], table)
         validate.check_kind(kind)
+        validate.check_counts(counts, len(ids), kind)
         parts = self._parts(ids)
         if origin is not None:
             empty = np.zeros(0, np.int64)
             parts = [dict(parts).get(s, empty) for s in range(self.n_shards)]
             parts = list(enumerate(parts))
         handles = [self._resending(lambda s=s, pos=pos, rid=self._request_id(): self.transport.push(
-            s, table, ids[pos], grads[pos], step=step, kind=kind, request_id=rid, origin=origin))
+            s, table, ids[pos], grads[pos], step=step, kind=kind, request_id=rid, origin=origin,
+            counts=None if counts is None else counts[pos]))
             for s, pos in parts]
         if origin is None:
             return Gathered(handles, lambda _: {})

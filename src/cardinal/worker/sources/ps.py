@@ -69,7 +69,8 @@ class PSSource(RowSource):
         oldest = [s for s, _ in self._pushes[:1]]
         return oldest[0] - 1 if oldest else self._pushed if self._pushed is not None else step - 1
 
-    def push(self, table: str, ids: np.ndarray, grads: np.ndarray, *, step: int) -> None:
+    def push(self, table: str, ids: np.ndarray, grads: np.ndarray, *, step: int,
+             counts: np.ndarray | None = None) -> None:
         if self.workers > 1 and self._last.get(table, -1) >= step:
             raise ValueError(f"a second push of table {table!r} at step {step}: with several workers each table is "
                              "pushed once per step (pool every field of a table in one call of the collection, and "
@@ -81,13 +82,16 @@ class PSSource(RowSource):
             origin = Origin(self.worker, self.workers, combine=self.combine,
                             staleness=staleness if self.compensate else 0)
         self._pushed = step if self._pushed is None else max(self._pushed, step)
-        self._sending.append(self._sender.submit(self._send, table, ids, grads, step, origin))
+        self._sending.append(self._sender.submit(self._send, table, ids, grads, step, origin, counts))
 
-    def _send(self, table: str, ids: np.ndarray, grads: np.ndarray, step: int, origin: Origin | None) -> None:
+    def _send(self, table: str, ids: np.ndarray, grads: np.ndarray, step: int, origin: Origin | None,
+              counts: np.ndarray | None) -> None:
         """On the push thread: route and send one push, keeping at most max_in_flight unacknowledged."""
         while len(self._pushes) >= self.max_in_flight:
             self._acknowledged(*self._pushes.pop(0))
-        self._pushes.append((step, _Tagged(table, self.client.push(table, ids, grads, step=step, origin=origin))))
+        counted = {} if counts is None else {"counts": counts}  # only a counted push names them
+        self._pushes.append((step, _Tagged(table, self.client.push(table, ids, grads, step=step, origin=origin,
+                                                                   **counted))))
 
     def _acknowledged(self, step: int, push: "_Tagged") -> None:
         reply = push.handle.wait(self.timeout)
