@@ -173,3 +173,23 @@ def segment_sum(values: np.ndarray, inverse: np.ndarray, n_segments: int) -> np.
     out = np.zeros((n_segments, values.shape[1]), values.dtype)
     _segment_sum(values, inverse, out)
     return out
+
+
+@nb.njit(nogil=True, cache=True)
+def _segment_max(values, inverse, out):
+    for i in range(values.shape[0]):
+        j = inverse[i]
+        if values[i] > out[j]:
+            out[j] = values[i]
+
+
+def segment_max(values: np.ndarray, inverse: np.ndarray, n_segments: int) -> np.ndarray:
+    """out[j] = the largest values[i] with inverse[i] == j: a push's duplicate ids are parts of one
+    update, so their update counts merge by max, not sum.
+
+    values,   # (n,) int32 >= 1
+    inverse,  # (n,) int64 in [0, n_segments)
+    """
+    out = np.zeros(n_segments, values.dtype)
+    _segment_max(values, inverse, out)
+    return out

@@ -19,7 +19,7 @@ import numpy as np
 
 from cardinal.embedding import parallel
 from cardinal.embedding import row_kernels as RK
-from cardinal.embedding.dedup import segment_sum, unique_inverse
+from cardinal.embedding.dedup import segment_max, segment_sum, unique_inverse
 from cardinal.embedding.hashing import init_rows
 from cardinal.embedding.index import IdIndex
 from cardinal.embedding.storage import MemoryRowStorage, RowStorage
@@ -115,12 +115,16 @@ class EmbeddingTable:
             ids, rows, out, self.dim, step, seen, lo, hi))
 
     def push(self, ids: np.ndarray, grads: np.ndarray, *, step: int = 0, kind: str = "grad",
-             admit: Admit | None = None, lr_scale: float = 1.0) -> None:
+             admit: Admit | None = None, lr_scale: float = 1.0, counts: np.ndarray | None = None) -> None:
         """Apply the optimizer to the rows of ``ids`` (n,), gradients (n, dim) float32; or,
         with ``kind="delta"``, add the arrays to the rows' values (GEO-SGD: changes a worker
         made locally), leaving optimizer state alone.
 
-        Duplicate ids are summed in order of appearance first; unknown ids are created. If any
+        ``counts`` (n,) int32 >= 1 (gradient pushes only): how many updates each gradient row
+        accumulates (a worker cache's pending sum), given to the optimizer; None is one each.
+
+        Duplicate ids are summed in order of appearance first (their counts merge by max: parts of
+        one update); unknown ids are created. If any
         value or optimizer state would become NaN or Inf, ``NonFiniteUpdate`` is raised and the
         whole request changes nothing (no row created, none updated): new ids are tried on the
         rows they would start as, and existing rows are updated in place a cache-sized block at
@@ -129,9 +133,15 @@ class EmbeddingTable:
         """
         unique, inverse = unique_inverse(ids)
         summed = segment_sum(grads, inverse, len(unique))
+        merged = None if counts is None else segment_max(counts, inverse, len(unique))
         optimizer = self.optimizer if lr_scale == 1.0 else self.optimizer.scaled(lr_scale)
-        update = RK.add_values if kind == "delta" else (
-            lambda data, rows, g: optimizer.apply(data, rows, g, self.dim))
+        assert kind == "grad" or merged is None, "only gradient pushes carry counts (ps/validate.py)"
+        if kind == "delta":
+            update = lambda data, rows, g, at: RK.add_values(data, rows, g)  # noqa: E731
+        elif merged is None:
+            update = lambda data, rows, g, at: optimizer.apply(data, rows, g, self.dim)  # noqa: E731
+        else:
+            update = lambda data, rows, g, at: optimizer.apply(data, rows, g, self.dim, merged[at])  # noqa: E731
         with self.lock:
             cols = self.storage.columns()
             rows = self.index.find(cols.ids, unique)
@@ -140,7 +150,7 @@ class EmbeddingTable:
             if len(missing):
                 fresh = self._fresh(unique[missing])
                 local = np.arange(len(missing), dtype=np.int64)
-                update(fresh, local, summed[missing])
+                update(fresh, local, summed[missing], missing)
                 bad = RK.first_nonfinite(fresh.view(np.int32), local, 0, len(missing))
                 if bad >= 0:
                     raise self._non_finite(kind, unique[missing[bad]])
@@ -148,7 +158,8 @@ class EmbeddingTable:
             try:
                 if len(missing):
                     present = np.flatnonzero(rows >= 0)
-                    self._update_in_place(cols.data, rows[present], summed[present], update, kind, unique[present])
+                    self._update_in_place(cols.data, rows[present], summed[present], update, kind, unique[present],
+                                          present)
                     rows[missing] = self._rows(unique[missing])
                     cols = self.storage.columns()
                     RK.restore_rows(cols.data, rows[missing], len(missing), fresh)  # the tried rows, written
@@ -159,8 +170,9 @@ class EmbeddingTable:
                     release()
             RK.touch(cols.count, cols.last_step, rows, np.uint32(step), False)
 
-    def _update_in_place(self, data, rows, summed, update, kind, ids) -> None:
-        """``update`` block by block; at the first non-finite result every block is restored."""
+    def _update_in_place(self, data, rows, summed, update, kind, ids, at: np.ndarray | None = None) -> None:
+        """``update`` block by block; at the first non-finite result every block is restored.
+        ``at``: the positions of ``rows`` among the push's unique ids (None: all of them, in order)."""
         width = data.shape[1]
         if self._backup.shape[0] < len(rows):  # kept: a fresh array each push would fault its pages in
             self._backup = np.empty((max(len(rows), 2 * self._backup.shape[0]), width), np.float32)
@@ -168,7 +180,7 @@ class EmbeddingTable:
         for lo in range(0, len(rows), block):
             hi = min(lo + block, len(rows))
             RK.copy_rows(data, rows, lo, hi, self._backup)
-            update(data, rows[lo:hi], summed[lo:hi])
+            update(data, rows[lo:hi], summed[lo:hi], slice(lo, hi) if at is None else at[lo:hi])
             bad = RK.first_nonfinite(data.view(np.int32), rows, lo, hi)
             if bad >= 0:
                 RK.restore_rows(data, rows, hi, self._backup)

@@ -2,6 +2,18 @@
 
     g += l2 * w;  s += g * g;  w -= lr * g / (sqrt(s) + eps)
 State: one accumulator per element (width = dim).
+
+Counted (``counts``, see ``base.py``): ``g`` sums a row's ``k`` pending gradients. Taking the sum
+as one gradient would grow s by (sum g)^2, up to k times the sum of the squares; instead the k
+updates are taken to share their mean gradient g / k:
+
+    g += k * l2 * w;  s += k * (g / k)^2;  w -= lr * g / (sqrt(s) + eps)
+
+Exact in s when the k parts are equal (a hot row's gradient changing little over s steps); when
+they vary, s grows by (sum g)^2 / k, less than their sum of squares (by their variance: a
+noisy row's learning rate stays a little higher than without the cache). The step is lr g over
+the accumulator after all k updates, where k separate steps would each have used a smaller
+accumulator: accumulated steps are slightly shorter (never longer) than the steps they replace.
 """
 
 from dataclasses import dataclass
@@ -35,7 +47,26 @@ def _adagrad(with_l2: bool):
     return adagrad_kernel
 
 
+def _adagrad_counted(with_l2: bool):
+    @nb.njit(nogil=True, cache=True)
+    def adagrad_counted_kernel(data, rows, grads, counts, dim, lr, eps, l2):
+        """counts,  # (u,) int32 >= 1"""
+        for i in range(rows.shape[0]):
+            r = rows[i]
+            k = np.float32(counts[i])
+            kl2 = k * l2
+            for j in range(dim):
+                w = data[r, j]
+                g = grads[i, j] + kl2 * w if with_l2 else grads[i, j]
+                mean = g / k
+                s = data[r, dim + j] + k * (mean * mean)
+                data[r, dim + j] = s
+                data[r, j] = w - lr * (g / (np.sqrt(s) + eps))
+    return adagrad_counted_kernel
+
+
 adagrad_kernel = variants(_adagrad)
+adagrad_counted_kernel = variants(_adagrad_counted)
 
 
 @nb.njit(nogil=True, cache=True)
@@ -56,5 +87,8 @@ class Adagrad(SparseOptimizer):
         if self.config.initial_accumulator:
             fill_state(data, start, stop, dim, 2 * dim, np.float32(self.config.initial_accumulator))
 
-    def apply(self, data, rows, grads, dim):
-        adagrad_kernel(self.config.l2)(data, rows, grads, dim, *self.f32("lr", "eps", "l2"))
+    def apply(self, data, rows, grads, dim, counts=None):
+        if counts is None:
+            adagrad_kernel(self.config.l2)(data, rows, grads, dim, *self.f32("lr", "eps", "l2"))
+        else:
+            adagrad_counted_kernel(self.config.l2)(data, rows, grads, counts, dim, *self.f32("lr", "eps", "l2"))

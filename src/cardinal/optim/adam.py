@@ -6,6 +6,18 @@ As ``torch.optim.Adam`` for a row pushed at every step:
     w -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
 State: [m (dim) | v (dim) | t (1)]. t is a float32 count: exact to 2^24 updates of one row,
 after which it saturates, harmlessly, since 1 - b^t is then 1.0 for any usable beta.
+
+Counted (``counts``, see ``base.py``): ``g`` sums a row's ``k`` pending gradients. Taken as one
+ordinary gradient it would advance t by 1 (k - 1 steps of bias correction lost), decay m and v
+once, put k^2 times a part's square into v, and move w one step where k were due. Instead the
+k updates are taken to share their mean gradient g / k, for which k Adam steps have this form:
+
+    t += k;  g += k * l2 * w;  m = b1^k m + (1 - b1^k) g / k;  v = b2^k v + (1 - b2^k) (g / k)^2
+    w -= k * lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+
+t, m and v are exactly what k steps of the mean gradient leave (b^k sums the geometric series).
+The step is k steps' worth measured with the moments after all k; separate steps would each use
+the moments of their own time, which in steady state (m / sqrt(v) changing slowly) is the same.
 """
 
 from dataclasses import dataclass
@@ -55,7 +67,37 @@ def _adam(with_l2: bool):
     return adam_kernel
 
 
+def _adam_counted(with_l2: bool):
+    @nb.njit(nogil=True, cache=True)
+    def adam_counted_kernel(data, rows, grads, counts, dim, lr, beta1, beta2, eps, l2):
+        """counts,  # (u,) int32 >= 1"""
+        one = np.float32(1.0)
+        m0, v0, t0 = dim, 2 * dim, 3 * dim  # state offsets within a row
+        for i in range(rows.shape[0]):
+            r = rows[i]
+            k = np.float32(counts[i])
+            kl2 = k * l2
+            b1k = np.float32(np.float64(beta1) ** np.float64(k))  # beta ** 1 is beta, bit for bit
+            b2k = np.float32(np.float64(beta2) ** np.float64(k))
+            t = data[r, t0] + k
+            data[r, t0] = t
+            bc1 = 1.0 - np.float64(beta1) ** np.float64(t)
+            bc2_sqrt = np.float32(np.sqrt(1.0 - np.float64(beta2) ** np.float64(t)))
+            step_size = np.float32(np.float64(lr) * np.float64(k) / bc1)
+            for j in range(dim):
+                w = data[r, j]
+                g = grads[i, j] + kl2 * w if with_l2 else grads[i, j]
+                mean = g / k
+                m = b1k * data[r, m0 + j] + (one - b1k) * mean
+                v = b2k * data[r, v0 + j] + (one - b2k) * mean * mean
+                data[r, m0 + j] = m
+                data[r, v0 + j] = v
+                data[r, j] = w - step_size * (m / (np.sqrt(v) / bc2_sqrt + eps))
+    return adam_counted_kernel
+
+
 adam_kernel = variants(_adam)
+adam_counted_kernel = variants(_adam_counted)
 
 
 class Adam(SparseOptimizer):
@@ -65,5 +107,9 @@ class Adam(SparseOptimizer):
     def state_width(self, dim: int) -> int:
         return 2 * dim + 1
 
-    def apply(self, data, rows, grads, dim):
-        adam_kernel(self.config.l2)(data, rows, grads, dim, *self.f32("lr", "beta1", "beta2", "eps", "l2"))
+    def apply(self, data, rows, grads, dim, counts=None):
+        hyper = self.f32("lr", "beta1", "beta2", "eps", "l2")
+        if counts is None:
+            adam_kernel(self.config.l2)(data, rows, grads, dim, *hyper)
+        else:
+            adam_counted_kernel(self.config.l2)(data, rows, grads, counts, dim, *hyper)

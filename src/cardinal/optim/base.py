@@ -8,6 +8,12 @@ owns where rows live. Its state sits in the same float32 row as the values, afte
 ``apply`` receives the rows pushed, already de-duplicated, with duplicate gradients summed
 in a fixed order, so the same pushes in the same order give bitwise-identical tables.
 Rows that are not pushed are not touched (no decay, no step count).
+
+``counts`` (u,) int32 >= 1, when given, says how many updates (training steps) each gradient
+row accumulates: a worker cache of hot rows pushes the sum ``g`` of a row's ``k`` pending
+gradients once. Each optimizer documents its counted update in its module: where no exact
+form exists it treats ``g`` as ``k`` updates with the mean gradient ``g / k``. ``counts=None``
+runs the uncounted kernel, bitwise as before; counts of all ones give the same bits.
 """
 
 from abc import ABC, abstractmethod
@@ -47,12 +53,14 @@ class SparseOptimizer(ABC):
         """Initialise the state of new rows [start, stop); storage is zero-filled already."""
 
     @abstractmethod
-    def apply(self, data: np.ndarray, rows: np.ndarray, grads: np.ndarray, dim: int) -> None:
-        """One update of ``data[rows]``.
+    def apply(self, data: np.ndarray, rows: np.ndarray, grads: np.ndarray, dim: int,
+              counts: np.ndarray | None = None) -> None:
+        """One update of ``data[rows]`` (with ``counts``: each row's ``counts[i]`` updates, summed).
 
-        data,   # (R, dim + width) float32
-        rows,   # (u,) int64, unique
-        grads,  # (u, dim) float32, finite
+        data,    # (R, dim + width) float32
+        rows,    # (u,) int64, unique
+        grads,   # (u, dim) float32, finite
+        counts,  # (u,) int32 >= 1, or None (one update each)
         """
 
     def scaled(self, factor: float) -> "SparseOptimizer":

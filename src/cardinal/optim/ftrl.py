@@ -5,6 +5,16 @@ Per element, with accumulators z and n:
     w = 0                                          if |z| <= l1
     w = -(z - sign(z) l1) / ((beta + sqrt(n)) / lr + l2)   otherwise
 State: [z (dim) | n (dim)]. l1 > 0 drives rarely useful coordinates to exactly zero.
+
+Counted (``counts``, see ``base.py``): ``g`` sums a row's ``k`` pending gradients. z is linear
+in the gradients, so it takes the sum as one update; n would grow by (sum g)^2, up to k times
+the parts' sum of squares, so it grows by what k updates of the mean gradient add:
+
+    n' = n + k (g / k)^2;  sigma = (sqrt(n') - sqrt(n)) / lr;  z += g - sigma * w;  n = n'
+
+Exact in z and n when the parts are equal and w did not move in between; k separate updates
+would each have subtracted sigma_i w_i with the w of their time. The weight is then recomputed
+from z and n as always (l1 and l2 act on the result, not per update, so k does not scale them).
 """
 
 from dataclasses import dataclass
@@ -44,6 +54,28 @@ def ftrl_kernel(data, rows, grads, dim, lr, beta, l1, l2):
                 data[r, j] = -(z - np.sign(z) * l1) / ((beta + np.sqrt(n_new)) / lr + l2)
 
 
+@nb.njit(nogil=True, cache=True)
+def ftrl_counted_kernel(data, rows, grads, counts, dim, lr, beta, l1, l2):
+    """counts,  # (u,) int32 >= 1"""
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        k = np.float32(counts[i])
+        for j in range(dim):
+            w = data[r, j]
+            g = grads[i, j]
+            mean = g / k
+            n = data[r, 2 * dim + j]
+            n_new = n + k * (mean * mean)
+            sigma = (np.sqrt(n_new) - np.sqrt(n)) / lr
+            z = data[r, dim + j] + g - sigma * w
+            data[r, dim + j] = z
+            data[r, 2 * dim + j] = n_new
+            if abs(z) <= l1:
+                data[r, j] = np.float32(0.0)
+            else:
+                data[r, j] = -(z - np.sign(z) * l1) / ((beta + np.sqrt(n_new)) / lr + l2)
+
+
 class FTRL(SparseOptimizer):
     name = "ftrl"
     Config = FTRLConfig
@@ -60,5 +92,9 @@ class FTRL(SparseOptimizer):
         raise ValueError("embedding.compensation = 'lr' does not apply to FTRL (its lr rescales the whole "
                          "weight); use 'none' with FTRL")
 
-    def apply(self, data, rows, grads, dim):
-        ftrl_kernel(data, rows, grads, dim, *self.f32("lr", "beta", "l1", "l2"))
+    def apply(self, data, rows, grads, dim, counts=None):
+        hyper = self.f32("lr", "beta", "l1", "l2")
+        if counts is None:
+            ftrl_kernel(data, rows, grads, dim, *hyper)
+        else:
+            ftrl_counted_kernel(data, rows, grads, counts, dim, *hyper)

@@ -1,4 +1,8 @@
-"""Numpy references of the sparse optimizers: one row at a time, in float32, from the formulas."""
+"""Numpy references of the sparse optimizers: one row at a time, in float32, from the formulas.
+
+``update_row`` is one ordinary update; ``counted_update_row`` one push of a row's ``k``
+accumulated gradients (their sum ``g``), as each optimizer's module docstring writes it.
+"""
 
 import numpy as np
 
@@ -31,6 +35,41 @@ def update_row(name: str, cfg, row: np.ndarray, g: np.ndarray, dim: int) -> None
     elif name == "ftrl":
         z, n = row[dim:2 * dim], row[2 * dim:3 * dim]
         n_new = n + g * g
+        z += g - (np.sqrt(n_new) - np.sqrt(n)) / f32(cfg.lr) * w
+        n[:] = n_new
+        denom = (f32(cfg.beta) + np.sqrt(n)) / f32(cfg.lr) + f32(cfg.l2)
+        w[:] = np.where(np.abs(z) <= f32(cfg.l1), f32(0), -(z - np.sign(z) * f32(cfg.l1)) / denom)
+    else:
+        raise ValueError(name)
+
+
+def counted_update_row(name: str, cfg, row: np.ndarray, g: np.ndarray, dim: int, k: int) -> None:
+    """Apply one counted update (``k`` updates summed in ``g``) to ``row`` = [values | state] in place."""
+    w, k = row[:dim], f32(k)
+    if name != "ftrl":
+        g = g + k * f32(cfg.l2) * w  # k steps' worth of lazy L2
+    mean = g / k
+    if name == "sgd":
+        w -= f32(cfg.lr) * g
+    elif name == "adagrad":
+        s = row[dim:2 * dim]
+        s += k * mean * mean
+        w -= f32(cfg.lr) * g / (np.sqrt(s) + f32(cfg.eps))
+    elif name == "rowwise_adagrad":
+        row[dim] += k * f32(np.mean(mean * mean, dtype=np.float32))
+        w -= f32(cfg.lr) / (np.sqrt(row[dim]) + f32(cfg.eps)) * g
+    elif name == "adam":
+        m, v = row[dim:2 * dim], row[2 * dim:3 * dim]
+        row[3 * dim] += k
+        t = float(row[3 * dim])
+        b1k, b2k = f32(cfg.beta1 ** float(k)), f32(cfg.beta2 ** float(k))
+        m[:] = b1k * m + (1 - b1k) * mean
+        v[:] = b2k * v + (1 - b2k) * mean * mean
+        step = f32(float(k) * cfg.lr / (1 - cfg.beta1 ** t))
+        w -= step * (m / (np.sqrt(v) / f32(np.sqrt(1 - cfg.beta2 ** t)) + f32(cfg.eps)))
+    elif name == "ftrl":
+        z, n = row[dim:2 * dim], row[2 * dim:3 * dim]
+        n_new = n + k * mean * mean
         z += g - (np.sqrt(n_new) - np.sqrt(n)) / f32(cfg.lr) * w
         n[:] = n_new
         denom = (f32(cfg.beta) + np.sqrt(n)) / f32(cfg.lr) + f32(cfg.l2)

@@ -2,6 +2,14 @@
 
     g += l2 * w;  s += mean(g * g);  w -= lr * g / (sqrt(s) + eps)
 State: one float per row (width = 1), the cheapest adaptive optimizer for embeddings.
+
+Counted (``counts``, see ``base.py``), as element-wise Adagrad (``adagrad.py``): the k updates
+summed in ``g`` are taken to share their mean gradient g / k,
+
+    g += k * l2 * w;  s += k * mean((g / k)^2);  w -= lr * g / (sqrt(s) + eps)
+
+so s grows by what k equal updates would add (not by the square of their sum, up to k times
+more), and the one step uses the accumulator after all k: slightly shorter than k steps.
 """
 
 from dataclasses import dataclass
@@ -39,7 +47,32 @@ def _rowwise_adagrad(with_l2: bool):
     return rowwise_adagrad_kernel
 
 
+def _rowwise_adagrad_counted(with_l2: bool):
+    @nb.njit(nogil=True, cache=True)
+    def rowwise_adagrad_counted_kernel(data, rows, grads, counts, dim, lr, eps, l2):
+        """counts,  # (u,) int32 >= 1"""
+        inv_dim = np.float32(1.0) / np.float32(dim)
+        for i in range(rows.shape[0]):
+            r = rows[i]
+            k = np.float32(counts[i])
+            kl2 = k * l2
+            sq = np.float32(0.0)
+            for j in range(dim):
+                g = grads[i, j] + kl2 * data[r, j] if with_l2 else grads[i, j]
+                mean = g / k
+                sq += mean * mean
+            s = data[r, dim] + k * (sq * inv_dim)
+            data[r, dim] = s
+            scale = lr / (np.sqrt(s) + eps)
+            for j in range(dim):
+                w = data[r, j]
+                g = grads[i, j] + kl2 * w if with_l2 else grads[i, j]
+                data[r, j] = w - scale * g
+    return rowwise_adagrad_counted_kernel
+
+
 rowwise_adagrad_kernel = variants(_rowwise_adagrad)
+rowwise_adagrad_counted_kernel = variants(_rowwise_adagrad_counted)
 
 
 class RowWiseAdagrad(SparseOptimizer):
@@ -53,5 +86,8 @@ class RowWiseAdagrad(SparseOptimizer):
         if self.config.initial_accumulator:
             fill_state(data, start, stop, dim, dim + 1, np.float32(self.config.initial_accumulator))
 
-    def apply(self, data, rows, grads, dim):
-        rowwise_adagrad_kernel(self.config.l2)(data, rows, grads, dim, *self.f32("lr", "eps", "l2"))
+    def apply(self, data, rows, grads, dim, counts=None):
+        if counts is None:
+            rowwise_adagrad_kernel(self.config.l2)(data, rows, grads, dim, *self.f32("lr", "eps", "l2"))
+        else:
+            rowwise_adagrad_counted_kernel(self.config.l2)(data, rows, grads, counts, dim, *self.f32("lr", "eps", "l2"))

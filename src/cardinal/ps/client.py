@@ -95,9 +95,11 @@ class PSClient:
         return Gathered(handles, combine)
 
     def push(self, table: str, ids: np.ndarray, grads: np.ndarray, *, step: int = 0, kind: str = "grad",
-             origin: Origin | None = None, since: list[int] | None = None) -> Handle:
+             origin: Origin | None = None, counts: np.ndarray | None = None,
+             since: list[int] | None = None) -> Handle:
         """Route and send; ``wait()`` gives {} or, for a push with an ``origin`` (one worker of
         several, see ``worker_steps.py``), {"clock": the slowest worker's clock over the shards}.
+        ``counts`` (len(ids),) int32 >= 1: updates each gradient row accumulates (``optim/base.py``).
         A push with an origin goes to every shard, empty where it has no ids, so that every
         shard sees every worker's every step. ``since`` (with an origin): per shard, the update
         log position to report from; the reply then has "log": {shard: ``UpdateLog.since``}."""
@@ -107,6 +109,7 @@ class PSClient:
                              f"got {getattr(grads, 'shape', type(grads).__name__)}")
         validate.check_grads(grads, len(ids), grads.shape[1], table)
         validate.check_kind(kind)
+        validate.check_counts(counts, len(ids), kind)
         parts = self._parts(ids)
         if origin is not None:
             empty = np.zeros(0, np.int64)
@@ -116,7 +119,8 @@ class PSClient:
             raise ValueError(f"since needs an origin and one position per shard ({self.n_shards}), got {since!r}")
         origins = [origin if since is None else replace(origin, since=since[s]) for s in range(self.n_shards)]
         handles = [self._resending(lambda s=s, pos=pos, rid=self._request_id(): self.transport.push(
-            s, table, ids[pos], grads[pos], step=step, kind=kind, request_id=rid, origin=origins[s]))
+            s, table, ids[pos], grads[pos], step=step, kind=kind, request_id=rid, origin=origins[s],
+            counts=None if counts is None else counts[pos]))
             for s, pos in parts]
         if origin is None:
             return Gathered(handles, lambda _: {})

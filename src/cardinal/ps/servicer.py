@@ -126,6 +126,7 @@ class ShardServicer:
         return {"dim": rows.shape[1], "dtype": "float32"}, [rows]
 
     def _push(self, header, payload):
+        payload, counts = wire.take_counts(header, payload)  # a counted push's last part
         ids, grads = wire.split_payload(header, payload, with_grads=True)
         origin = None
         if any(k in header for k in wire.ORIGIN):  # typed by SCHEMAS; Origin checks their ranges
@@ -137,7 +138,7 @@ class ShardServicer:
             origin = Origin(**{k: header[k] for k in wire.ORIGIN if k in header})
         reply = self.store.push(wire.field(header, "table", str), ids, grads, step=wire.field(header, "step", int, 0),
                                 kind=wire.field(header, "kind", str, "grad"),
-                                request_id=wire.field(header, "request_id", str), origin=origin)
+                                request_id=wire.field(header, "request_id", str), origin=origin, counts=counts)
         if "log" not in reply:
             return reply, []
         log = reply["log"]  # the update log's arrays travel as payload, their length in the header

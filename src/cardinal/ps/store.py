@@ -23,7 +23,7 @@ from cardinal.ps import checkpoint, checkpoint_load, validate
 from cardinal.ps.limits import StoreFull, StoreLimits
 from cardinal.ps.request_log import RequestLog, quote
 from cardinal.ps.update_log import UpdateLog
-from cardinal.ps.worker_steps import Origin, WorkerSteps
+from cardinal.ps.worker_steps import Origin, WorkerSteps, combined_counts
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ class ShardStore:
                                  lambda: t.pull(ids, create=False))
 
     def push(self, table: str, ids: np.ndarray, grads: np.ndarray, *, step: int = 0, kind: str = "grad",
-             request_id: str | None = None, origin: Origin | None = None) -> dict:
+             request_id: str | None = None, origin: Origin | None = None, counts: np.ndarray | None = None) -> dict:
         """Gradients for the optimizer, or (``kind="delta"``) changes to add to the values; a
         push resent with the same ``request_id`` is applied once. A push that would make any
         value or optimizer state non-finite is refused whole (``NonFiniteUpdate``).
@@ -86,19 +86,25 @@ class ShardStore:
         clock, is held until the step is whole when ``origin.combine``, and its learning rate is
         divided by ``origin.staleness`` (a combined step's: the largest of its pushes') when above 1. Returns {"clock": the slowest
         worker's clock} for such a push, else {}; with ``origin.since >= 0`` also "log": the
-        update log after that position (``update_log.py``), read after the clock."""
+        update log after that position (``update_log.py``), read after the clock.
+
+        ``counts`` (len(ids),) int32 >= 1: how many updates each gradient row accumulates (a
+        worker cache's pending sum; ``optim/base.py``); None is one each. Rows merged (duplicate
+        ids, a combined step's workers) take the largest count: they are parts of one update."""
         self._check_ids(table, ids)
         validate.check_grads(grads, len(ids), self.tables[table].dim, table)
         validate.check_step(step)
         validate.check_kind(kind)
+        validate.check_counts(counts, len(ids), kind)
         if origin is not None:
             if not isinstance(origin, Origin):
                 raise TypeError(f"origin must be an Origin, got {type(origin).__name__}")
             if kind != "grad":
                 raise ValueError("only gradient pushes carry an origin (GEO deltas move no clock)")
-        fingerprint = _fingerprint(request_id, table, f"push {kind} {step} {origin}", ids, grads)
+        fingerprint = _fingerprint(request_id, table, f"push {kind} {step} {origin}", ids, grads,
+                                   *(() if counts is None else (counts,)))
         reply = (lambda: self._push_reply(table, origin)) if origin is not None else dict
-        self.requests.run(request_id, fingerprint, lambda: self._apply_push(table, ids, grads, step, kind, origin),
+        self.requests.run(request_id, fingerprint, lambda: self._apply_push(table, ids, grads, step, kind, origin, counts),
                           lambda: None)
         self.step = max(self.step, step)
         return reply()
@@ -109,25 +115,25 @@ class ShardStore:
             return {"clock": clock}
         return {"clock": clock, "log": self.log.since(table, origin.since, origin.worker, clock)}
 
-    def _apply_push(self, table, ids, grads, step, kind, origin: Origin | None) -> None:
+    def _apply_push(self, table, ids, grads, step, kind, origin: Origin | None, counts) -> None:
         t = self.tables[table]
         if origin is None:
-            t.push(ids, grads, step=step, kind=kind, admit=self._admit)
+            t.push(ids, grads, step=step, kind=kind, admit=self._admit, counts=counts)
             return
         self.steps.admit(table, step, origin)
         if not origin.combine or origin.workers == 1:
-            t.push(ids, grads, step=step, admit=self._admit, lr_scale=_lr_scale(origin.staleness))
+            t.push(ids, grads, step=step, admit=self._admit, lr_scale=_lr_scale(origin.staleness), counts=counts)
             if origin.workers > 1:  # logged before the clock moves past it
                 self.log.append(table, step, [(origin.worker, ids)])
             self.steps.applied(table, step, origin.worker, origin.parts)
             return
-        whole = self.steps.hold(table, step, origin, ids, grads)
+        whole = self.steps.hold(table, step, origin, ids, grads, counts)
         if whole is None:
             return
         parts, staleness = whole
         try:  # every worker's push of the step, in (worker, part) order: one update, whatever the arrival order
             t.push(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]), step=step,
-                   admit=self._admit, lr_scale=_lr_scale(staleness))
+                   admit=self._admit, lr_scale=_lr_scale(staleness), counts=combined_counts(parts))
         except BaseException:
             self.steps.withdraw(table, step, origin)
             raise

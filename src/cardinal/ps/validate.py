@@ -38,6 +38,23 @@ def check_grads(grads, n: int, dim: int, table: str) -> None:
                          "lower the learning rate or clip gradients")
 
 
+def check_counts(counts, n: int, kind: str = "grad") -> None:
+    """``counts``: None (one update per row), or (n,) int32 >= 1, how many updates each
+    gradient row accumulates (a worker cache's pending sum); only gradient pushes carry them."""
+    if counts is None:
+        return
+    if kind != "grad":
+        raise ValueError(f"counts: only gradient pushes carry counts, not kind={quote(str(kind))} (a delta is a "
+                         "change to add, not updates to count); send counts=None")
+    if not isinstance(counts, np.ndarray) or counts.dtype != np.int32:
+        raise ValueError(f"counts must be None or a numpy int32 array, got {_describe(counts)}")
+    if counts.shape != (n,):
+        raise ValueError(f"counts must have shape (len(ids),) = ({n},), got {counts.shape}")
+    if n and int(counts.min()) < 1:
+        bad = int(np.flatnonzero(counts < 1)[0])
+        raise ValueError(f"counts must be >= 1 (updates each gradient row holds), got {int(counts[bad])} at row {bad}")
+
+
 PUSH_KINDS = ("grad", "delta")
 
 

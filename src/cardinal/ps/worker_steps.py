@@ -13,6 +13,9 @@ whether to combine. Every worker pushes every table to every shard at every trai
               all of them are applied as one, in (worker, part) order, so W workers make one
               update per step and the result does not depend on arrival order. A push that
               runs more than ``MAX_AHEAD`` steps ahead of the slowest clock is refused.
+              Counted pushes (a worker cache's pending sums) keep their counts beside their
+              gradients; the workers' parts of a row are parts of one update, so the row
+              takes the largest of their counts (``combined_counts``, then ``table.push``).
 
 A push without an origin (one worker, GEO deltas) is applied at once and moves no clock.
 """
@@ -67,7 +70,7 @@ class Origin:
 class _Held:
     workers: int
     parts: dict[int, int] = field(default_factory=dict)       # worker -> parts it sends
-    messages: dict[tuple[int, int], tuple] = field(default_factory=dict)  # (worker, part) -> (ids, grads)
+    messages: dict[tuple[int, int], tuple] = field(default_factory=dict)  # (worker, part) -> (ids, grads, counts)
     staleness: int = 0
 
 
@@ -124,10 +127,11 @@ class WorkerSteps:
                 raise ValueError(f"push of step {step} by worker {origin.worker}: more than {MAX_AHEAD} steps ahead "
                                  f"of the slowest of {origin.workers} workers (at step {slowest}) on table {table!r}")
 
-    def hold(self, table: str, step: int, origin: Origin, ids: np.ndarray, grads: np.ndarray):
+    def hold(self, table: str, step: int, origin: Origin, ids: np.ndarray, grads: np.ndarray,
+             counts: np.ndarray | None = None):
         """Keep one part of a combined push; once every worker's every part of the step is in,
-        returns (the (ids, grads) pairs in (worker, part) order, the largest staleness any part
-        carried), else None. The parts stay held until ``finish`` (applied) or ``withdraw``."""
+        returns (the (ids, grads, counts) parts in (worker, part) order, the largest staleness any
+        part carried), else None. The parts stay held until ``finish`` (applied) or ``withdraw``."""
         with self._lock:
             held = self._held.setdefault((table, step), _Held(origin.workers))
             if held.workers != origin.workers:
@@ -138,7 +142,8 @@ class WorkerSteps:
                                  f"{held.parts[origin.worker]} parts and into {origin.parts}")
             if (origin.worker, origin.part) in held.messages:
                 raise ValueError(f"push of step {step}: worker {origin.worker} sent part {origin.part} twice")
-            held.messages[(origin.worker, origin.part)] = (np.array(ids), np.array(grads))
+            held.messages[(origin.worker, origin.part)] = (np.array(ids), np.array(grads),
+                                                           None if counts is None else np.array(counts))
             held.staleness = max(held.staleness, origin.staleness)
             if len(held.messages) < sum(held.parts.values()) or len(held.parts) < held.workers:
                 return None
@@ -185,3 +190,12 @@ class WorkerSteps:
                 clock += 1
                 done.discard(clock)
             self._clock[(table, worker)] = clock
+
+
+def combined_counts(parts: list[tuple]) -> np.ndarray | None:
+    """The counts of a combined step's parts, concatenated beside their ids (a part without
+    counts is one update per row); None when no part carries counts, so uncounted steps stay
+    uncounted. ``table.push`` then merges each row's counts by max."""
+    if all(p[2] is None for p in parts):
+        return None
+    return np.concatenate([np.ones(len(p[0]), np.int32) if p[2] is None else p[2] for p in parts])

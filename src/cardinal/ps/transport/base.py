@@ -69,8 +69,10 @@ class Transport(ABC):
 
     @abstractmethod
     def push(self, shard: int, table: str, ids: np.ndarray, grads: np.ndarray, *, step: int,
-             kind: str = "grad", request_id: str | None = None, origin: Origin | None = None) -> Handle:
-        """``ShardStore.push``: the reply is {"clock": ...} for a push with an ``origin``, else {}."""
+             kind: str = "grad", request_id: str | None = None, origin: Origin | None = None,
+             counts: np.ndarray | None = None) -> Handle:
+        """``ShardStore.push``: the reply is {"clock": ...} for a push with an ``origin``, else {}.
+        ``counts``: (len(ids),) int32 >= 1 updates per gradient row, or None (one each)."""
 
     @abstractmethod
     def save(self, shard: int, root: str, step: int) -> Handle: ...

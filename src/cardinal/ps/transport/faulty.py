@@ -66,9 +66,9 @@ class FaultyTransport(Transport):
         return self._faulty(f"pull from shard {shard}", lambda: self.inner.pull(
             shard, table, ids, create=create, step=step, request_id=request_id))
 
-    def push(self, shard, table, ids, grads, *, step, kind="grad", request_id=None, origin=None):
+    def push(self, shard, table, ids, grads, *, step, kind="grad", request_id=None, origin=None, counts=None):
         return self._faulty(f"push to shard {shard}", lambda: self.inner.push(
-            shard, table, ids, grads, step=step, kind=kind, request_id=request_id, origin=origin))
+            shard, table, ids, grads, step=step, kind=kind, request_id=request_id, origin=origin, counts=counts))
 
     def save(self, shard, root, step):
         return self.inner.save(shard, root, step)

@@ -179,11 +179,11 @@ class GrpcTransport(Transport):
             return rows[0].copy() if len(rows) == 1 else np.concatenate(rows)
         return _Mapped(parts, combine)
 
-    def push(self, shard, table, ids, grads, *, step, kind="grad", request_id=None, origin=None):
+    def push(self, shard, table, ids, grads, *, step, kind="grad", request_id=None, origin=None, counts=None):
         dim = grads.shape[1] if grads.ndim == 2 else 0
         rid = request_id or f"{self._client}-{next(self._seq)}"
         parts = []
-        chunks = self._chunks(len(ids), 8 + 4 * max(dim, 1))
+        chunks = self._chunks(len(ids), 8 + 4 * max(dim, 1) + (0 if counts is None else 4))
         for k, c in enumerate(chunks):
             g = np.ascontiguousarray(grads[c], np.float32)
             header = {"table": table, "ids_bytes": 8 * (c.stop - c.start), "ids_dtype": "int64",
@@ -192,7 +192,8 @@ class GrpcTransport(Transport):
                       "request_id": f"{rid}.{k}"}
             if origin is not None:  # each message is one part of the worker's push of this step
                 header.update(vars(origin.split(k, len(chunks))))
-            parts.append(self._call(shard, "Push", header, ids[c], g))
+            extra = wire.with_counts(header, None if counts is None else counts[c])  # counts: after the grads
+            parts.append(self._call(shard, "Push", header, ids[c], g, *extra))
         return _Mapped(parts, _push_reply)
 
     def save(self, shard, root, step):

@@ -32,9 +32,9 @@ class InProcessTransport(Transport):
     def pull(self, shard, table, ids, *, create, step, request_id=None):
         return self._call(shard, "pull", table, ids, create=create, step=step, request_id=request_id)
 
-    def push(self, shard, table, ids, grads, *, step, kind="grad", request_id=None, origin=None):
+    def push(self, shard, table, ids, grads, *, step, kind="grad", request_id=None, origin=None, counts=None):
         return self._call(shard, "push", table, ids, grads, step=step, kind=kind, request_id=request_id,
-                          origin=origin)
+                          origin=origin, counts=counts)
 
     def save(self, shard, root, step):
         return self._call(shard, "save", root, step)

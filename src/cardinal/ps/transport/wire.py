@@ -3,7 +3,8 @@
     [ uint32 LE: header length | header (JSON, utf-8) | payload bytes ]
 
 A pull's payload is the ids (int64, little-endian); a push's is the ids then the gradients
-(float32, row-major); a pull's reply is the rows. The header says how many bytes each part
+(float32, row-major), then, for a counted push only, its counts (int32, ``counts_bytes`` in the
+header; absent: one update per row); a pull's reply is the rows. The header says how many bytes each part
 has and of which dtype, so a malformed message is caught before anything is read from it:
 
     {"v": 1, "shard": 0, "n_shards": 2, "table": "emb", "ids_bytes": 8192, "ids_dtype": "int64",
@@ -43,7 +44,7 @@ _ARRAYS = {"table": str, "ids_bytes": int, "ids_dtype": str, "step": int, "reque
 SCHEMAS: dict[str, dict[str, type]] = {
     "Pull": {**_TARGET, **_ARRAYS, "create": bool},
     "Push": {**_TARGET, **_ARRAYS, "grads_bytes": int, "dim": int, "dtype": str, "codec": str, "kind": str,
-             **ORIGIN},
+             **ORIGIN, "counts_bytes": int},
     "Save": {**_TARGET, "root": str, "step": int},
     "Load": {**_TARGET, "path": str, "phase": str, "token": str},
     "Stats": {**_TARGET, "digest": bool, "check": bool},
@@ -139,6 +140,28 @@ def split_payload(header: dict, payload: memoryview, with_grads: bool) -> tuple[
         raise WireError(f"grads_bytes: {_num(grads_bytes)} is not len(ids) x dim x 4 = {len(ids)} x {_num(dim)} x 4")
     grads = np.frombuffer(payload[ids_bytes:], DTYPES[dtype]).reshape(len(ids), dim)
     return ids, grads
+
+
+def with_counts(header: dict, counts: np.ndarray | None) -> tuple[np.ndarray, ...]:
+    """A push's counts as its payload's last part (int32 LE), ``counts_bytes`` set in ``header``;
+    nothing for None (the header then has no ``counts_bytes``: one update per row)."""
+    if counts is None:
+        return ()
+    counts = np.ascontiguousarray(counts, "<i4")
+    header["counts_bytes"] = counts.nbytes
+    return (counts,)
+
+
+def take_counts(header: dict, payload: memoryview) -> tuple[memoryview, np.ndarray | None]:
+    """(the payload without its counts, the counts or None): counts are the last ``counts_bytes``
+    of a push's payload; ``split_payload`` then reads the rest as before."""
+    if "counts_bytes" not in header:
+        return payload, None
+    n = field(header, "counts_bytes", int)
+    if not 0 <= n <= len(payload) or n % 4:
+        raise WireError(f"counts_bytes: {_num(n)} is not a multiple of 4 within the payload (counts are int32)")
+    cut = len(payload) - n
+    return payload[:cut], np.frombuffer(payload[cut:], "<i4").astype(np.int32)
 
 
 def _num(n: int) -> str:

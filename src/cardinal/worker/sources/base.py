@@ -28,8 +28,11 @@ class RowSource(ABC):
         """Rows of ``ids`` (unique, int64) as seen at ``step``; ``wait()`` gives (len(ids), dim) float32."""
 
     @abstractmethod
-    def push(self, table: str, ids: np.ndarray, grads: np.ndarray, *, step: int) -> None:
-        """Gradient rows (len(ids), dim) float32 of ``step``; may return before they are applied."""
+    def push(self, table: str, ids: np.ndarray, grads: np.ndarray, *, step: int,
+             counts: np.ndarray | None = None) -> None:
+        """Gradient rows (len(ids), dim) float32 of ``step``; may return before they are applied.
+        ``counts`` (len(ids),) int32 >= 1: how many updates each row's gradient sums (a cache's
+        pending updates, ``optim/base.py``); None: one each."""
 
     @abstractmethod
     def settle(self, up_to_step: int | None) -> None:

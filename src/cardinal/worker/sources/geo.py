@@ -72,8 +72,13 @@ class GeoReplica(RowSource):
             local.base.append(pulled)
         return local.table.pull(unique, create=False)
 
-    def push(self, table: str, ids: np.ndarray, grads: np.ndarray, *, step: int) -> None:
-        """One optimizer step on the replica, applied before this returns."""
+    def push(self, table: str, ids: np.ndarray, grads: np.ndarray, *, step: int,
+             counts: np.ndarray | None = None) -> None:
+        """One optimizer step on the replica, applied before this returns. A replica pushes its
+        changes as deltas, which carry no counts: counted gradients are refused."""
+        if counts is not None:
+            raise TypeError("GeoReplica takes no counts (its servers receive deltas, not counted gradients): "
+                            "do not put a cache of hot rows in front of GEO, or push counts=None")
         self.local[table].table.push(ids, grads, step=step)
 
     def settle(self, up_to_step: int | None) -> None:

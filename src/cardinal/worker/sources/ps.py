@@ -75,7 +75,7 @@ class PSSource(RowSource):
         return self._clock.get(table, -1)
 
     def push(self, table: str, ids: np.ndarray, grads: np.ndarray, *, step: int,
-             since: list[int] | None = None) -> None:
+             counts: np.ndarray | None = None, since: list[int] | None = None) -> None:
         """``since``: per shard, the update log position after which the reply should report
         other workers' updates (``ps/update_log.py``; a cache asks), None for none."""
         if self.workers > 1 and self._last.get(table, -1) >= step:
@@ -89,14 +89,16 @@ class PSSource(RowSource):
             origin = Origin(self.worker, self.workers, combine=self.combine,
                             staleness=staleness if self.compensate else 0)
         self._pushed = step if self._pushed is None else max(self._pushed, step)
-        self._sending.append(self._sender.submit(self._send, table, ids, grads, step, origin, since))
+        self._sending.append(self._sender.submit(self._send, table, ids, grads, step, origin, counts, since))
 
     def _send(self, table: str, ids: np.ndarray, grads: np.ndarray, step: int, origin: Origin | None,
-              since: list[int] | None = None) -> None:
+              counts: np.ndarray | None, since: list[int] | None = None) -> None:
         """On the push thread: route and send one push, keeping at most max_in_flight unacknowledged."""
         while len(self._pushes) >= self.max_in_flight:
             self._acknowledged(*self._pushes.pop(0))
-        extra = {} if since is None else {"since": since}
+        extra = {} if counts is None else {"counts": counts}  # only a counted push names them
+        if since is not None:
+            extra["since"] = since
         self._pushes.append((step, _Tagged(table, self.client.push(table, ids, grads, step=step, origin=origin,
                                                                    **extra))))
 
