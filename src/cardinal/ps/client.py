@@ -16,6 +16,7 @@ import itertools
 import time
 import uuid
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np

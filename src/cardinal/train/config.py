@@ -7,6 +7,7 @@
     [sparse_optimizer]  name + that optimizer's hyper-parameters (server side)
     [dense_optimizer]   DenseOptimizerConfig (worker side, torch.optim)
     [ps]                PSConfig           shards of the embedded parameter server
+    [cache]             CacheConfig        the worker cache of hot rows (off by default)
     [train]             TrainConfig        steps, evaluation, checkpoints, run directory
 
 An unknown section or key is an error that names it; ``--set section.key=value`` overrides
@@ -128,6 +129,55 @@ class EmbeddingConfig:
         if not (0 <= self.clip_ratio < math.inf and 0 <= self.clip_min < math.inf):
             raise ValueError(f"embedding.clip_ratio and clip_min must be finite and >= 0, got {self.clip_ratio}, "
                              f"{self.clip_min}")
+
+
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30}
+
+
+def parse_bytes(value: int | str, name: str) -> int:
+    """An int, or a string such as "64MiB", "1.5GB", "4096" (KB/MB/GB: powers of 10, KiB/MiB/GiB: of 2)."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ValueError(f"{name} must be an int or a size such as \"64MiB\", got {value!r}")
+    if isinstance(value, int):
+        n = value
+    else:
+        text = value.strip().lower().replace(" ", "")
+        number = text.rstrip("kmgib")
+        unit = text[len(number):]
+        try:
+            n = int(float(number) * _UNITS[unit])
+        except (KeyError, ValueError):
+            raise ValueError(f"{name} must be an int or a size such as \"64MiB\", \"1.5GB\", got {value!r}") from None
+    if n < 0:
+        raise ValueError(f"{name} must be >= 0, got {value!r}")
+    return n
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    bytes: int | str = 0          # the worker cache of hot rows (worker/sources/cache.py): its size, an int or
+                                  # "64MiB"-style; 0: no cache. Sync and async consistency only (geo keeps a replica)
+    staleness: int = 4            # s: a cached row is read at most s updates behind its server, and a worker holds
+                                  # at most s unpushed updates of a row (0 in sync mode: bitwise as no cache)
+    policy: str = "lru"           # eviction when full: "lru" (least recently used) or "lfu" (least often used)
+    admit_after: int = 1          # a row is cached once pulled this many times (counted in a small sketch)
+    device: str = "auto"          # where cached rows live: "cpu", "cuda", or "auto" (the worker's device)
+
+    def __post_init__(self):
+        parse_bytes(self.bytes, "cache.bytes")
+        if self.staleness < 0:
+            raise ValueError(f"cache.staleness must be >= 0, got {self.staleness}")
+        if self.policy not in ("lru", "lfu"):
+            raise ValueError(f"cache.policy must be 'lru' or 'lfu', got {self.policy!r}")
+        if self.admit_after < 0:
+            raise ValueError(f"cache.admit_after must be >= 0, got {self.admit_after}")
+        if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
+            raise ValueError(f"cache.device must be 'auto', 'cpu' or 'cuda', got {self.device!r}")
+
+    @property
+    def capacity(self) -> int:
+        """cache.bytes as a number of bytes."""
+        return parse_bytes(self.bytes, "cache.bytes")
 
 
 @dataclass(frozen=True)
@@ -264,6 +314,7 @@ class Recipe:
     dense_optimizer: DenseOptimizerConfig = field(default_factory=DenseOptimizerConfig)
     ps: PSConfig = field(default_factory=PSConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    cache: CacheConfig = field(default_factory=CacheConfig)
 
     def __post_init__(self):
         name = self.sparse_optimizer.get("name")
@@ -276,6 +327,9 @@ class Recipe:
         if self.embedding.compensation == "lr" and self.sparse_optimizer.get("name") == "ftrl":
             raise ValueError("embedding.compensation = 'lr' does not apply to sparse_optimizer ftrl (its lr rescales "
                              "the whole weight, not one step); use embedding.compensation = 'none'")
+        if self.cache.capacity and self.embedding.consistency == "geo":
+            raise ValueError("cache.bytes > 0 with embedding.consistency = 'geo': a GEO replica holds its rows on the "
+                             "worker already; set cache.bytes = 0 or another consistency")
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -81,6 +81,7 @@ from cardinal.train.workers import Workers
 from cardinal.worker import EmbeddingCollection
 from cardinal.worker.clip import CowClip
 from cardinal.worker.sources import GeoReplica, PSSource
+from cardinal.worker.sources.cache import CachedSource
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +118,8 @@ class Trainer:
         w = self.workers
         self.consistency = e.mode(distributed=bool(recipe.ps.servers) or w.world > 1)
         staleness = e.staleness if self.consistency == "async" else None
-        self.embedding = EmbeddingCollection(self._source(), tables.features(recipe), e.pooling, staleness,
+        self.embedding = EmbeddingCollection(self._cached(self._source()), tables.features(recipe), e.pooling,
+                                             staleness,
                                              timeout=recipe.ps.timeout_s, clip=CowClip.from_config(e))
         d = recipe.dense_optimizer
         self.optimizer = getattr(torch.optim, DENSE_OPTIMIZERS[d.name])(self.model.parameters(), lr=self._dense_lr(),
@@ -155,6 +157,20 @@ class Trainer:
             return GeoReplica(self.client, self.recipe.sparse_optimizer, e.geo_interval, timeout)
         return PSSource(self.client, e.max_in_flight, timeout, worker=w.rank, workers=w.world, combine=e.combine,
                         compensate=e.compensation == "lr")
+
+    def _cached(self, source):
+        """The source behind a worker cache of hot rows when ``cache.bytes`` > 0 (worker/sources/cache.py)."""
+        c = self.recipe.cache
+        if not c.capacity:
+            return source
+        device = getattr(self.recipe.train, "device", "cpu") if c.device == "auto" else c.device
+        dims = {t: tables.row_width(self.recipe) for t in set(tables.features(self.recipe).values())}
+        return CachedSource(source, dims, c.capacity, c.staleness, c.policy, c.admit_after,
+                            "cpu" if device == "auto" else device)
+
+    def _cache_metrics(self) -> dict:
+        """The worker cache's numbers (hit rates, evictions, staleness), for metrics.jsonl and summary.json."""
+        return self.embedding.source.metrics() if isinstance(self.embedding.source, CachedSource) else {}
 
     def _flush(self) -> None:
         """Every push of this worker (model and baseline) applied."""
@@ -276,7 +292,8 @@ class Trainer:
                     rate = seen / train_time
                     if w.leader:
                         self.metrics.write({"step": self.step, "epoch": self.epoch, "loss": loss_sum / count,
-                                            "samples_per_s": rate, "time": time.time(), **self._staleness()})
+                                            "samples_per_s": rate, "time": time.time(), **self._staleness(),
+                                            **self._cache_metrics()})
                     bar.set_postfix(loss=f"{loss_sum / count:.4f}", samples_per_s=f"{rate:,.0f}")
                     window = []
                 if stop:  # a signal on some worker: every worker saves this step and ends, without evaluating
@@ -574,7 +591,7 @@ class Trainer:
                    "samples_per_s": samples / train_time if train_time else 0.0, "timings_s": timings,
                    "bad_lines": getattr(self.train_data, "bad_lines", 0),
                    "checkpoint": str(checkpoint.latest(self.run_dir / "checkpoints")), "workers": self.workers.world,
-                   **self._staleness()}
+                   **self._staleness(), **self._cache_metrics()}
         if "teacher" in self.data_info:
             summary["teacher_eval_auc"] = self.data_info["teacher"]["eval"]["teacher_auc"]
         if self.workers.leader:

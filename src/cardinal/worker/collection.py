@@ -121,6 +121,8 @@ class EmbeddingCollection(nn.Module):
             offsets = np.concatenate([*offsets, [base]])
             self.timings["dedup"] += time.perf_counter() - start_time
             handle = self.source.pull(table, unique, create=self.training, step=step)
+            if self.training and hasattr(self.source, "record_uses"):  # a cache's hit rate over accesses
+                self.source.record_uses(table, inverse)
             out[table] = _Lookup(fields, unique, inverse, offsets, handle)
         return out
 

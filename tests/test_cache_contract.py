@@ -1,0 +1,124 @@
+"""The worker cache's contract, against a model of the servers kept by the test itself:
+(a) a row is read at most s updates behind its server; (b) a worker holds at most s unpushed
+updates of a row; s = 0 is bitwise equal to no cache; flush leaves nothing held.
+
+Every value a row takes on the servers is recorded (the stores' tables are wrapped), so the
+true lag of a read is: updates the row has had - the version the read returned."""
+
+import threading
+from collections import defaultdict
+
+import numpy as np
+import pytest
+
+from cardinal.embedding import TableConfig
+from cardinal.ps import StoreConfig, embedded
+from cardinal.worker.sources import PSSource
+from cardinal.worker.sources.cache import CachedSource
+
+DIM = 4
+CONFIG = StoreConfig((TableConfig("a", DIM, init_scale=0.5),), {"name": "sgd", "lr": 0.1})
+
+
+class Versions:
+    """Every value each row had on the servers (index = updates applied to it)."""
+
+    def __init__(self, client):
+        self.lock = threading.Lock()
+        self.history: dict[int, list[bytes]] = defaultdict(list)
+        for store in client.transport.stores:
+            for table in store.tables.values():
+                self._wrap(table)
+
+    def _wrap(self, table):
+        push, pull = table.push, table.pull
+
+        def record(ids):
+            rows = pull(ids, create=False)
+            for i, row in zip(ids.tolist(), rows):
+                self.history[i].append(row.tobytes())
+
+        def pushed(ids, grads, **kw):
+            with self.lock:
+                push(ids, grads, **kw)
+                record(np.unique(ids))
+
+        def pulled(ids, **kw):
+            with self.lock:
+                rows = pull(ids, **kw)
+                record(ids[[i not in self.history for i in ids.tolist()]])
+                return rows
+        table.push, table.pull = pushed, pulled
+
+    def lag(self, i: int, row: np.ndarray) -> int:
+        with self.lock:
+            versions = self.history[i]
+            return len(versions) - 1 - versions.index(row.tobytes())
+
+
+def train(workers: int, s: int | None, steps: int = 40, ids_space: int = 30, seed: int = 0,
+          capacity: int = 1 << 16, check=None):
+    """``workers`` threads, one CachedSource each (None: no cache), sync, combined steps; returns
+    (the servers' rows of every id, the sources)."""
+    client = embedded(CONFIG, 2)
+    versions = Versions(client) if check else None
+    sources = []
+    for w in range(workers):
+        src = PSSource(client, 4, 20, worker=w, workers=workers, combine=True)
+        sources.append(src if s is None else CachedSource(src, {"a": DIM}, capacity, s))
+    errors = []
+
+    def run(w: int):
+        try:
+            rng = np.random.default_rng(seed + w)
+            src = sources[w]
+            for step in range(1, steps + 1):
+                src.settle(None)
+                ids = np.unique(rng.integers(0, ids_space, 12)).astype(np.int64)
+                rows = src.pull("a", ids, create=True, step=step).wait()
+                if check:
+                    check(versions, src, ids, rows)
+                src.push("a", ids, rng.normal(size=(len(ids), DIM)).astype(np.float32), step=step)
+                if s is not None:
+                    assert src.slots["a"].count.max() <= s  # (b): at most s unpushed updates of a row
+            src.flush(steps)
+        except BaseException as e:  # noqa: BLE001 - reported by the test
+            errors.append(e)
+    threads = [threading.Thread(target=run, args=(w,)) for w in range(workers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not any(t.is_alive() for t in threads), "a worker hung"
+    if errors:
+        raise errors[0]
+    return client.pull("a", np.arange(ids_space, dtype=np.int64), create=False).wait(), sources
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("s", [1, 2, 4])
+def test_every_read_is_at_most_s_updates_behind_its_server(workers, s):
+    lags = []
+
+    def check(versions, src, ids, rows):
+        for i, row in zip(ids.tolist(), rows):
+            lag = versions.lag(i, row)
+            lags.append(lag)
+            assert lag <= s, f"id {i} read {lag} updates behind its server, over s = {s}"
+    _, sources = train(workers, s, check=check)
+    assert max(lags) >= 1  # the cache served rows behind their server: the check had something to check
+    assert all(src.slots["a"].count.max() == 0 and len(src.slots["a"]) == 0 for src in sources)  # flush dropped all
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_staleness_zero_is_bitwise_equal_to_no_cache(workers):
+    plain, _ = train(workers, None)
+    cached, sources = train(workers, 0)
+    np.testing.assert_array_equal(cached, plain)
+    assert sources[0].metrics()["cache_a_hit_rate_unique"] == 0.0
+
+
+def test_a_larger_bound_serves_more_hits_and_flush_pushes_every_pending_gradient():
+    _, loose = train(1, 4)
+    _, tight = train(1, 1)
+    assert loose[0].metrics()["cache_a_hit_rate_unique"] > tight[0].metrics()["cache_a_hit_rate_unique"] > 0
