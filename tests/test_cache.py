@@ -1,0 +1,185 @@
+"""The worker cache's parts: hits make no request, lookups read the servers, LRU and LFU evict
+in their order, admission after n pulls, the size in bytes, a reset when a worker's cursor
+fell out of a shard's update log, and flush leaves nothing behind."""
+
+import numpy as np
+import pytest
+
+from cardinal.embedding import TableConfig
+from cardinal.ps import StoreConfig, embedded
+from cardinal.ps.update_log import UpdateLog
+from cardinal.ps.worker_steps import Origin
+from cardinal.worker.sources import PSSource
+from cardinal.worker.sources.cache import CachedSource
+from cardinal.worker.sources.cache_slots import META_BYTES, slots_for
+
+DIM = 4
+CONFIG = StoreConfig((TableConfig("a", DIM, init_scale=0.5),), {"name": "sgd", "lr": 0.5})
+ONE_ROW = 2 * 4 * DIM + META_BYTES  # a slot: its row, its pending sum, its bookkeeping
+
+
+class Counting:
+    """Counts the pull requests a client sends."""
+
+    def __init__(self, client):
+        self.client, self.pulls = client, []
+        self.n_shards = client.n_shards
+
+    def pull(self, table, ids, **kw):
+        self.pulls.append(ids.copy())
+        return self.client.pull(table, ids, **kw)
+
+    def __getattr__(self, name):
+        return getattr(self.client, name)
+
+
+def cache(client=None, rows=16, s=100, **kw):
+    client = client or embedded(CONFIG, 2)
+    return CachedSource(PSSource(client, 4, 20), {"a": DIM}, rows * ONE_ROW, s, **kw), client
+
+
+def ids(*values):
+    return np.array(values, np.int64)
+
+
+def cached_ids(src):
+    return sorted(src.slots["a"].slot_of)
+
+
+def test_hits_make_no_request_and_are_the_rows_as_fetched():
+    counting = Counting(embedded(CONFIG, 2))
+    src, _ = cache(counting)
+    first = src.pull("a", ids(1, 2, 3), create=True, step=1).wait()
+    assert len(counting.pulls) == 1
+    again = src.pull("a", ids(3, 1, 2), create=True, step=2).wait()
+    assert len(counting.pulls) == 1  # every row a hit: no request at all
+    np.testing.assert_array_equal(again, first[[2, 0, 1]])
+    mixed = src.pull("a", ids(2, 9, 1), create=True, step=3).wait()
+    assert len(counting.pulls) == 2 and counting.pulls[1].tolist() == [9]  # only the miss, in one request
+    np.testing.assert_array_equal(mixed[[0, 2]], first[[1, 0]])
+
+
+def test_lookups_read_the_servers_and_rows_pushed_are_counted_behind():
+    src, client = cache(s=1)
+    start = src.pull("a", ids(1, 2), create=True, step=1).wait()
+    src.push("a", ids(1, 2), np.ones((2, DIM), np.float32), step=1)  # held: s = 1 allows one pending
+    src.settle(None)
+    np.testing.assert_array_equal(client.pull("a", ids(1, 2), create=False).wait(), start)  # not pushed yet
+    np.testing.assert_array_equal(src.pull("a", ids(1, 2), create=True, step=2).wait(), start)  # 0 behind
+    src.push("a", ids(1, 2), np.ones((2, DIM), np.float32), step=2)  # 2 pending > s: pushed as one update
+    src.settle(None)
+    expected = start - 0.5 * 2  # sgd: one update of the two summed gradients
+    np.testing.assert_allclose(client.pull("a", ids(1, 2), create=False).wait(), expected, rtol=1e-6)
+    np.testing.assert_allclose(src.pull("a", ids(1, 2), create=False, step=3).wait(), expected, rtol=1e-6)
+    np.testing.assert_array_equal(src.pull("a", ids(1, 2), create=True, step=3).wait(), start)  # 1 behind <= s
+    src.push("a", ids(1, 2), np.ones((2, DIM), np.float32), step=3)
+    src.push("a", ids(1, 2), np.ones((2, DIM), np.float32), step=4)  # pushed: now 2 behind
+    src.settle(None)
+    np.testing.assert_allclose(src.pull("a", ids(1, 2), create=True, step=5).wait(), start - 2.0, rtol=1e-6)
+
+
+@pytest.mark.parametrize("policy,evicted", [("lru", 1), ("lfu", 2)])
+def test_a_full_cache_evicts_by_its_policy(policy, evicted):
+    src, _ = cache(rows=2, policy=policy)
+    for step, pulled in enumerate([(1, 2), (1,), (1,), (2,)], 1):  # 1: used 3 times, last at step 3; 2: twice, at 4
+        src.pull("a", ids(*pulled), create=True, step=step).wait()
+    src.pull("a", ids(3), create=True, step=5).wait()
+    assert cached_ids(src) == sorted({1, 2, 3} - {evicted})
+    assert src.metrics()["cache_a_evictions"] == 1
+
+
+def test_rows_used_by_the_step_are_not_evicted_and_a_full_cache_admits_fewer():
+    src, _ = cache(rows=2)
+    src.pull("a", ids(1, 2), create=True, step=1).wait()
+    src.pull("a", ids(1, 2, 3), create=True, step=2).wait()  # 1 and 2 read at this step: 3 finds no room
+    assert cached_ids(src) == [1, 2]
+
+
+def test_rows_are_cached_after_admit_after_pulls():
+    counting = Counting(embedded(CONFIG, 2))
+    src, _ = cache(counting, admit_after=3)
+    for step in (1, 2, 3):
+        src.pull("a", ids(5), create=True, step=step).wait()
+        assert cached_ids(src) == ([5] if step == 3 else [])
+    src.pull("a", ids(5), create=True, step=4).wait()
+    assert len(counting.pulls) == 3
+
+
+def test_the_cache_holds_as_many_rows_as_its_bytes_pay_for():
+    assert slots_for(10 * ONE_ROW, DIM) == 10 and slots_for(10 * ONE_ROW - 1, DIM) == 9
+    src, _ = cache(rows=3)
+    src.pull("a", ids(*range(10)), create=True, step=1).wait()
+    m = src.metrics()
+    assert m["cache_a_rows"] == 3 and m["cache_a_bytes"] == 3 * 2 * 4 * DIM
+    with pytest.raises(ValueError, match="holds no row"):
+        CachedSource(PSSource(embedded(CONFIG, 1)), {"a": DIM}, ONE_ROW - 1, 1)
+
+
+def test_flush_pushes_every_pending_gradient_and_drops_the_cache():
+    src, client = cache(s=3)
+    start = src.pull("a", ids(1, 2, 3), create=True, step=1).wait()
+    src.push("a", ids(1, 2, 3), np.ones((3, DIM), np.float32), step=1)
+    src.pull("a", ids(1, 2), create=True, step=2).wait()
+    src.push("a", ids(1, 2), np.ones((2, DIM), np.float32), step=2)
+    src.flush(2)
+    assert cached_ids(src) == [] and src.slots["a"].count.max() == 0
+    np.testing.assert_allclose(client.pull("a", ids(1, 2, 3), create=False).wait(),
+                               start - 0.5 * np.array([[2], [2], [1]]), rtol=1e-6)
+    counting = Counting(client)
+    src.inner.client = counting
+    src.pull("a", ids(1, 2, 3), create=True, step=3).wait()
+    assert len(counting.pulls) == 1  # nothing served from before the flush
+
+
+def two_workers(n_shards=2, s=4):
+    """Worker 0 behind a cache, in this thread; worker 1's pushes are sent by hand."""
+    client = embedded(CONFIG, n_shards)
+    src = CachedSource(PSSource(client, 4, 20, worker=0, workers=2, combine=True), {"a": DIM}, 64 * ONE_ROW, s)
+    return src, client
+
+
+def other(client, step, pushed):
+    client.push("a", pushed, np.ones((len(pushed), DIM), np.float32), step=step,
+                origin=Origin(1, 2, combine=True)).wait()
+
+
+def test_another_workers_updates_come_back_with_the_push_replies():
+    src, client = two_workers(n_shards=1)
+    src.pull("a", ids(1, 2, 3), create=True, step=1).wait()
+    other(client, 1, ids(7))
+    src.push("a", ids(1, 2, 3), np.zeros((3, DIM), np.float32), step=1)  # pending, not pushed: s = 4
+    src.settle(None)
+    src.pull("a", ids(1, 2, 3), create=True, step=2).wait()
+    assert src.metrics()["cache_a_hit_rate_unique"] == 0.5  # all three rows hit at step 2
+    for step in range(2, 7):  # the other worker changes row 1 at every step
+        other(client, step, ids(1))
+        src.push("a", ids(2), np.zeros((1, DIM), np.float32), step=step)
+        src.settle(None)
+    slots = src.slots["a"]
+    assert slots.behind[slots.slot_of[1]] == 5 and slots.behind[slots.slot_of[3]] == 0
+    before = src.counters["a.unique_hits"]
+    src.pull("a", ids(1, 3), create=True, step=7).wait()
+    assert src.counters["a.unique_hits"] - before == 1  # row 1: 5 behind > s, fetched again; row 3 hits
+    assert slots.behind[slots.slot_of[1]] == 0
+
+
+def test_a_cursor_that_fell_out_of_the_log_drops_that_shards_rows():
+    src, client = two_workers(n_shards=2)
+    stores = client.transport.stores
+    for store in stores:
+        store.log = UpdateLog(max_entries=1)
+    pulled = ids(*range(20))
+    src.pull("a", pulled, create=True, step=1).wait()
+    other(client, 1, ids(100))
+    src.push("a", pulled[:1], np.zeros((1, DIM), np.float32), step=1)
+    src.settle(None)
+    for _ in range(3):  # shard 0's log moves on by more than it keeps
+        stores[0].log.append("a", 1, [(1, ids(100))])
+    other(client, 2, ids(100))
+    src.push("a", pulled[:1], np.zeros((1, DIM), np.float32), step=2)
+    src.settle(None)
+    from cardinal.ps.routing import route
+    kept = set(cached_ids(src))
+    shards = dict(zip(pulled.tolist(), route(pulled, 2).tolist()))
+    assert src.metrics()["cache_a_resets"] == 1
+    assert kept == {i for i in pulled.tolist() if shards[i] == 1}
