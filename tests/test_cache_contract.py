@@ -57,9 +57,10 @@ class Versions:
 
 
 def train(workers: int, s: int | None, steps: int = 40, ids_space: int = 30, seed: int = 0,
-          capacity: int = 1 << 16, check=None):
+          capacity: int = 1 << 16, check=None, prefetch: bool = False):
     """``workers`` threads, one CachedSource each (None: no cache), sync, combined steps; returns
-    (the servers' rows of every id, the sources)."""
+    (the servers' rows of every id, the sources). ``prefetch``: async as the trainer runs it with
+    staleness 1 (the next step's pull is sent before this step's push)."""
     client = embedded(CONFIG, 2)
     versions = Versions(client) if check else None
     sources = []
@@ -72,12 +73,20 @@ def train(workers: int, s: int | None, steps: int = 40, ids_space: int = 30, see
         try:
             rng = np.random.default_rng(seed + w)
             src = sources[w]
+            batches = [np.unique(rng.integers(0, ids_space, 12)).astype(np.int64) for _ in range(steps + 1)]
+            ahead = None
             for step in range(1, steps + 1):
-                src.settle(None)
-                ids = np.unique(rng.integers(0, ids_space, 12)).astype(np.int64)
-                rows = src.pull("a", ids, create=True, step=step).wait()
+                ids = batches[step]
+                if ahead is None:
+                    src.settle(None if not prefetch else step - 2)
+                    ahead = src.pull("a", ids, create=True, step=step)
+                rows = ahead.wait()
                 if check:
                     check(versions, src, ids, rows)
+                ahead = None
+                if prefetch and step < steps:
+                    src.settle(step - 1)
+                    ahead = src.pull("a", batches[step + 1], create=True, step=step + 1)
                 src.push("a", ids, rng.normal(size=(len(ids), DIM)).astype(np.float32), step=step)
                 if s is not None:
                     assert src.slots["a"].count.max() <= s  # (b): at most s unpushed updates of a row
@@ -95,9 +104,9 @@ def train(workers: int, s: int | None, steps: int = 40, ids_space: int = 30, see
     return client.pull("a", np.arange(ids_space, dtype=np.int64), create=False).wait(), sources
 
 
-@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("workers,prefetch", [(1, False), (2, False), (1, True)])
 @pytest.mark.parametrize("s", [1, 2, 4])
-def test_every_read_is_at_most_s_updates_behind_its_server(workers, s):
+def test_every_read_is_at_most_s_updates_behind_its_server(workers, prefetch, s):
     lags = []
 
     def check(versions, src, ids, rows):
@@ -105,7 +114,9 @@ def test_every_read_is_at_most_s_updates_behind_its_server(workers, s):
             lag = versions.lag(i, row)
             lags.append(lag)
             assert lag <= s, f"id {i} read {lag} updates behind its server, over s = {s}"
-    _, sources = train(workers, s, check=check)
+    plain, _ = train(workers, None)
+    final, sources = train(workers, s, check=check, prefetch=prefetch)
+    np.testing.assert_allclose(final, plain, rtol=1e-5, atol=1e-6)  # every gradient reached the servers
     assert max(lags) >= 1  # the cache served rows behind their server: the check had something to check
     assert all(src.slots["a"].count.max() == 0 and len(src.slots["a"]) == 0 for src in sources)  # flush dropped all
 

@@ -1,0 +1,86 @@
+"""The worker cache of hot rows: bytes on the wire and AUC, with and without it.
+
+    python benchmarks/cache.py [--workers 2] [--staleness 4] [--share 0.1] [--rows N] [--steps N] [--quick]
+
+Two ``cardinal launch --servers 1 --workers W`` runs of the default recipe, sync consistency:
+  - no cache (the reference);
+  - a cache per worker holding ``--share`` of the rows the reference run created (counted in
+    its last checkpoint), staleness s = ``--staleness``.
+Bytes are the gRPC messages both ways (requests + replies, every worker: summary.json's
+bytes_sent + bytes_received), so they include what the cache adds (update logs in push
+replies, counts) and what it saves. Writes results/cache.{md,json} (cache_quick.* with --quick).
+Target (issue 11): >= 80% fewer bytes, AUC within 0.002 of the run without the cache.
+"""
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+import jobs  # noqa: E402
+from report import write  # noqa: E402
+
+from cardinal.ps.checkpoint_load import read_commit  # noqa: E402
+from cardinal.train import config  # noqa: E402
+from cardinal.worker.sources.cache_slots import META_BYTES  # noqa: E402
+
+RECIPE = "criteo_synthetic"
+QUICK = {"rows": 40_000, "eval_rows": 10_000, "steps": 40, "batch": 1024}
+TIMEOUT_S = 3 * 3600.0
+
+
+def rows_created(summary: dict) -> int:
+    """Rows on the servers at the run's last checkpoint (every table, every shard)."""
+    info = read_commit(Path(summary["checkpoint"]))
+    return sum(t["rows"] for m in info["manifests"].values() for t in m["tables"].values())
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--staleness", type=int, default=4)
+    p.add_argument("--share", type=float, default=0.1, help="the cache's size, a share of the rows created")
+    p.add_argument("--policy", default="lru")
+    p.add_argument("--rows", type=int, default=0, help="generated training rows (0: the recipe's)")
+    p.add_argument("--steps", type=int, default=0, help="train.steps (0: one epoch)")
+    p.add_argument("--quick", action="store_true", help=f"a small version: {QUICK}")
+    args = p.parse_args(argv)
+    sets = ['embedding.consistency="sync"', "train.eval_every=0", 'train.baseline="none"', "train.log_every=10"]
+    rows, steps = args.rows or (QUICK["rows"] if args.quick else 0), args.steps or (QUICK["steps"] if args.quick else 0)
+    sets += [f"data.synthetic.rows={rows}"] if rows else []
+    sets += [f"data.synthetic.eval_rows={QUICK['eval_rows']}", f"data.batch_size={QUICK['batch']}"] if args.quick else []
+    sets += [f"train.steps={steps}"] if steps else []
+    recipe = config.load(RECIPE, sets)
+    with tempfile.TemporaryDirectory(prefix="cardinal-cache-") as tmp:
+        plain = jobs.launch(1, args.workers, sets, Path(tmp) / "plain", TIMEOUT_S)
+        if plain.summary is None:
+            raise SystemExit(f"the run without cache failed (exit {plain.code}):\n{plain.tail()}")
+        n_rows = rows_created(plain.summary)
+        slot = 2 * 4 * (recipe.embedding.dim + 1) + META_BYTES  # deepfm rows: dim values + a wide weight
+        capacity = int(args.share * n_rows * slot)
+        cache_sets = [f"cache.bytes={capacity}", f"cache.staleness={args.staleness}", f'cache.policy="{args.policy}"']
+        cached = jobs.launch(1, args.workers, [*sets, *cache_sets], Path(tmp) / "cached", TIMEOUT_S)
+        if cached.summary is None:
+            raise SystemExit(f"the run with the cache failed (exit {cached.code}):\n{cached.tail()}")
+    a, b = plain.summary, cached.summary
+    wire = lambda s: s["bytes_sent"] + s["bytes_received"]
+    table = []
+    for name, s in (("no cache", a), (f"cache {args.share:.0%} of rows, s={args.staleness}", b)):
+        table.append({"run": name, "bytes/sample": wire(s) / s["samples"], "bytes vs no cache": wire(s) / wire(a),
+                      "eval_auc": s["eval_auc"], "AUC - no cache": s["eval_auc"] - a["eval_auc"],
+                      "hit rate (unique)": s.get("cache_emb_hit_rate_unique", "-"),
+                      "hit rate (accesses)": s.get("cache_emb_hit_rate_accesses", "-"),
+                      "staleness p50/p99": f"{s['cache_staleness_p50']:g}/{s['cache_staleness_p99']:g}"
+                      if "cache_staleness_p50" in s else "-",
+                      "evictions": s.get("cache_emb_evictions", "-"), "samples/s": s["samples_per_s"]})
+    notes = [f"{args.workers} workers, 1 server, sync; {a['steps']} steps of {a['samples'] // max(1, a['steps'])} "
+             f"samples; {n_rows:,} rows created; cache {capacity:,} bytes per worker ({args.policy})",
+             "bytes: every gRPC message both ways (pulls, pushes, their replies with the update logs, clock polls)",
+             "target: >= 80% fewer bytes (bytes vs no cache <= 0.2), AUC within 0.002"]
+    write("cache" + ("_quick" if args.quick else ""), f"Worker cache of hot rows ({RECIPE}, {args.workers} workers)",
+          table, notes, extra={"sets": sets, "cache_sets": cache_sets, "summaries": [a, b]})
+
+
+if __name__ == "__main__":
+    main()
