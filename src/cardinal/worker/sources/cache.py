@@ -39,6 +39,7 @@ from cardinal.worker.sources.cache_slots import Slots, slots_for
 from cardinal.worker.sources.ps import PSSource
 
 HISTORY = 32  # events (own pushes, log reports) remembered for pulls still in flight
+UNSENT = np.iinfo(np.int64).max  # the step of an evicted row's gradients: in some later push
 
 
 class CachedSource(RowSource):
@@ -71,8 +72,10 @@ class CachedSource(RowSource):
         self.pushed: dict[str, int] = {}                  # table -> the last step sent
         self.cursor = {t: [0] * self.n_shards for t in dims}           # per shard: update log position
         self.reply_clock = {t: np.full(self.n_shards, -1, np.int64) for t in dims}
-        self.events: dict[str, deque] = {t: deque(maxlen=HISTORY) for t in dims}  # (n, ids, steps | None)
+        self.events: dict[str, deque] = {t: deque(maxlen=HISTORY) for t in dims}  # log reports: (n, ids, steps)
         self.n_events = {t: 0 for t in dims}
+        self.own: dict[str, deque] = {t: deque(maxlen=HISTORY) for t in dims}  # own pushes: (sorted ids, step)
+        self.applied: dict[str, int] = {t: -1 for t in dims}  # own pushes of steps <= this are applied
         self._replies: deque = deque()
         self._last_hit: dict[str, np.ndarray] = {}
         if inner.workers > 1:
@@ -108,7 +111,7 @@ class CachedSource(RowSource):
         self.counters[f"{table}.unique_hits"] += int(hit.sum())
         handle = self.inner.pull(table, misses, create=True, step=step) if len(misses) else None
         return _CachedPull(self, table, ids, hit, values, misses, admit, handle, self._seen(table),
-                           self.n_events[table], step)
+                           (self.n_events[table], self.applied[table]), step)
 
     def record_uses(self, table: str, inverse: np.ndarray) -> None:
         """Accesses of the last pull of ``table`` (the collection's inverse): hit rate over accesses."""
@@ -132,8 +135,8 @@ class CachedSource(RowSource):
         """Every worker's pushes of steps <= this are applied on every shard (several workers)."""
         return self.inner.clock(table) if self.inner.workers > 1 else 0
 
-    def _fill(self, table: str, ids: np.ndarray, fetched: np.ndarray, admit: np.ndarray, seen: int, since: int,
-              step: int) -> None:
+    def _fill(self, table: str, ids: np.ndarray, fetched: np.ndarray, admit: np.ndarray, seen: int,
+              since: tuple[int, int], step: int) -> None:
         """Cache (or refresh) the rows a pull fetched, counting what happened since it was sent."""
         behind = self._since(table, ids, seen, since)
         if behind is None or not len(ids):
@@ -155,17 +158,25 @@ class CachedSource(RowSource):
         self._evicted(table, evicted)
         self.counters[f"{table}.evictions"] += n_evicted
 
-    def _since(self, table: str, ids: np.ndarray, seen: int, since: int) -> np.ndarray | None:
-        """Updates of ``ids`` since event ``since``: own pushes, and reported ones of steps > ``seen``."""
-        events = [e for e in self.events[table] if e[0] > since]
-        if self.n_events[table] - since > len(events):
-            return None  # fell out of the history
+    def _since(self, table: str, ids: np.ndarray, seen: int, since: tuple[int, int]) -> np.ndarray | None:
+        """Updates the fetched rows of ``ids`` may lack: own pushes not known applied when the pull
+        was sent (built, in flight, or evicted rows' sums not sent yet), and updates by others
+        reported since, of steps > ``seen``. None when the history no longer reaches back."""
+        reported, applied = since
+        own = self.own[table]
+        if len(own) == own.maxlen and own[0][1] > applied:
+            return None  # own pushes the pull may have missed fell out of the history
+        events = [e for e in self.events[table] if e[0] > reported]
+        if self.n_events[table] - reported > len(events):
+            return None
         behind = np.zeros(len(ids), np.int32)
+        for pushed, step in own:
+            if step > applied:
+                behind += np.isin(ids, pushed)
         for _, event_ids, steps in events:
             if event_ids is None:
                 return None  # a reset of the log: start afresh
-            hit = np.isin(ids, event_ids if steps is None else event_ids[steps > seen])
-            behind += hit
+            behind += np.isin(ids, event_ids[steps > seen])
         return behind
 
     def _event(self, table: str, ids: np.ndarray | None, steps: np.ndarray | None) -> None:
@@ -206,10 +217,12 @@ class CachedSource(RowSource):
             sl.behind[due_slots] += 1  # the pushed sum is one update the cached row lacks
         self.counters[f"{table}.rows_pushed_held"] += int((~send).sum())
         self.held[table] = (ids[send], out_grads, out_counts[send], step)
+        self.own[table].append((np.sort(ids[send]), step))
 
     def _evicted(self, table: str, evicted: tuple) -> None:
         if len(evicted[0]):
             self.outbox[table].append(evicted)
+            self.own[table].append((np.sort(evicted[0]), UNSENT))
             self.counters[f"{table}.evicted_pending"] += len(evicted[0])
 
     def _send_held(self) -> None:
@@ -235,7 +248,6 @@ class CachedSource(RowSource):
             kwargs["since"] = list(self.cursor[table])
         self.inner.push(table, ids, grads, step=held_step, **kwargs)
         self.pushed[table] = max(self.pushed.get(table, -1), held_step)
-        self._event(table, np.sort(ids), None)
         self.counters[f"{table}.rows_pushed"] += len(ids)
 
     # --- replies of the servers ----------------------------------------------------------
@@ -278,6 +290,9 @@ class CachedSource(RowSource):
             if up_to_step is None or held[3] <= up_to_step:
                 self._send(table)
         self.inner.settle(up_to_step)
+        for table in self.applied:
+            done = self.pushed.get(table, -1) if up_to_step is None else min(up_to_step, self.pushed.get(table, -1))
+            self.applied[table] = max(self.applied[table], done)
         self._drain()
 
     def flush(self, step: int) -> None:
@@ -298,6 +313,8 @@ class CachedSource(RowSource):
             self.admission[table].reset()
             self.events[table].clear()
             self.n_events[table] = 0
+            self.own[table].clear()
+            self.applied[table] = self.pushed.get(table, -1)
             self._last_hit.pop(table, None)
 
     # --- what a user reads ---------------------------------------------------------------
