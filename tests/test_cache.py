@@ -183,3 +183,33 @@ def test_a_cursor_that_fell_out_of_the_log_drops_that_shards_rows():
     shards = dict(zip(pulled.tolist(), route(pulled, 2).tolist()))
     assert src.metrics()["cache_a_resets"] == 1
     assert kept == {i for i in pulled.tolist() if shards[i] == 1}
+
+
+class Deferred:
+    """A client whose pushes are applied only when waited on (a slow network, made certain)."""
+
+    def __init__(self, client):
+        self.client, self.n_shards = client, client.n_shards
+
+    def push(self, *args, **kwargs):
+        client = self.client
+
+        class Later:
+            def wait(self, timeout=None):
+                return client.push(*args, **kwargs).wait(timeout)
+        return Later()
+
+    def __getattr__(self, name):
+        return getattr(self.client, name)
+
+
+def test_a_row_fetched_while_an_own_push_of_it_is_in_flight_counts_that_push():
+    client = embedded(CONFIG, 2)
+    src = CachedSource(PSSource(Deferred(client), 4, 20), {"a": DIM}, 16 * ONE_ROW, 0)
+    first = src.pull("a", ids(4), create=True, step=1).wait()
+    src.push("a", ids(4), np.ones((1, DIM), np.float32), step=1)  # s = 0: goes out with the next pull
+    second = src.pull("a", ids(4), create=True, step=2).wait()  # fetched again, before the push is applied
+    np.testing.assert_array_equal(second, first)
+    src.settle(1)
+    third = src.pull("a", ids(4), create=True, step=3).wait()  # the cached row lacks that push: not served
+    np.testing.assert_array_equal(third, first - 0.5)
