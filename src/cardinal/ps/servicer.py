@@ -141,9 +141,12 @@ class ShardServicer:
                                 request_id=wire.field(header, "request_id", str), origin=origin, counts=counts)
         if "log" not in reply:
             return reply, []
-        log = reply["log"]  # the update log's arrays travel as payload, their length in the header
-        head = {"cursor": log["cursor"], "reset": log["reset"], "clock": log["clock"], "n": len(log["ids"])}
-        return {**reply, "log": head}, [np.ascontiguousarray(log[k], np.int64) for k in wire.LOG_ARRAYS]
+        log = reply["log"]  # as payload: (seq, step, count) per update, then the ids (8 bytes per id)
+        seqs, first, counts = np.unique(log["seqs"], return_index=True, return_counts=True)
+        head = {"cursor": log["cursor"], "reset": log["reset"], "clock": log["clock"], "updates": len(seqs),
+                "n": len(log["ids"])}
+        return {**reply, "log": head}, [np.ascontiguousarray(a, np.int64)
+                                        for a in (seqs, log["steps"][first], counts, log["ids"])]
 
     def _inside(self, relative: str) -> Path:
         if len(relative) > 4096 or "\0" in relative:

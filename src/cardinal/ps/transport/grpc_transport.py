@@ -105,12 +105,18 @@ def _push_reply(replies) -> dict:
 
 
 def _update_log(head: dict, payload) -> dict:
-    n = head.get("n")
-    if not isinstance(n, int) or n < 0 or len(payload) != 8 * n * len(wire.LOG_ARRAYS):
-        raise ShardUnavailable(f"a push reply's update log of {n!r} ids does not match its {len(payload)} bytes")
-    arrays = np.frombuffer(payload, np.int64).reshape(len(wire.LOG_ARRAYS), n)
-    return {"cursor": head["cursor"], "reset": head["reset"], "clock": head["clock"],
-            **{k: arrays[i].copy() for i, k in enumerate(wire.LOG_ARRAYS)}}
+    """The update log of a push reply: per update (seq, step, count), then the ids; expanded to
+    one (id, step, seq) per id, as the store answers in process."""
+    n, k = head.get("n"), head.get("updates")
+    if not all(isinstance(x, int) and x >= 0 for x in (n, k)) or len(payload) != 8 * (3 * k + n):
+        raise ShardUnavailable(f"a push reply's update log ({k!r} updates, {n!r} ids) does not match its "
+                               f"{len(payload)} bytes")
+    arrays = np.frombuffer(payload, np.int64)
+    seqs, steps, counts, ids = arrays[:k], arrays[k:2 * k], arrays[2 * k:3 * k], arrays[3 * k:]
+    if int(counts.sum()) != n:
+        raise ShardUnavailable(f"a push reply's update log counts {int(counts.sum())} ids and carries {n}")
+    return {"cursor": head["cursor"], "reset": head["reset"], "clock": head["clock"], "ids": ids.copy(),
+            "steps": np.repeat(steps, counts), "seqs": np.repeat(seqs, counts)}
 
 
 class GrpcTransport(Transport):

@@ -38,7 +38,6 @@ _BRACKETS = re.compile(rb"[\[\]{}]")
 
 ORIGIN = {"worker": int, "workers": int, "part": int, "parts": int, "combine": bool, "staleness": int,
           "since": int}
-LOG_ARRAYS = ("ids", "steps", "seqs")  # a push reply's update log: int64 arrays in the payload, in this order
 _TARGET = {"v": int, "shard": int, "n_shards": int}
 _ARRAYS = {"table": str, "ids_bytes": int, "ids_dtype": str, "step": int, "request_id": str}
 SCHEMAS: dict[str, dict[str, type]] = {
