@@ -213,3 +213,22 @@ def test_a_row_fetched_while_an_own_push_of_it_is_in_flight_counts_that_push():
     src.settle(1)
     third = src.pull("a", ids(4), create=True, step=3).wait()  # the cached row lacks that push: not served
     np.testing.assert_array_equal(third, first - 0.5)
+
+
+def test_each_shard_is_asked_from_its_own_cursor_and_rows_nobody_else_changed_stay_fresh():
+    src, client = two_workers(n_shards=2)
+    stores = client.transport.stores
+    from cardinal.ps.routing import route
+    pulled = ids(*range(12))
+    on = dict(zip(pulled.tolist(), route(pulled, 2).tolist()))
+    mine = [i for i in pulled.tolist() if on[i] == 1][:2]  # two rows of shard 1
+    for _ in range(5):  # shard 0's log runs ahead: the cursors of the two shards differ
+        stores[0].log.append("a", 0, [(1, ids(1000))])
+    src.pull("a", pulled, create=True, step=1).wait()
+    for step in range(1, 7):
+        other(client, step, ids(mine[0]))
+        src.push("a", ids(), np.zeros((0, DIM), np.float32), step=step)
+        src.settle(None)
+    assert src.cursor["a"][0] == src.cursor["a"][1] + 5 and src.metrics()["cache_a_resets"] == 0
+    slots = src.slots["a"]
+    assert slots.behind[slots.slot_of[mine[0]]] == 6 and slots.behind[slots.slot_of[mine[1]]] == 0
