@@ -59,23 +59,22 @@ def test_hits_make_no_request_and_are_the_rows_as_fetched():
     np.testing.assert_array_equal(mixed[[0, 2]], first[[1, 0]])
 
 
-def test_lookups_read_the_servers_and_rows_pushed_are_counted_behind():
-    src, client = cache(s=1)
+def test_lookups_read_the_servers_and_a_row_lags_by_its_pending_and_pushed_steps():
+    src, client = cache(s=2)
+    one = np.ones((2, DIM), np.float32)
     start = src.pull("a", ids(1, 2), create=True, step=1).wait()
-    src.push("a", ids(1, 2), np.ones((2, DIM), np.float32), step=1)  # held: s = 1 allows one pending
+    src.push("a", ids(1, 2), one, step=1)  # pending: 1 step the cached row lacks
     src.settle(None)
-    np.testing.assert_array_equal(client.pull("a", ids(1, 2), create=False).wait(), start)  # not pushed yet
-    np.testing.assert_array_equal(src.pull("a", ids(1, 2), create=True, step=2).wait(), start)  # 0 behind
-    src.push("a", ids(1, 2), np.ones((2, DIM), np.float32), step=2)  # 2 pending > s: pushed as one update
+    np.testing.assert_array_equal(client.pull("a", ids(1, 2), create=False).wait(), start)  # nothing pushed
+    np.testing.assert_array_equal(src.pull("a", ids(1, 2), create=True, step=2).wait(), start)  # 1 behind
+    src.push("a", ids(1, 2), one, step=2)
+    np.testing.assert_array_equal(src.pull("a", ids(1, 2), create=True, step=3).wait(), start)  # 2 behind
+    src.push("a", ids(1, 2), one, step=3)  # 3 pending > s: pushed, one update with count 3
     src.settle(None)
-    expected = start - 0.5 * 2  # sgd: one update of the two summed gradients
+    expected = start - 0.5 * 3  # sgd: the three summed gradients
     np.testing.assert_allclose(client.pull("a", ids(1, 2), create=False).wait(), expected, rtol=1e-6)
-    np.testing.assert_allclose(src.pull("a", ids(1, 2), create=False, step=3).wait(), expected, rtol=1e-6)
-    np.testing.assert_array_equal(src.pull("a", ids(1, 2), create=True, step=3).wait(), start)  # 1 behind <= s
-    src.push("a", ids(1, 2), np.ones((2, DIM), np.float32), step=3)
-    src.push("a", ids(1, 2), np.ones((2, DIM), np.float32), step=4)  # pushed: now 2 behind
-    src.settle(None)
-    np.testing.assert_allclose(src.pull("a", ids(1, 2), create=True, step=5).wait(), start - 2.0, rtol=1e-6)
+    np.testing.assert_allclose(src.pull("a", ids(1, 2), create=False, step=4).wait(), expected, rtol=1e-6)
+    np.testing.assert_allclose(src.pull("a", ids(1, 2), create=True, step=4).wait(), expected, rtol=1e-6)  # 3 > s
 
 
 @pytest.mark.parametrize("policy,evicted", [("lru", 1), ("lfu", 2)])

@@ -21,11 +21,13 @@ CONFIG = StoreConfig((TableConfig("a", DIM, init_scale=0.5),), {"name": "sgd", "
 
 
 class Versions:
-    """Every value each row had on the servers (index = updates applied to it)."""
+    """Every value each row had on the servers (index = updates applied to it), and how many
+    training steps' gradients it had taken in by then (a counted update brings several)."""
 
     def __init__(self, client):
         self.lock = threading.Lock()
         self.history: dict[int, list[bytes]] = defaultdict(list)
+        self.steps_in: dict[int, list[int]] = defaultdict(list)
         for store in client.transport.stores:
             for table in store.tables.values():
                 self._wrap(table)
@@ -33,27 +35,34 @@ class Versions:
     def _wrap(self, table):
         push, pull = table.push, table.pull
 
-        def record(ids):
+        def record(ids, counts):
             rows = pull(ids, create=False)
-            for i, row in zip(ids.tolist(), rows):
+            for i, row, c in zip(ids.tolist(), rows, counts):
                 self.history[i].append(row.tobytes())
+                self.steps_in[i].append((self.steps_in[i][-1] if self.steps_in[i] else 0) + int(c))
 
         def pushed(ids, grads, **kw):
             with self.lock:
                 push(ids, grads, **kw)
-                record(np.unique(ids))
+                counts = kw.get("counts")
+                counts = np.ones(len(ids), np.int64) if counts is None else counts
+                unique, first = np.unique(ids, return_index=True)
+                record(unique, counts[first])
 
         def pulled(ids, **kw):
             with self.lock:
                 rows = pull(ids, **kw)
-                record(ids[[i not in self.history for i in ids.tolist()]])
+                new = ids[[i not in self.history for i in ids.tolist()]]
+                record(new, np.zeros(len(new), np.int64))
                 return rows
         table.push, table.pull = pushed, pulled
 
-    def lag(self, i: int, row: np.ndarray) -> int:
+    def lag(self, i: int, row: np.ndarray) -> tuple[int, int]:
+        """(updates the row's server applied since ``row``, training steps ``row`` has taken in)."""
         with self.lock:
             versions = self.history[i]
-            return len(versions) - 1 - versions.index(row.tobytes())
+            v = versions.index(row.tobytes())
+            return len(versions) - 1 - v, self.steps_in[i][v]
 
 
 def train(workers: int, s: int | None, steps: int = 40, ids_space: int = 30, seed: int = 0,
@@ -68,6 +77,7 @@ def train(workers: int, s: int | None, steps: int = 40, ids_space: int = 30, see
         src = PSSource(client, 4, 20, worker=w, workers=workers, combine=True)
         sources.append(src if s is None else CachedSource(src, {"a": DIM}, capacity, s))
     errors = []
+    handed = np.zeros((workers, ids_space), np.int64)  # gradients each worker gave its source, per id
 
     def run(w: int):
         try:
@@ -82,12 +92,13 @@ def train(workers: int, s: int | None, steps: int = 40, ids_space: int = 30, see
                     ahead = src.pull("a", ids, create=True, step=step)
                 rows = ahead.wait()
                 if check:
-                    check(versions, src, ids, rows)
+                    check(versions, src, ids, rows, handed[w])
                 ahead = None
                 if prefetch and step < steps:
                     src.settle(step - 1)
                     ahead = src.pull("a", batches[step + 1], create=True, step=step + 1)
                 src.push("a", ids, rng.normal(size=(len(ids), DIM)).astype(np.float32), step=step)
+                handed[w][ids] += 1
                 if s is not None:
                     assert src.slots["a"].count.max() <= s  # (b): at most s unpushed updates of a row
             src.flush(steps)
@@ -107,17 +118,23 @@ def train(workers: int, s: int | None, steps: int = 40, ids_space: int = 30, see
 @pytest.mark.parametrize("workers,prefetch", [(1, False), (2, False), (1, True)])
 @pytest.mark.parametrize("s", [1, 2, 4])
 def test_every_read_is_at_most_s_updates_behind_its_server(workers, prefetch, s):
-    lags = []
+    lags, step_lags = [], []
 
-    def check(versions, src, ids, rows):
+    def check(versions, src, ids, rows, handed):
         for i, row in zip(ids.tolist(), rows):
-            lag = versions.lag(i, row)
+            lag, taken = versions.lag(i, row)
             lags.append(lag)
             assert lag <= s, f"id {i} read {lag} updates behind its server, over s = {s}"
+            if workers == 1:  # the cache counts steps, not updates: the row lacks at most s of this worker's steps
+                step_lags.append(handed[i] - taken)
+                bound = s + prefetch  # async: the collection's own bound (1) adds to the cache's
+                assert handed[i] - taken <= bound, f"id {i} read {handed[i] - taken} steps behind, over {bound}"
     plain, _ = train(workers, None)
     final, sources = train(workers, s, check=check, prefetch=prefetch)
     np.testing.assert_allclose(final, plain, rtol=1e-5, atol=1e-6)  # every gradient reached the servers
-    assert max(lags) >= 1  # the cache served rows behind their server: the check had something to check
+    assert sources[0].metrics()["cache_a_hit_rate_unique"] > 0
+    if s > 1:  # rows were served behind: the check checked something
+        assert max(step_lags if workers == 1 else lags) >= 1
     assert all(src.slots["a"].count.max() == 0 and len(src.slots["a"]) == 0 for src in sources)  # flush dropped all
 
 

@@ -10,19 +10,24 @@
     flush(step)   ──> everything pending is pushed, settled, and the cache is DROPPED
 
 The contract: (a) a row is served at most s updates behind its server; (b) a worker holds at
-most s unpushed updates of a row. Updates are counted per row, as HET does, and a pushed sum
-of k gradients is ONE update. A cached row is "behind" by:
+most s unpushed updates of a row. This cache counts more strictly than (a) asks, in training
+steps, because a pushed sum of k gradients is one update on the server but k steps the cached
+value lacks (counting it as one, as HET counts versions, lost 0.03-0.05 AUC at s = 4 in
+benchmarks/cache.py; values stay frozen here, they are not updated on the worker). A cached
+row's lag is:
 
-    its own pushes since it was fetched (+1 each, counted here), and, with several workers,
-    the others' updates: each push reply carries the shard's update log since this worker's
-    cursor (``ps/update_log.py``): (id, step) of each update by other workers; those of steps
-    the fetched row surely reflected (the servers' clock at the pull) are not counted;
+    its pending gradients (steps not pushed yet) + the steps of its own pushes since it was
+    fetched (k for a sum of k), and, with several workers, the others' updates (one each):
+    each push reply carries the shard's update log since this worker's cursor
+    (``ps/update_log.py``): (id, step) of each update by other workers; those of steps the
+    fetched row surely reflected (the servers' clock at the pull) are not counted;
     + updates applied after the last reply, not known yet, bounded by steps: with combined
     steps a row gets at most one update per step, and only steps in (max(reply clock, the
     row's clock at the pull), the last step this worker pushed] can hold one.
 
-A row is a hit only if known + bound <= s; s = 0 in sync mode is bitwise equal to no cache
-(each push of a row makes it 1 behind, so every read goes to the servers). Lookups
+A row is a hit only if its lag <= s; s = 0 in sync mode is bitwise equal to no cache (a row's
+gradient is pushed at once and makes it 1 behind, so every read goes to the servers). In async
+mode the collection's own bound adds to s (a prefetched pull misses the step before it). Lookups
 (``create=False``, eval) read the servers. ``metrics()`` gives flat numbers.
 """
 
@@ -95,7 +100,7 @@ class CachedSource(RowSource):
         sl = self.slots[table]
         slots = sl.lookup(ids)
         cached = np.flatnonzero(slots >= 0)
-        lag = sl.behind[slots[cached]] + self._unknown(table, slots[cached])
+        lag = sl.behind[slots[cached]] + sl.count[slots[cached]] + self._unknown(table, slots[cached])
         hit = np.zeros(len(ids), bool)
         hit[cached] = lag <= self.s
         hits = slots[hit]
@@ -164,15 +169,17 @@ class CachedSource(RowSource):
         reported since, of steps > ``seen``. None when the history no longer reaches back."""
         reported, applied = since
         own = self.own[table]
-        if len(own) == own.maxlen and own[0][1] > applied:
+        if len(own) == own.maxlen and own[0][2] > applied:
             return None  # own pushes the pull may have missed fell out of the history
         events = [e for e in self.events[table] if e[0] > reported]
         if self.n_events[table] - reported > len(events):
             return None
         behind = np.zeros(len(ids), np.int32)
-        for pushed, step in own:
+        for pushed, counts, step in own:
             if step > applied:
-                behind += np.isin(ids, pushed)
+                at = np.minimum(np.searchsorted(pushed, ids), max(len(pushed) - 1, 0))
+                found = pushed[at] == ids if len(pushed) else np.zeros(len(ids), bool)
+                behind[found] += counts[at[found]]
         for _, event_ids, steps in events:
             if event_ids is None:
                 return None  # a reset of the log: start afresh
@@ -213,16 +220,16 @@ class CachedSource(RowSource):
             where = np.flatnonzero(due[send])  # positions of the due rows among those sent
             out_grads[where] = sl.pending[torch.from_numpy(due_slots).to(self.device)].cpu().numpy()
             out_counts[due] = sl.count[due_slots]
+            sl.behind[due_slots] += sl.count[due_slots]  # the k steps of the pushed sum (see the docstring)
             sl.count[due_slots] = 0
-            sl.behind[due_slots] += 1  # the pushed sum is one update the cached row lacks
         self.counters[f"{table}.rows_pushed_held"] += int((~send).sum())
         self.held[table] = (ids[send], out_grads, out_counts[send], step)
-        self.own[table].append((np.sort(ids[send]), step))
+        self.own[table].append((*_sorted(ids[send], out_counts[send]), step))
 
     def _evicted(self, table: str, evicted: tuple) -> None:
         if len(evicted[0]):
             self.outbox[table].append(evicted)
-            self.own[table].append((np.sort(evicted[0]), UNSENT))
+            self.own[table].append((*_sorted(evicted[0], evicted[2]), UNSENT))
             self.counters[f"{table}.evicted_pending"] += len(evicted[0])
 
     def _send_held(self) -> None:
@@ -369,6 +376,11 @@ class _CachedPull(Handle):
             out[torch.from_numpy(~self.hit).to(src.device)] = torch.as_tensor(fetched).to(src.device)
         self.result = out
         return out
+
+
+def _sorted(ids: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    order = np.argsort(ids, kind="stable")
+    return ids[order], counts[order]
 
 
 def _merge(parts: list[tuple], dim: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -4,7 +4,8 @@
     pending   (slots, dim) float32 on the device    gradients accumulated, not pushed yet
     ids       (slots,) int64, -1 = free             slot_of: id -> slot (a dict)
     count     (slots,) int32   gradients in pending (0..s)
-    behind    (slots,) int32   updates the server applied that the row lacks, as far as known
+    behind    (slots,) int32   steps the row lacks that the servers applied (own: k per pushed sum of k;
+                               others: one per update), as far as known
     seen      (slots,) int64   the step of the servers' clock the fetched row surely reflects
     shard     (slots,) int64   the id's shard (whose update log reports on it)
     last_used, uses            for the eviction policy
