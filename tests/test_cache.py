@@ -231,3 +231,28 @@ def test_each_shard_is_asked_from_its_own_cursor_and_rows_nobody_else_changed_st
     assert src.cursor["a"][0] == src.cursor["a"][1] + 5 and src.metrics()["cache_a_resets"] == 0
     slots = src.slots["a"]
     assert slots.behind[slots.slot_of[mine[0]]] == 6 and slots.behind[slots.slot_of[mine[1]]] == 0
+
+
+def test_a_fetched_row_counts_every_step_of_an_own_sum_still_in_flight():
+    client = embedded(CONFIG, 2)
+    src = CachedSource(PSSource(Deferred(client), 4, 20), {"a": DIM}, 16 * ONE_ROW, 1)
+    one = np.ones((1, DIM), np.float32)
+    start = src.pull("a", ids(4), create=True, step=1).wait()
+    src.push("a", ids(4), one, step=1)
+    src.pull("a", ids(4), create=True, step=2).wait()
+    src.push("a", ids(4), one, step=2)  # 2 pending > s: a sum of 2, sent with the next pull
+    np.testing.assert_array_equal(src.pull("a", ids(4), create=True, step=3).wait(), start)  # fetched, push unapplied
+    src.settle(None)
+    np.testing.assert_allclose(src.pull("a", ids(4), create=True, step=4).wait(), start - 1.0, rtol=1e-6)
+
+
+def test_pending_gradients_and_other_workers_updates_add_up():
+    src, client = two_workers(n_shards=1)
+    src.pull("a", ids(4), create=True, step=1).wait()
+    for step in (1, 2, 3):  # 3 updates by the other worker, 3 gradients pending here: 6 > s = 4
+        other(client, step, ids(4))
+        src.push("a", ids(4), np.zeros((1, DIM), np.float32), step=step)
+        src.settle(None)
+    assert src.slots["a"].count.max() == 3
+    fresh = client.pull("a", ids(4), create=False).wait()
+    np.testing.assert_array_equal(src.pull("a", ids(4), create=True, step=4).wait(), fresh)
