@@ -256,3 +256,14 @@ def test_pending_gradients_and_other_workers_updates_add_up():
     assert src.slots["a"].count.max() == 3
     fresh = client.pull("a", ids(4), create=False).wait()
     np.testing.assert_array_equal(src.pull("a", ids(4), create=True, step=4).wait(), fresh)
+
+
+def test_another_workers_sum_of_k_steps_counts_k():
+    src, client = two_workers(n_shards=1)
+    src.pull("a", ids(4, 5), create=True, step=1).wait()
+    client.push("a", ids(4, 5), np.ones((2, DIM), np.float32), step=1, origin=Origin(1, 2, combine=True),
+                counts=np.array([5, 4], np.int32)).wait()  # its cache's sums of 5 and 4 steps
+    src.push("a", ids(), np.zeros((0, DIM), np.float32), step=1)
+    src.settle(None)
+    src.pull("a", ids(4, 5), create=True, step=2).wait()
+    assert src.counters["a.unique_hits"] == 1  # 5 steps behind > s = 4: fetched again; 4: served

@@ -20,11 +20,12 @@ def ids(*values):
 
 def test_a_combined_step_counts_once_and_not_for_the_rows_the_worker_changed_itself():
     log = UpdateLog()
-    log.append("a", 3, [(0, ids(1, 2)), (1, ids(2, 5)), (1, ids(5, 6))])
+    log.append("a", 3, [(0, ids(1, 2)), (1, ids(2, 5), np.array([3, 2], np.int32)), (1, ids(5, 6))])
     log.append("a", 4, [(1, ids(1))])
     mine = log.since("a", 0, worker=0, clock=4)
     assert mine["ids"].tolist() == [5, 6, 1] and mine["steps"].tolist() == [3, 3, 4]
     assert mine["seqs"].tolist() == [1, 1, 2] and mine["cursor"] == 2 and not mine["reset"]
+    assert mine["counts"].tolist() == [2, 1, 1]  # a row's update brings the most steps any part carried
     assert log.since("a", 1, worker=0, clock=4)["ids"].tolist() == [1]
     assert log.since("a", 0, worker=1, clock=4)["ids"].tolist() == [1]  # worker 1 changed the rest itself
 
@@ -74,7 +75,7 @@ def test_over_grpc_a_resent_push_gets_the_same_invalidations(cluster):
     try:
         g = np.ones((40, 4), np.float32)
         transport.push(0, "a", ids(*range(40)), g, step=1, request_id="other-1",
-                       origin=Origin(1, 2, combine=False)).wait()
+                       origin=Origin(1, 2, combine=False), counts=np.full(40, 3, np.int32)).wait()
         push = dict(step=1, request_id="mine-1", origin=Origin(0, 2, combine=False, since=0))
         first = transport.push(0, "a", ids(*range(30, 70)), g, **push).wait()
         digest = cluster.client.digest("a")
@@ -87,7 +88,7 @@ def test_over_grpc_a_resent_push_gets_the_same_invalidations(cluster):
         for reply in (first, again):
             log = reply["log"]
             assert sorted(log["ids"].tolist()) == list(range(40))  # worker 1's rows; worker 0's own not reported
-            assert set(log["steps"].tolist()) == {1}
+            assert set(log["steps"].tolist()) == {1} and set(log["counts"].tolist()) == {3}
         # each part is one update: worker 1's, then worker 0's (its other parts may land after the first reply)
         assert parts + 1 <= first["log"]["cursor"] <= again["log"]["cursor"] == 2 * parts
         assert first["log"]["ids"].tolist() == again["log"]["ids"].tolist()

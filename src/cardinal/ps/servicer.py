@@ -141,12 +141,13 @@ class ShardServicer:
                                 request_id=wire.field(header, "request_id", str), origin=origin, counts=counts)
         if "log" not in reply:
             return reply, []
-        log = reply["log"]  # as payload: (seq, step, count) per update, then the ids (8 bytes per id)
-        seqs, first, counts = np.unique(log["seqs"], return_index=True, return_counts=True)
+        log = reply["log"]  # as payload: (seq, step, ids) per update, the ids, their steps' counts if not all 1
+        seqs, first, sizes = np.unique(log["seqs"], return_index=True, return_counts=True)
+        counted = bool((log["counts"] != 1).any())
         head = {"cursor": log["cursor"], "reset": log["reset"], "clock": log["clock"], "updates": len(seqs),
-                "n": len(log["ids"])}
-        return {**reply, "log": head}, [np.ascontiguousarray(a, np.int64)
-                                        for a in (seqs, log["steps"][first], counts, log["ids"])]
+                "n": len(log["ids"]), "counted": counted}
+        arrays = [np.ascontiguousarray(a, np.int64) for a in (seqs, log["steps"][first], sizes, log["ids"])]
+        return {**reply, "log": head}, arrays + ([np.ascontiguousarray(log["counts"], "<i4")] if counted else [])
 
     def _inside(self, relative: str) -> Path:
         if len(relative) > 4096 or "\0" in relative:

@@ -124,7 +124,7 @@ class ShardStore:
         if not origin.combine or origin.workers == 1:
             t.push(ids, grads, step=step, admit=self._admit, lr_scale=_lr_scale(origin.staleness), counts=counts)
             if origin.workers > 1:  # logged before the clock moves past it
-                self.log.append(table, step, [(origin.worker, ids)])
+                self.log.append(table, step, [(origin.worker, ids, counts)])
             self.steps.applied(table, step, origin.worker, origin.parts)
             return
         whole = self.steps.hold(table, step, origin, ids, grads, counts)
@@ -137,7 +137,7 @@ class ShardStore:
         except BaseException:
             self.steps.withdraw(table, step, origin)
             raise
-        self.log.append(table, step, list(zip(self.steps.senders(table, step), [p[0] for p in parts])))
+        self.log.append(table, step, [(w, p[0], p[2]) for w, p in zip(self.steps.senders(table, step), parts)])
         self.steps.finish(table, step, origin.workers)
 
     def _admit(self, n_new: int):

@@ -6,8 +6,11 @@ A push reply asks with a cursor (``Origin.since``, -1: nothing wanted) and carri
 ids other workers changed after it:
 
     seq 7  step 12  worker 0: [3, 9]   worker 1: [9, 40]      (one combined step)
-    since(cursor=6, worker=0)  ->  ids [40]  steps [12]  seqs [7]   cursor 7
+    since(cursor=6, worker=0)  ->  ids [40]  steps [12]  seqs [7]  counts [1]   cursor 7
                                    (9 was changed by worker 0 too: it counted that update itself)
+
+``counts``: the training steps the update brought the row (a worker cache's pushed sum of k
+brings k; a combined step's rows take the largest of their parts', as the optimizers do).
 
 A row counts once per update (a combined step is one update). The log is bounded in entries
 and in ids; a cursor older than what it holds is answered ``reset`` (the worker drops its
@@ -31,6 +34,7 @@ class _Entry:
     seq: int
     step: int
     ids: np.ndarray                      # unique ids changed (sorted)
+    counts: np.ndarray                   # (len(ids),) int32: steps each row's update brought
     by_worker: dict[int, np.ndarray]     # worker -> the unique ids it contributed (sorted)
 
 
@@ -43,17 +47,23 @@ class UpdateLog:
         self._floor: dict[str, int] = {}   # table -> cursors below this are reset
         self._ids: dict[str, int] = {}     # table -> ids held
 
-    def append(self, table: str, step: int, parts: list[tuple[int, np.ndarray]]) -> None:
-        """One applied update of ``step``: (worker, ids) of each part that made it."""
+    def append(self, table: str, step: int, parts: list[tuple]) -> None:
+        """One applied update of ``step``: (worker, ids[, counts]) of each part that made it."""
         by_worker: dict[int, list[np.ndarray]] = {}
-        for worker, ids in parts:
+        for worker, ids, *_ in parts:
             by_worker.setdefault(worker, []).append(ids)
         mine = {w: np.unique(np.concatenate(a)) for w, a in by_worker.items()}
-        ids = np.unique(np.concatenate(list(mine.values()))) if mine else np.zeros(0, np.int64)
+        all_ids = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.int64)
+        all_counts = np.concatenate([np.ones(len(p[1]), np.int32) if len(p) < 3 or p[2] is None
+                                     else np.asarray(p[2], np.int32) for p in parts]) if parts \
+            else np.zeros(0, np.int32)
+        ids, inverse = np.unique(all_ids, return_inverse=True)
+        counts = np.ones(len(ids), np.int32)
+        np.maximum.at(counts, inverse, all_counts)
         with self._lock:
             seq = self._seq[table] = self._seq.get(table, 0) + 1
             entries = self._entries.setdefault(table, deque())
-            entries.append(_Entry(seq, step, ids, mine))
+            entries.append(_Entry(seq, step, ids, counts, mine))
             self._ids[table] = self._ids.get(table, 0) + len(ids)
             while len(entries) > self.max_entries or (self._ids[table] > self.max_ids and len(entries) > 1):
                 old = entries.popleft()
@@ -61,23 +71,24 @@ class UpdateLog:
                 self._floor[table] = old.seq
 
     def since(self, table: str, cursor: int, worker: int, clock: int) -> dict:
-        """Updates after ``cursor`` by workers other than ``worker``: {"ids", "steps", "seqs"}
-        ((n,) int64 each), "cursor" (the newest seq), "reset", and "clock" (the shard's clock,
-        read by the caller before this call: every update of steps <= clock is in the log)."""
+        """Updates after ``cursor`` by workers other than ``worker``: {"ids", "steps", "seqs",
+        "counts"} ((n,) int64 each), "cursor" (the newest seq), "reset", and "clock" (the shard's
+        clock, read by the caller before this call: every update of steps <= clock is in the log)."""
         with self._lock:
             seq = self._seq.get(table, 0)
             reset = cursor < self._floor.get(table, 0) or cursor > seq
             chosen = [] if reset else [e for e in self._entries.get(table, ()) if e.seq > cursor]
             parts = []
             for e in chosen:
-                theirs = e.ids if worker not in e.by_worker else \
-                    np.setdiff1d(e.ids, e.by_worker[worker], assume_unique=True)
-                parts.append((theirs, e.step, e.seq))
+                theirs = np.ones(len(e.ids), bool) if worker not in e.by_worker else \
+                    ~np.isin(e.ids, e.by_worker[worker], assume_unique=True)
+                parts.append((e.ids[theirs], e.step, e.seq, e.counts[theirs]))
         ids = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.int64)
         steps = np.concatenate([np.full(len(p[0]), p[1], np.int64) for p in parts]) if parts else ids.copy()
         seqs = np.concatenate([np.full(len(p[0]), p[2], np.int64) for p in parts]) if parts else ids.copy()
-        return {"ids": ids.astype(np.int64), "steps": steps, "seqs": seqs, "cursor": seq, "reset": reset,
-                "clock": clock}
+        counts = np.concatenate([p[3] for p in parts]).astype(np.int64) if parts else ids.copy()
+        return {"ids": ids.astype(np.int64), "steps": steps, "seqs": seqs, "counts": counts, "cursor": seq,
+                "reset": reset, "clock": clock}
 
     def reset(self) -> None:
         """Forget every entry (a checkpoint was loaded): every older cursor is answered reset."""

@@ -105,18 +105,21 @@ def _push_reply(replies) -> dict:
 
 
 def _update_log(head: dict, payload) -> dict:
-    """The update log of a push reply: per update (seq, step, count), then the ids; expanded to
-    one (id, step, seq) per id, as the store answers in process."""
-    n, k = head.get("n"), head.get("updates")
-    if not all(isinstance(x, int) and x >= 0 for x in (n, k)) or len(payload) != 8 * (3 * k + n):
+    """The update log of a push reply: per update (seq, step, number of ids), the ids, and (when
+    not all 1) each id's count (int32); expanded to one (id, step, seq, count) per id, as the
+    store answers in process."""
+    n, k, counted = head.get("n"), head.get("updates"), head.get("counted")
+    size = 8 * (3 * k + n) + 4 * n * bool(counted) if isinstance(n, int) and isinstance(k, int) else -1
+    if not all(isinstance(x, int) and x >= 0 for x in (n, k)) or len(payload) != size:
         raise ShardUnavailable(f"a push reply's update log ({k!r} updates, {n!r} ids) does not match its "
                                f"{len(payload)} bytes")
-    arrays = np.frombuffer(payload, np.int64)
-    seqs, steps, counts, ids = arrays[:k], arrays[k:2 * k], arrays[2 * k:3 * k], arrays[3 * k:]
-    if int(counts.sum()) != n:
-        raise ShardUnavailable(f"a push reply's update log counts {int(counts.sum())} ids and carries {n}")
+    arrays = np.frombuffer(payload[:8 * (3 * k + n)], np.int64)
+    seqs, steps, sizes, ids = arrays[:k], arrays[k:2 * k], arrays[2 * k:3 * k], arrays[3 * k:]
+    if int(sizes.sum()) != n:
+        raise ShardUnavailable(f"a push reply's update log counts {int(sizes.sum())} ids and carries {n}")
+    counts = np.frombuffer(payload[8 * (3 * k + n):], "<i4").astype(np.int64) if counted else np.ones(n, np.int64)
     return {"cursor": head["cursor"], "reset": head["reset"], "clock": head["clock"], "ids": ids.copy(),
-            "steps": np.repeat(steps, counts), "seqs": np.repeat(seqs, counts)}
+            "steps": np.repeat(steps, sizes), "seqs": np.repeat(seqs, sizes), "counts": counts}
 
 
 class GrpcTransport(Transport):

@@ -77,7 +77,7 @@ class CachedSource(RowSource):
         self.pushed: dict[str, int] = {}                  # table -> the last step sent
         self.cursor = {t: [0] * self.n_shards for t in dims}           # per shard: update log position
         self.reply_clock = {t: np.full(self.n_shards, -1, np.int64) for t in dims}
-        self.events: dict[str, deque] = {t: deque(maxlen=HISTORY) for t in dims}  # log reports: (n, ids, steps)
+        self.events: dict[str, deque] = {t: deque(maxlen=HISTORY) for t in dims}  # log reports: (n, ids, steps, counts)
         self.n_events = {t: 0 for t in dims}
         self.own: dict[str, deque] = {t: deque(maxlen=HISTORY) for t in dims}  # own pushes: (sorted ids, step)
         self.applied: dict[str, int] = {t: -1 for t in dims}  # own pushes of steps <= this are applied
@@ -86,7 +86,7 @@ class CachedSource(RowSource):
         if inner.workers > 1:
             inner.on_reply = lambda table, reply: self._replies.append((table, reply))
         self.counters: Counter[str] = Counter()
-        self.lags: Counter[int] = Counter()
+        self.lags = np.zeros(staleness + 1, np.int64)  # reads per lag (steps behind), misses at 0
 
     # --- reads -------------------------------------------------------------------------
 
@@ -107,8 +107,9 @@ class CachedSource(RowSource):
         values = sl.rows[torch.from_numpy(hits).to(self.device)]  # a copy: later inserts may reuse the slots
         sl.last_used[slots[cached]] = step  # hits, and stale rows about to be refreshed, stay this step
         sl.uses[hits] += 1
-        self.lags.update(lag[lag <= self.s].tolist())
-        self.lags[0] += int(len(ids) - hit.sum())
+        served = np.bincount(lag[lag <= self.s], minlength=self.s + 1)
+        served[0] += len(ids) - int(hit.sum())  # misses: read from the servers
+        self.lags += served[:self.s + 1]
         misses = ids[~hit]
         admit = self.admission[table].see(misses)
         self._last_hit[table] = hit
@@ -180,15 +181,22 @@ class CachedSource(RowSource):
                 at = np.minimum(np.searchsorted(pushed, ids), max(len(pushed) - 1, 0))
                 found = pushed[at] == ids if len(pushed) else np.zeros(len(ids), bool)
                 behind[found] += counts[at[found]]
-        for _, event_ids, steps in events:
+        for _, event_ids, steps, counts in events:
             if event_ids is None:
                 return None  # a reset of the log: start afresh
-            behind += np.isin(ids, event_ids[steps > seen])
+            later = steps > seen
+            sub_ids, inverse = np.unique(event_ids[later], return_inverse=True)  # an id may be in several updates
+            sub_counts = np.zeros(len(sub_ids), np.int64)
+            np.add.at(sub_counts, inverse, counts[later])
+            at = np.minimum(np.searchsorted(sub_ids, ids), max(len(sub_ids) - 1, 0))
+            found = sub_ids[at] == ids if len(sub_ids) else np.zeros(len(ids), bool)
+            behind[found] += sub_counts[at[found]].astype(np.int32)
         return behind
 
-    def _event(self, table: str, ids: np.ndarray | None, steps: np.ndarray | None) -> None:
+    def _event(self, table: str, ids: np.ndarray | None, steps: np.ndarray | None,
+               counts: np.ndarray | None = None) -> None:
         self.n_events[table] += 1
-        self.events[table].append((self.n_events[table], ids, steps))
+        self.events[table].append((self.n_events[table], ids, steps, counts))
 
     # --- writes ------------------------------------------------------------------------
 
@@ -280,15 +288,15 @@ class CachedSource(RowSource):
             self._event(table, None, None)
             return
         new = log["seqs"] > self.cursor[table][shard]  # a reply may repeat what an earlier one said
-        ids, steps = log["ids"][new], log["steps"][new]
+        ids, steps, counts = log["ids"][new], log["steps"][new], log["counts"][new]
         self.cursor[table][shard] = max(self.cursor[table][shard], log["cursor"])
         if not len(ids):
             return
         slots = sl.lookup(ids)
         ok = slots >= 0
         ok[ok] = steps[ok] > sl.seen[slots[ok]]
-        np.add.at(sl.behind, slots[ok], 1)
-        self._event(table, ids, steps)
+        np.add.at(sl.behind, slots[ok], counts[ok].astype(np.int32))  # the steps each update brought
+        self._event(table, ids, steps, counts)
 
     # --- waiting ---------------------------------------------------------------------------
 
@@ -344,10 +352,10 @@ class CachedSource(RowSource):
             out[p + "pull_bytes_saved"] = c[f"{table}.unique_hits"] * row_bytes
             out[p + "push_bytes_saved"] = c[f"{table}.rows_pushed_held"] * row_bytes
             out[p + "resets"] = c[f"{table}.resets"]
-        if self.lags:
-            values = np.repeat(*zip(*sorted(self.lags.items())))
-            out["cache_staleness_p50"] = float(np.percentile(values, 50))
-            out["cache_staleness_p99"] = float(np.percentile(values, 99))
+        if self.lags.sum():
+            cumulative = np.cumsum(self.lags) / self.lags.sum()
+            out["cache_staleness_p50"] = float(np.searchsorted(cumulative, 0.5))
+            out["cache_staleness_p99"] = float(np.searchsorted(cumulative, 0.99))
         return out
 
 

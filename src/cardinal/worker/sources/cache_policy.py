@@ -35,8 +35,7 @@ class LRU(EvictionPolicy):
 
     def victims(self, last_used, uses, eligible, k):
         candidates = np.flatnonzero(eligible)
-        order = np.argsort(last_used[candidates], kind="stable")
-        return candidates[order[:k]]
+        return _smallest(candidates, last_used[candidates], k)
 
 
 class LFU(EvictionPolicy):
@@ -44,8 +43,17 @@ class LFU(EvictionPolicy):
 
     def victims(self, last_used, uses, eligible, k):
         candidates = np.flatnonzero(eligible)
-        order = np.lexsort((last_used[candidates], uses[candidates]))  # by uses, then by age
-        return candidates[order[:k]]
+        key = (np.minimum(uses[candidates], (1 << 30) - 1) << 32) | last_used[candidates]  # by uses, then by age
+        return _smallest(candidates, key, k)
+
+
+def _smallest(candidates: np.ndarray, key: np.ndarray, k: int) -> np.ndarray:
+    """The ``k`` candidates of smallest key, smallest first (deterministic: the same state, the same victims)."""
+    if k < len(candidates):
+        part = np.argpartition(key, k - 1)[:k] if k > 0 else np.zeros(0, np.int64)
+        candidates, key = candidates[part], key[part]
+    order = np.lexsort((candidates, key))
+    return candidates[order[:k]]
 
 
 def make_policy(name: str) -> EvictionPolicy:
