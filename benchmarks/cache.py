@@ -49,7 +49,8 @@ def main(argv: list[str] | None = None) -> None:
     sets = ['embedding.consistency="sync"', "train.eval_every=0", 'train.baseline="none"', "train.log_every=10"]
     rows, steps = args.rows or (QUICK["rows"] if args.quick else 0), args.steps or (QUICK["steps"] if args.quick else 0)
     sets += [f"data.synthetic.rows={rows}"] if rows else []
-    sets += [f"data.synthetic.eval_rows={QUICK['eval_rows']}", f"data.batch_size={QUICK['batch']}"] if args.quick else []
+    if args.quick:
+        sets += [f"data.synthetic.eval_rows={QUICK['eval_rows']}", f"data.batch_size={QUICK['batch']}"]
     sets += [f"train.steps={steps}"] if steps else []
     recipe = config.load(RECIPE, sets)
     with tempfile.TemporaryDirectory(prefix="cardinal-cache-") as tmp:

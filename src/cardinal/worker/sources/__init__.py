@@ -1,4 +1,5 @@
-"""Row sources of the worker's embedding module: parameter servers, GEO replica."""
+"""Row sources of the worker's embedding module: parameter servers, GEO replica, a cache of hot
+rows over the servers (``cache.CachedSource``)."""
 
 from cardinal.worker.sources.base import RowSource
 from cardinal.worker.sources.geo import GeoReplica

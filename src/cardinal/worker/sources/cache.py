@@ -364,7 +364,8 @@ class _CachedPull(Handle):
 
     def __init__(self, source: CachedSource, table, ids, hit, values, misses, admit, handle, seen, since, step):
         self.source, self.table, self.ids, self.hit, self.values = source, table, ids, hit, values
-        self.misses, self.admit, self.handle, self.seen, self.since, self.step = misses, admit, handle, seen, since, step
+        self.misses, self.admit, self.handle = misses, admit, handle
+        self.seen, self.since, self.step = seen, since, step
         self.result = None
 
     def wait(self, timeout: float | None = DEFAULT_TIMEOUT):
