@@ -10,6 +10,7 @@ from collections import defaultdict
 
 import numpy as np
 import pytest
+import torch
 
 from cardinal.embedding import TableConfig
 from cardinal.ps import StoreConfig, embedded
@@ -66,7 +67,7 @@ class Versions:
 
 
 def train(workers: int, s: int | None, steps: int = 40, ids_space: int = 30, seed: int = 0,
-          capacity: int = 1 << 16, check=None, prefetch: bool = False):
+          capacity: int = 1 << 16, check=None, prefetch: bool = False, device: str = "cpu"):
     """``workers`` threads, one CachedSource each (None: no cache), sync, combined steps; returns
     (the servers' rows of every id, the sources). ``prefetch``: async as the trainer runs it with
     staleness 1 (the next step's pull is sent before this step's push)."""
@@ -75,7 +76,7 @@ def train(workers: int, s: int | None, steps: int = 40, ids_space: int = 30, see
     sources = []
     for w in range(workers):
         src = PSSource(client, 4, 20, worker=w, workers=workers, combine=True)
-        sources.append(src if s is None else CachedSource(src, {"a": DIM}, capacity, s))
+        sources.append(src if s is None else CachedSource(src, {"a": DIM}, capacity, s, device=device))
     errors = []
     handed = np.zeros((workers, ids_space), np.int64)  # gradients each worker gave its source, per id
 
@@ -91,6 +92,7 @@ def train(workers: int, s: int | None, steps: int = 40, ids_space: int = 30, see
                     src.settle(None if not prefetch else step - 2)
                     ahead = src.pull("a", ids, create=True, step=step)
                 rows = ahead.wait()
+                rows = rows.cpu().numpy() if isinstance(rows, torch.Tensor) else rows
                 if check:
                     check(versions, src, ids, rows, handed[w])
                 ahead = None
@@ -150,3 +152,14 @@ def test_a_larger_bound_serves_more_hits_and_flush_pushes_every_pending_gradient
     _, loose = train(1, 4)
     _, tight = train(1, 1)
     assert loose[0].metrics()["cache_a_hit_rate_unique"] > tight[0].metrics()["cache_a_hit_rate_unique"] > 0
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here: the cache's rows on a GPU are checked "
+                    "on a machine with one")
+def test_a_cache_on_the_gpu_keeps_the_contract_and_returns_device_rows():
+    plain, _ = train(2, None)
+    final, sources = train(2, 2, device="cuda")
+    np.testing.assert_allclose(final, plain, rtol=1e-5, atol=1e-6)
+    assert sources[0].slots["a"].rows.is_cuda and sources[0].metrics()["cache_a_hit_rate_unique"] > 0
+    bitwise, _ = train(1, 0, device="cuda")
+    np.testing.assert_array_equal(bitwise, train(1, None)[0])
