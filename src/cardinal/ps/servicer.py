@@ -110,11 +110,12 @@ class ShardServicer:
 
     def _pull(self, header, payload):
         ids, _ = wire.split_payload(header, payload, with_grads=False)
+        codec = wire.codec_of(header)  # the reply's rows: checked before anything is created
         request_id = header.get("request_id")
         if request_id is not None:
             wire.field(header, "request_id", str)
         table = self.store.tables.get(wire.field(header, "table", str))
-        reply_bytes = len(ids) * 4 * (table.dim if table is not None else 0) + REPLY_HEADER
+        reply_bytes = len(ids) * (codec.row_bytes(table.dim) if table is not None else 0) + REPLY_HEADER
         if reply_bytes > self.max_message_bytes:
             raise _Abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
                          f"a pull of {len(ids)} ids of dim {table.dim} needs a {reply_bytes / 2**20:.1f} MiB reply, "
@@ -122,7 +123,7 @@ class ShardServicer:
                          "(ps.max_message_mb): pull fewer ids per request (nothing was created)")
         rows = self.store.pull(wire.field(header, "table", str), ids, create=wire.field(header, "create", bool, True),
                                step=wire.field(header, "step", int, 0), request_id=request_id)
-        return {"dim": rows.shape[1], "dtype": "float32"}, [rows]
+        return {"dim": rows.shape[1], "dtype": "float32", "codec": codec.name}, [codec.encode(rows)]
 
     def _push(self, header, payload):
         ids, grads = wire.split_payload(header, payload, with_grads=True)
