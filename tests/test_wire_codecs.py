@@ -153,11 +153,22 @@ def test_traffic_counts_rows_at_their_codec_size(cluster, remote):
     handle.wait()  # waited on twice, counted once
     client.push("user", ids[:30], np.ones((30, 8), np.float32)).wait()
     client.pull("item", ids[:10]).wait()
+    client.pull("item", ids[:7], create=False).wait()  # evaluation: counted apart
     m = client.metrics()
-    assert {k: m[k] for k in ("pull_ids", "pull_row_bytes", "push_ids", "push_row_bytes")} == {
-        "pull_ids": 110, "pull_row_bytes": 100 * 8 * 2 + 10 * 3 * 2, "push_ids": 30, "push_row_bytes": 30 * (8 + 4)}
+    assert {k: m[k] for k in ("pull_ids", "pull_row_bytes", "push_ids", "push_row_bytes", "lookup_ids",
+                              "lookup_row_bytes")} == {
+        "pull_ids": 110, "pull_row_bytes": 100 * 8 * 2 + 10 * 3 * 2, "push_ids": 30, "push_row_bytes": 30 * (8 + 4),
+        "lookup_ids": 7, "lookup_row_bytes": 7 * 3 * 2}
     if remote:  # whole messages: ids, rows, headers; at least the rows and ids each way
         assert m["message_bytes_received"] > m["pull_row_bytes"]
-        assert m["message_bytes_sent"] > m["push_row_bytes"] + 8 * (110 + 30)
+        assert m["message_bytes_sent"] > m["push_row_bytes"] + 8 * (110 + 30 + 7)
     else:
         assert "message_bytes_sent" not in m
+
+
+def test_the_recipe_names_the_codecs_there_are():
+    from cardinal.train import config
+
+    assert config.CODECS == codecs.NAMES
+    with pytest.raises(ValueError, match=r"wire.pull must be one of \['fp32', 'fp16', 'bf16', 'int8'\], got 'fp8'"):
+        config.load(None, ['wire.pull="fp8"'])

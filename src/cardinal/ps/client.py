@@ -88,13 +88,15 @@ class PSClient:
         codec = self.pull_codec.name
         handles = [self._resending(lambda s=s, pos=pos, rid=self._request_id(): self.transport.pull(
             s, table, ids[pos], create=create, step=step, request_id=rid, codec=codec)) for s, pos in parts]
-        self.traffic.add(pull_ids=len(ids))
+        kind = "pull" if create else "lookup"  # training pulls apart from evaluation's
+        self.traffic.add(**{f"{kind}_ids": len(ids)})
         counted = []
 
         def combine(results):
             dim = results[0].shape[1]
             if not counted:  # once, however often the handle is waited on
-                counted.append(self.traffic.add(pull_row_bytes=len(ids) * self.pull_codec.row_bytes(dim)))
+                self.traffic.add(**{f"{kind}_row_bytes": len(ids) * self.pull_codec.row_bytes(dim)})
+                counted.append(True)
             out = np.empty((len(ids), dim), np.float32)
             for (_, pos), rows in zip(parts, results):
                 out[pos] = rows

@@ -1,6 +1,8 @@
 """What a ``PSClient`` moved, per direction: the numbers ``PSClient.metrics()`` reports.
 
-    pull_ids, pull_row_bytes   ids pulled, and their rows' bytes at the pull codec's size
+    pull_ids, pull_row_bytes   ids pulled (create=True: training), and their rows' bytes at the
+                               pull codec's size
+    lookup_ids, lookup_row_bytes   the same for pulls that create nothing (evaluation, serving)
     push_ids, push_row_bytes   ids pushed, and their gradients' bytes at the push codec's size
     message_bytes_sent/_received   whole messages (headers, ids, chunks, resends), where the
                                    transport has messages (gRPC); absent in-process
@@ -14,7 +16,7 @@ import threading
 
 
 class Traffic:
-    FIELDS = ("pull_ids", "pull_row_bytes", "push_ids", "push_row_bytes")
+    FIELDS = ("pull_ids", "pull_row_bytes", "lookup_ids", "lookup_row_bytes", "push_ids", "push_row_bytes")
 
     def __init__(self):
         self._lock = threading.Lock()  # handles are waited on from several threads
