@@ -172,3 +172,13 @@ def test_the_recipe_names_the_codecs_there_are():
     assert config.CODECS == codecs.NAMES
     with pytest.raises(ValueError, match=r"wire.pull must be one of \['fp32', 'fp16', 'bf16', 'int8'\], got 'fp8'"):
         config.load(None, ['wire.pull="fp8"'])
+
+
+@pytest.mark.skipif(not os.path.exists("/lib/x86_64-linux-gnu/libc.so.6") and not os.path.exists("/lib64/libc.so.6"),
+                    reason="glibc only: elsewhere the heap settings do nothing")
+def test_a_gRPC_client_keeps_freed_message_buffers(cluster):
+    """glibc took both thresholds (heap.py): large replies reuse memory instead of faulting it in afresh."""
+    from cardinal.ps.transport import heap
+
+    cluster(1)  # a server and a client were made: each asked for the settings
+    assert heap._done is True and heap.keep_freed_buffers() is True

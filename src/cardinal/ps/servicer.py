@@ -30,7 +30,7 @@ import grpc
 from cardinal.ps.limits import StoreFull
 from cardinal.ps.request_log import FirstAttemptFailed, quote
 from cardinal.ps.store import ShardStore
-from cardinal.ps.transport import wire
+from cardinal.ps.transport import heap, wire
 from cardinal.ps.worker_steps import Origin
 
 SERVICE = "cardinal.Shard"
@@ -51,6 +51,7 @@ class ShardServicer:
         self.store, self.data_dir = store, Path(data_dir).resolve()
         self.job, self.token = job, token
         self.max_message_bytes = max_message_bytes
+        heap.keep_freed_buffers()  # replies are large and many: reuse their memory (heap.py)
 
     def handler(self) -> grpc.GenericRpcHandler:
         methods = {"Pull": self._pull, "Push": self._push, "Save": self._save, "Load": self._load, "Stats": self._stats}
