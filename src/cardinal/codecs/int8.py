@@ -2,7 +2,8 @@
 
 Symmetric: scale = max|x| / 127 (float32) for each row, q = round_half_even(x / scale) in
 [-127, 127], decoded as q * scale, so every value is within scale / 2 of the original and the
-largest keeps its magnitude. A zero row has scale 0 and decodes to zeros. Rows must be finite
+largest keeps its magnitude (a row of subnormals too tiny for that steps by the least float32).
+A zero row has scale 0 and decodes to zeros. Rows must be finite
 (a row holding inf or NaN has no scale): encoding one is a ValueError.
 
     layout: [ n float32 scales | n x dim int8 values ]   (row_bytes = 4 + dim)
@@ -25,6 +26,8 @@ def _quantize(rows, scales, q):  # rows (n, dim) float32 -> scales (n,) float32,
                 return False
             m = max(m, a)
         s = m / np.float32(127.0)
+        if m > 0 and s == 0:  # under 127 x the least subnormal: the step is that subnormal
+            s = np.float32(1e-45)
         scales[r] = s
         for j in range(dim):
             if s == 0:
@@ -33,6 +36,15 @@ def _quantize(rows, scales, q):  # rows (n, dim) float32 -> scales (n,) float32,
                 v = np.rint(rows[r, j] / s)
                 q[r, j] = np.int8(min(max(v, np.float32(-127.0)), np.float32(127.0)))
     return True
+
+
+@nb.njit(nogil=True, cache=True)
+def _dequantize(scales, q, out):  # scales (n,) float32, q (n, dim) int8 -> out (n, dim) float32
+    n, dim = q.shape
+    for r in range(n):
+        s = scales[r]
+        for j in range(dim):
+            out[r, j] = np.float32(q[r, j]) * s
 
 
 class INT8(Codec):
@@ -52,4 +64,6 @@ class INT8(Codec):
 
     def _decode(self, data, n, dim):
         scales, q = data[:4 * n].view(np.float32), data[4 * n:].view(np.int8).reshape(n, dim)
-        return q.astype(np.float32) * scales[:, None]
+        out = np.empty((n, dim), np.float32)
+        _dequantize(scales, q, out)
+        return out
