@@ -78,7 +78,7 @@ def test_int8_matches_reference_bitwise():
     x[4] = 0
     x[5, 3] = -1e-38
     x[6] = [127, -127, 63.5, 0.5, -0.5, 1.5, 254, 0, 1]
-    x[7] = np.array([1, 0x80000003, 0, 50, 7, 1, 1, 2, 0], np.uint32).view(np.float32)  # subnormals: the scale underflows
+    x[7] = np.array([1, 0x80000003, 0, 50, 7, 1, 1, 2, 0], np.uint32).view(np.float32)  # the scale underflows
     np.testing.assert_array_equal(codecs.get("int8").roundtrip(x), int8_reference(x))
 
 

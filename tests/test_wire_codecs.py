@@ -202,14 +202,14 @@ print(heap._done, out[0])
 @pytest.mark.skipif(not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc",
                     reason="glibc only: elsewhere the heap settings do nothing")
 @pytest.mark.parametrize("make", [
-    "from cardinal.ps.transport.grpc_transport import GrpcTransport; GrpcTransport(['127.0.0.1:1'], 'j', 't').close()",
+    "from cardinal.ps.transport.grpc_transport import GrpcTransport\nGrpcTransport(['127.0.0.1:1'], 'j', 't').close()",
     "from cardinal.ps.servicer import ShardServicer; ShardServicer(None, '.', 'j', 't')",
     "pass"])
 def test_servers_and_gRPC_clients_keep_freed_message_buffers(make):
     """heap.py: memory freed by one reply is reused by the next instead of being faulted in again
     (counted in page faults, not time). Each in a fresh process, since the setting is per process."""
-    done = subprocess.run([sys.executable, "-c", FAULTS.format(make=make)], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    done = subprocess.run([sys.executable, "-c", FAULTS.format(make=make)], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     assert done.returncode == 0, done.stderr
     took, faults = done.stdout.split()
     if make == "pass":  # glibc's defaults: the control, which shows the test can tell

@@ -64,7 +64,8 @@ class Gathered(Handle):
 
 
 class PSClient:
-    def __init__(self, transport: Transport, retries: int = 5, *, pull_codec: str = "fp32", push_codec: str = "fp32"):
+    def __init__(self, transport: Transport, retries: int = 5, *, pull_codec: str = "fp32",
+                 push_codec: str = "fp32"):
         self.transport, self.retries = transport, retries
         self.pull_codec, self.push_codec = codecs.get(pull_codec), codecs.get(push_codec)
         self.traffic = Traffic()

@@ -10,6 +10,10 @@ optimizers. Failures map to status codes that say what to change:
                          pull whose reply would pass the message limit, a full store
                          (``StoreFull``): each refused before anything changes
 
+A pull names the codec of the rows in its reply and a push the codec of its gradients
+(``cardinal.codecs``; fp32 when unnamed): an unknown codec, or gradients whose size is not
+len(ids) x that codec's row, is INVALID_ARGUMENT naming the field, before anything changes.
+
 A push carries a request id (a pull may): the store applies each request once
 (``request_log.py``), so a client may safely send again what it is unsure arrived.
 

@@ -10,7 +10,8 @@ shards go out in parallel, and ``wait`` has a deadline. Errors name the shard an
                                       its rows are gone or older, so training must not go on
 Requests carry ids (``PSClient`` resends on a TransientError; the server applies each id
 once). A call refused for the server's concurrency limit never ran, and is sent again after
-a backoff. Requests are split into messages of at most ``chunk_mb``, sent together.
+a backoff. Requests are split into messages of at most ``chunk_mb``, sent together. Pulls and
+pushes take a ``codec`` (``cardinal.codecs``): rows and gradients cross encoded by it.
 """
 
 import itertools

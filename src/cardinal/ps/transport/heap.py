@@ -4,7 +4,8 @@ Every pull reply is a few MiB, allocated, filled, sent and freed: with glibc's d
 freed memory goes back to the kernel at once (blocks over the mmap threshold are unmapped,
 and the top of a thread's heap is trimmed), so the next reply page-faults all of it in again:
 on the loopback benchmark at dim 64, a server took about 90,000 page faults (350 MB) for 64
-replies of 4 MB without this and next to none with it, and its time per pull roughly halved. Raising both thresholds once per process (a server, a gRPC client) lets those
+replies of 4 MB without this and next to none with it, and its time per pull roughly halved.
+Raising both thresholds once per process (a server, a gRPC client) lets those
 buffers be reused; memory held is bounded by the largest messages in flight.
 
 glibc only: elsewhere (musl, macOS) this does nothing and says so through its result.
