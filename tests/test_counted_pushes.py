@@ -204,3 +204,19 @@ def test_geo_replica_refuses_counts_and_changes_nothing():
     with pytest.raises(TypeError, match="GeoReplica takes no counts"):
         geo.push("user", ids, np.ones((2, 8), np.float32), step=1, counts=np.array([2, 2], np.int32))
     np.testing.assert_array_equal(geo.pull("user", ids, create=True, step=1).wait(), rows)
+
+
+def test_a_resend_with_other_counts_is_another_request_and_refused():
+    s = trained_store()
+    counts = np.array([2, 1, 3], np.int32)
+    s.push("user", IDS3, G3, step=2, counts=counts, request_id="c0ffee-1")
+    state = lambda: snapshot(lambda: s.tables["user"].digest(),  # noqa: E731
+                             lambda t, ids: s.pull(t, ids, create=False))
+    before = state()
+    s.push("user", IDS3, G3, step=2, counts=counts, request_id="c0ffee-1")  # the same: acknowledged, applied once
+    assert state() == before
+    with pytest.raises(ValueError, match="used before for another request"):
+        s.push("user", IDS3, G3, step=2, counts=counts + 1, request_id="c0ffee-1")
+    with pytest.raises(ValueError, match="used before for another request"):
+        s.push("user", IDS3, G3, step=2, request_id="c0ffee-1")
+    assert state() == before

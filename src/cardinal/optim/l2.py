@@ -21,7 +21,9 @@ So L2 acts per sighting, like the optimizer's state (``optim/base.py``: untouche
 not change). With several workers and ``embedding.combine = true`` a step's pushes are one
 update, so one decay; with ``combine = false`` each worker's push decays the row once. In
 GEO mode the worker's replica applies the recipe's optimizer, L2 included, and the servers
-add the resulting changes (``kind="delta"``) without a second decay.
+add the resulting changes (``kind="delta"``) without a second decay. A counted push (``k``
+updates a worker cache held and summed, ``optim/base.py``) is k sightings: ``g += k * l2 * w``,
+the first-order term of k decays, measured from the row's value before them.
 
 Cost when off: each kernel is compiled twice from one source, with and without the
 ``l2 * w`` term (``with_l2`` is a closure constant, so numba drops the dead branch); ``l2 = 0``

@@ -7,10 +7,10 @@ from cardinal.ps.transport import InProcessTransport
 
 
 def embedded(config: StoreConfig, n_shards: int = 4, concurrent: bool = False,
-             limits: StoreLimits | None = None) -> PSClient:
+             limits: StoreLimits | None = None, *, pull_codec: str = "fp32", push_codec: str = "fp32") -> PSClient:
     """The embedded default: ``n_shards`` stores in this process behind a client."""
     stores = [ShardStore(config, s, n_shards, limits) for s in range(n_shards)]
-    return PSClient(InProcessTransport(stores, concurrent))
+    return PSClient(InProcessTransport(stores, concurrent), pull_codec=pull_codec, push_codec=push_codec)
 
 
 __all__ = ["PSClient", "ShardStore", "StoreConfig", "StoreLimits", "StoreFull", "InProcessTransport", "embedded"]

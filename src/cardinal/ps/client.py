@@ -1,6 +1,6 @@
 """``PSClient``: one table-level API over the shards of any transport.
 
-    client = PSClient(InProcessTransport(stores))
+    client = PSClient(InProcessTransport(stores), pull_codec="bf16", push_codec="bf16")
     rows = client.pull("user", ids, step=3).wait()      # (n, dim) float32
     client.push("user", ids, grads, step=3).wait()
     client.save("ckpt/", step=3)                         # every shard, then the commit marker
@@ -10,6 +10,9 @@ that has ids, and assembles the answers when waited on. Every pull and push carr
 request id; on a TransientError the client sends it again, and the store applies it once. A request is checked here in full
 before any shard sees it, and every shard checks the rest the same way, so a bad request is
 rejected everywhere or nowhere.
+
+Rows cross as ``pull_codec`` and gradients as ``push_codec`` (``cardinal.codecs``; fp32 by
+default, every request of this client), on any transport; ``metrics()`` counts what moved.
 """
 
 import itertools
@@ -21,9 +24,11 @@ from pathlib import Path
 
 import numpy as np
 
+from cardinal import codecs
 from cardinal.embedding import combine_digests
 from cardinal.ps import checkpoint, checkpoint_load, validate
 from cardinal.ps.routing import split
+from cardinal.ps.traffic import Traffic
 from cardinal.ps.transport.base import DEFAULT_TIMEOUT, Handle, TransientError, Transport
 from cardinal.ps.worker_steps import Origin
 
@@ -66,8 +71,11 @@ def _push_reply(replies: list[dict]) -> dict:
 
 
 class PSClient:
-    def __init__(self, transport: Transport, retries: int = 5):
+    def __init__(self, transport: Transport, retries: int = 5, *, pull_codec: str = "fp32",
+                 push_codec: str = "fp32"):
         self.transport, self.retries = transport, retries
+        self.pull_codec, self.push_codec = codecs.get(pull_codec), codecs.get(push_codec)
+        self.traffic = Traffic()
         self.n_shards = transport.n_shards
         self._client = uuid.uuid4().hex[:12]
         self._seq = itertools.count()
@@ -85,11 +93,21 @@ class PSClient:
     def pull(self, table: str, ids: np.ndarray, *, create: bool = True, step: int = 0) -> Handle:
         validate.check_ids(ids)
         parts = self._parts(ids)
+        codec = self.pull_codec.name
         handles = [self._resending(lambda s=s, pos=pos, rid=self._request_id(): self.transport.pull(
-            s, table, ids[pos], create=create, step=step, request_id=rid)) for s, pos in parts]
+            s, table, ids[pos], create=create, step=step, request_id=rid, codec=codec)) for s, pos in parts]
+        kind = "pull" if create else "lookup"  # training pulls apart from evaluation's
+        self.traffic.add(**{f"{kind}_ids": len(ids)})
+        counted = []
 
         def combine(results):
-            out = np.empty((len(ids), results[0].shape[1]), np.float32)
+            dim = results[0].shape[1]
+            if not counted:  # once, however often the handle is waited on
+                self.traffic.add(**{f"{kind}_row_bytes": len(ids) * self.pull_codec.row_bytes(dim)})
+                counted.append(True)
+            if len(parts) == 1 and len(parts[0][1]) == len(ids) and results[0].flags.writeable:
+                return results[0]  # one shard holds every id, in order (a stable split): nothing to place
+            out = np.empty((len(ids), dim), np.float32)
             for (_, pos), rows in zip(parts, results):
                 out[pos] = rows
             return out
@@ -119,13 +137,19 @@ class PSClient:
         if since is not None and (origin is None or len(since) != self.n_shards):
             raise ValueError(f"since needs an origin and one position per shard ({self.n_shards}), got {since!r}")
         origins = [origin if since is None else replace(origin, since=since[s]) for s in range(self.n_shards)]
+        codec = self.push_codec.name
         handles = [self._resending(lambda s=s, pos=pos, rid=self._request_id(): self.transport.push(
-            s, table, ids[pos], grads[pos], step=step, kind=kind, request_id=rid, origin=origins[s],
+            s, table, ids[pos], grads[pos], step=step, kind=kind, request_id=rid, origin=origins[s], codec=codec,
             counts=None if counts is None else counts[pos]))
             for s, pos in parts]
+        self.traffic.add(push_ids=len(ids), push_row_bytes=len(ids) * self.push_codec.row_bytes(grads.shape[1]))
         if origin is None:
             return Gathered(handles, lambda _: {})
         return Gathered(handles, _push_reply)
+
+    def metrics(self) -> dict[str, int]:
+        """What this client moved (``traffic.py``): ids and row bytes each way, message bytes over gRPC."""
+        return self.traffic.metrics(self.transport)
 
     def clocks(self, workers: int, timeout: float | None = DEFAULT_TIMEOUT) -> dict[str, tuple[int, int, int]]:
         """Per table (clock, culprit, shard): the last step whose pushes by all ``workers``

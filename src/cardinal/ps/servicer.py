@@ -10,6 +10,10 @@ optimizers. Failures map to status codes that say what to change:
                          pull whose reply would pass the message limit, a full store
                          (``StoreFull``): each refused before anything changes
 
+A pull names the codec of the rows in its reply and a push the codec of its gradients
+(``cardinal.codecs``; fp32 when unnamed): an unknown codec, or gradients whose size is not
+len(ids) x that codec's row, is INVALID_ARGUMENT naming the field, before anything changes.
+
 A push carries a request id (a pull may): the store applies each request once
 (``request_log.py``), so a client may safely send again what it is unsure arrived.
 
@@ -31,7 +35,7 @@ import numpy as np
 from cardinal.ps.limits import StoreFull
 from cardinal.ps.request_log import FirstAttemptFailed, quote
 from cardinal.ps.store import ShardStore
-from cardinal.ps.transport import wire
+from cardinal.ps.transport import heap, wire
 from cardinal.ps.worker_steps import Origin
 
 SERVICE = "cardinal.Shard"
@@ -52,6 +56,7 @@ class ShardServicer:
         self.store, self.data_dir = store, Path(data_dir).resolve()
         self.job, self.token = job, token
         self.max_message_bytes = max_message_bytes
+        heap.keep_freed_buffers()  # replies are large and many: reuse their memory (heap.py)
 
     def handler(self) -> grpc.GenericRpcHandler:
         methods = {"Pull": self._pull, "Push": self._push, "Save": self._save, "Load": self._load, "Stats": self._stats}
@@ -111,11 +116,12 @@ class ShardServicer:
 
     def _pull(self, header, payload):
         ids, _ = wire.split_payload(header, payload, with_grads=False)
+        codec = wire.codec_of(header)  # the reply's rows: checked before anything is created
         request_id = header.get("request_id")
         if request_id is not None:
             wire.field(header, "request_id", str)
         table = self.store.tables.get(wire.field(header, "table", str))
-        reply_bytes = len(ids) * 4 * (table.dim if table is not None else 0) + REPLY_HEADER
+        reply_bytes = len(ids) * (codec.row_bytes(table.dim) if table is not None else 0) + REPLY_HEADER
         if reply_bytes > self.max_message_bytes:
             raise _Abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
                          f"a pull of {len(ids)} ids of dim {table.dim} needs a {reply_bytes / 2**20:.1f} MiB reply, "
@@ -123,7 +129,7 @@ class ShardServicer:
                          "(ps.max_message_mb): pull fewer ids per request (nothing was created)")
         rows = self.store.pull(wire.field(header, "table", str), ids, create=wire.field(header, "create", bool, True),
                                step=wire.field(header, "step", int, 0), request_id=request_id)
-        return {"dim": rows.shape[1], "dtype": "float32"}, [rows]
+        return {"dim": rows.shape[1], "dtype": "float32", "codec": codec.name}, [codec.encode(rows)]
 
     def _push(self, header, payload):
         payload, counts = wire.take_counts(header, payload)  # a counted push's last part

@@ -7,6 +7,7 @@
     [sparse_optimizer]  name + that optimizer's hyper-parameters (server side)
     [dense_optimizer]   DenseOptimizerConfig (worker side, torch.optim)
     [ps]                PSConfig           shards of the embedded parameter server
+    [wire]              WireConfig         how rows and gradients cross to the servers (codecs)
     [cache]             CacheConfig        the worker cache of hot rows (off by default)
     [train]             TrainConfig        steps, evaluation, checkpoints, run directory
 
@@ -38,6 +39,7 @@ DENSE_OPTIMIZERS = {"adam": "Adam", "adagrad": "Adagrad", "sgd": "SGD"}
 # equal to cardinal.models.MODELS and cardinal.optim.OPTIMIZERS)
 MODEL_NAMES = ("deepfm", "dlrm", "lr", "wide_deep")
 SPARSE_OPTIMIZERS = ("adagrad", "adam", "ftrl", "rowwise_adagrad", "sgd")
+CODECS = ("fp32", "fp16", "bf16", "int8")  # = cardinal.codecs.NAMES
 
 
 @dataclass(frozen=True)
@@ -254,6 +256,19 @@ class PSConfig:
 
 
 @dataclass(frozen=True)
+class WireConfig:
+    """Codecs (cardinal/codecs) per direction, on every transport (in-process too, so a recipe
+    gives the same numbers embedded and over gRPC); servers keep float32 and full optimizer state."""
+    pull: str = "fp32"            # rows pulled: "fp32", "fp16", "bf16" (half the bytes) or "int8" (a scale a row)
+    push: str = "fp32"            # gradients pushed: the same choices
+
+    def __post_init__(self):
+        for key in ("pull", "push"):
+            if getattr(self, key) not in CODECS:
+                raise ValueError(f"wire.{key} must be one of {list(CODECS)}, got {getattr(self, key)!r}")
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     name: str = "run"             # the run directory's name: run_dir/name-YYYYmmdd-HHMMSS
     epochs: int = 1               # passes over the training data (a total: on --resume, from the run's start)
@@ -313,6 +328,7 @@ class Recipe:
     sparse_optimizer: dict = field(default_factory=lambda: {"name": "rowwise_adagrad"})
     dense_optimizer: DenseOptimizerConfig = field(default_factory=DenseOptimizerConfig)
     ps: PSConfig = field(default_factory=PSConfig)
+    wire: WireConfig = field(default_factory=WireConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)
 

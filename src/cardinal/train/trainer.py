@@ -66,7 +66,7 @@ from cardinal.models import MODELS, dropout_seed
 from cardinal.ps import PSClient, checkpoint, embedded
 from cardinal.ps.transport.grpc_transport import GrpcTransport
 from cardinal.progress import Progress
-from cardinal.train import tables, threads
+from cardinal.train import tables, threads, wire_metrics
 from cardinal.train.baseline import Baseline
 from cardinal.train.best import Best, best_checkpoint, write_marker
 from cardinal.train.callbacks import Callback, EarlyStopping
@@ -197,11 +197,11 @@ class Trainer:
 
     @staticmethod
     def _client(recipe: Recipe) -> PSClient:
-        ps = recipe.ps
+        ps, codecs = recipe.ps, {"pull_codec": recipe.wire.pull, "push_codec": recipe.wire.push}
         if not ps.servers:
-            return embedded(tables.store_config(recipe), ps.shards, ps.concurrent, ps.store_limits())
+            return embedded(tables.store_config(recipe), ps.shards, ps.concurrent, ps.store_limits(), **codecs)
         return PSClient(GrpcTransport(ps.servers, ps.job, ps.token(), timeout=ps.timeout_s, tls_ca=ps.tls_ca or None,
-                                      max_message_mb=ps.max_message_mb))
+                                      max_message_mb=ps.max_message_mb), **codecs)
 
     # --- one step ------------------------------------------------------------------------
 
@@ -290,9 +290,10 @@ class Trainer:
                     if w.world > 1:  # each worker's loss is its share of the global batch's mean
                         count /= w.world
                     rate = seen / train_time
+                    wire = wire_metrics.per_sample(self.client, w, samples)  # every worker: a sum over them
                     if w.leader:
                         self.metrics.write({"step": self.step, "epoch": self.epoch, "loss": loss_sum / count,
-                                            "samples_per_s": rate, "time": time.time(), **self._staleness(),
+                                            "samples_per_s": rate, "time": time.time(), **self._staleness(), **wire,
                                             **self._cache_metrics()})
                     bar.set_postfix(loss=f"{loss_sum / count:.4f}", samples_per_s=f"{rate:,.0f}")
                     window = []
@@ -591,7 +592,8 @@ class Trainer:
                    "samples_per_s": samples / train_time if train_time else 0.0, "timings_s": timings,
                    "bad_lines": getattr(self.train_data, "bad_lines", 0),
                    "checkpoint": str(checkpoint.latest(self.run_dir / "checkpoints")), "workers": self.workers.world,
-                   **self._staleness(), **self._cache_metrics()}
+                   **self._staleness(), **wire_metrics.per_sample(self.client, self.workers, samples),
+                   **self._cache_metrics()}
         if "teacher" in self.data_info:
             summary["teacher_eval_auc"] = self.data_info["teacher"]["eval"]["teacher_auc"]
         if self.workers.leader:

@@ -65,14 +65,16 @@ class Transport(ABC):
 
     @abstractmethod
     def pull(self, shard: int, table: str, ids: np.ndarray, *, create: bool, step: int,
-             request_id: str | None = None) -> Handle: ...
+             request_id: str | None = None, codec: str = "fp32") -> Handle:
+        """``ShardStore.pull``; the rows arrive as ``codec`` (``cardinal.codecs``) delivers them."""
 
     @abstractmethod
     def push(self, shard: int, table: str, ids: np.ndarray, grads: np.ndarray, *, step: int,
              kind: str = "grad", request_id: str | None = None, origin: Origin | None = None,
-             counts: np.ndarray | None = None) -> Handle:
-        """``ShardStore.push``: the reply is {"clock": ...} for a push with an ``origin``, else {}.
-        ``counts``: (len(ids),) int32 >= 1 updates per gradient row, or None (one each)."""
+             codec: str = "fp32", counts: np.ndarray | None = None) -> Handle:
+        """``ShardStore.push`` of the gradients as ``codec`` delivers them: the reply is
+        {"clock": ...} for a push with an ``origin``, else {}. ``counts``: (len(ids),) int32 >= 1
+        updates per gradient row, or None (one each)."""
 
     @abstractmethod
     def save(self, shard: int, root: str, step: int) -> Handle: ...

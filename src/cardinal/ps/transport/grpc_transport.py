@@ -10,7 +10,8 @@ shards go out in parallel, and ``wait`` has a deadline. Errors name the shard an
                                       its rows are gone or older, so training must not go on
 Requests carry ids (``PSClient`` resends on a TransientError; the server applies each id
 once). A call refused for the server's concurrency limit never ran, and is sent again after
-a backoff. Requests are split into messages of at most ``chunk_mb``, sent together.
+a backoff. Requests are split into messages of at most ``chunk_mb``, sent together. Pulls and
+pushes take a ``codec`` (``cardinal.codecs``): rows and gradients cross encoded by it.
 """
 
 import itertools
@@ -21,8 +22,9 @@ from pathlib import Path
 import grpc
 import numpy as np
 
+from cardinal import codecs
 from cardinal.ps.servicer import SERVICE
-from cardinal.ps.transport import wire
+from cardinal.ps.transport import heap, wire
 from cardinal.ps.transport.base import DEFAULT_TIMEOUT, Handle, TransientError, Transport
 
 BUSY_RETRIES, BUSY_BACKOFF_S = 8, 0.05
@@ -142,6 +144,7 @@ class GrpcTransport(Transport):
         self._seq = itertools.count()
         self._dims: dict[str, int] = {}
         self.bytes_sent = self.bytes_received = 0  # message bytes, for traffic figures
+        heap.keep_freed_buffers()  # replies are large and many: reuse their memory (heap.py)
 
     def _check_incarnation(self, shard: int, incarnation: str) -> None:
         known = self._incarnations[shard]
@@ -172,32 +175,39 @@ class GrpcTransport(Transport):
 
     # --- the six calls ---------------------------------------------------------------------
 
-    def pull(self, shard, table, ids, *, create, step, request_id=None):
-        chunks = self._chunks(len(ids), 8 + 4 * self._dim(shard, table))
+    def pull(self, shard, table, ids, *, create, step, request_id=None, codec="fp32"):
+        rows_codec = codecs.get(codec)
+        chunks = self._chunks(len(ids), 8 + rows_codec.row_bytes(self._dim(shard, table)))
         rid = request_id or f"{self._client}-{next(self._seq)}"
         parts = [self._call(shard, "Pull", {"table": table, "ids_bytes": 8 * (c.stop - c.start), "ids_dtype": "int64",
-                                            "create": create,
+                                            "create": create, "codec": rows_codec.name,
                                             "step": int(step), "request_id": f"{rid}.{k}"}, ids[c])
                  for k, c in enumerate(chunks)]
 
         def combine(replies):
-            for h, _ in replies:
-                if h.get("dtype") != "float32":
-                    raise ShardUnavailable(f"shard {shard}: a pull reply of dtype {h.get('dtype')!r}, expected float32")
-            rows = [np.frombuffer(p, np.float32).reshape(-1, h["dim"]) for h, p in replies]
-            return rows[0].copy() if len(rows) == 1 else np.concatenate(rows)
+            try:
+                rows = [wire.rows_from_reply(h, p, c.stop - c.start, rows_codec) for (h, p), c in zip(replies, chunks)]
+            except wire.WireError as e:
+                raise ShardUnavailable(f"shard {shard}: {e}") from None
+            if len(rows) > 1:
+                return np.concatenate(rows)
+            return rows[0] if rows[0].flags.writeable else rows[0].copy()  # fp32 rows are a view of the reply
         return _Mapped(parts, combine)
 
-    def push(self, shard, table, ids, grads, *, step, kind="grad", request_id=None, origin=None, counts=None):
+    def push(self, shard, table, ids, grads, *, step, kind="grad", request_id=None, origin=None, codec="fp32",
+             counts=None):
+        grads_codec = codecs.get(codec)
         dim = grads.shape[1] if grads.ndim == 2 else 0
         rid = request_id or f"{self._client}-{next(self._seq)}"
         parts = []
-        chunks = self._chunks(len(ids), 8 + 4 * max(dim, 1) + (0 if counts is None else 4))
+        chunks = self._chunks(len(ids), 8 + grads_codec.row_bytes(max(dim, 1)) + (0 if counts is None else 4))
         for k, c in enumerate(chunks):
             g = np.ascontiguousarray(grads[c], np.float32)
+            if grads_codec.name != "fp32":  # fp32 sends any array as it is: the server judges its shape
+                g = grads_codec.encode(g)
             header = {"table": table, "ids_bytes": 8 * (c.stop - c.start), "ids_dtype": "int64",
                       "grads_bytes": g.nbytes, "dim": dim,
-                      "dtype": "float32", "codec": "raw", "step": int(step), "kind": kind,
+                      "dtype": "float32", "codec": grads_codec.name, "step": int(step), "kind": kind,
                       "request_id": f"{rid}.{k}"}
             if origin is not None:  # each message is one part of the worker's push of this step
                 header.update(vars(origin.split(k, len(chunks))))

@@ -5,10 +5,14 @@
 in the order they were sent, as over a network connection, so results never depend on
 timing; requests to different shards overlap (kernels release the GIL), and the caller
 computes while its pulls and pushes are in flight.
+
+A codec other than fp32 is applied as a round trip (``Codec.roundtrip``): rows and gradients
+are what the gRPC transport would deliver, bitwise, so a recipe gives the same numbers on both.
 """
 
 from concurrent.futures import ThreadPoolExecutor
 
+from cardinal import codecs
 from cardinal.ps.store import ShardStore
 from cardinal.ps.transport.base import Completed, FutureHandle, Handle, Transport
 
@@ -24,15 +28,25 @@ class InProcessTransport(Transport):
             if concurrent else None
 
     def _call(self, shard: int, method: str, *args, **kwargs) -> Handle:
-        fn = getattr(self.stores[shard], method)
+        return self._run(shard, method, getattr(self.stores[shard], method), *args, **kwargs)
+
+    def _run(self, shard: int, method: str, fn, *args, **kwargs) -> Handle:
         if self._lanes is None:
             return Completed.run(fn, *args, **kwargs)
         return FutureHandle(self._lanes[shard].submit(fn, *args, **kwargs), f"{method} on in-process shard {shard}")
 
-    def pull(self, shard, table, ids, *, create, step, request_id=None):
-        return self._call(shard, "pull", table, ids, create=create, step=step, request_id=request_id)
+    def pull(self, shard, table, ids, *, create, step, request_id=None, codec="fp32"):
+        rows_codec, store = codecs.get(codec), self.stores[shard]
+        return self._run(shard, "pull", lambda: rows_codec.roundtrip(
+            store.pull(table, ids, create=create, step=step, request_id=request_id)))
 
-    def push(self, shard, table, ids, grads, *, step, kind="grad", request_id=None, origin=None, counts=None):
+    def push(self, shard, table, ids, grads, *, step, kind="grad", request_id=None, origin=None, codec="fp32",
+             counts=None):
+        grads_codec, store = codecs.get(codec), self.stores[shard]
+        if grads_codec.name != "fp32":  # fp32: the store judges the array as given
+            return self._run(shard, "push", lambda: store.push(table, ids, grads_codec.roundtrip(grads), step=step,
+                                                         kind=kind, request_id=request_id, origin=origin,
+                                                         counts=counts))
         return self._call(shard, "push", table, ids, grads, step=step, kind=kind, request_id=request_id,
                           origin=origin, counts=counts)
 

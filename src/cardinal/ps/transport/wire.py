@@ -2,20 +2,25 @@
 
     [ uint32 LE: header length | header (JSON, utf-8) | payload bytes ]
 
-A pull's payload is the ids (int64, little-endian); a push's is the ids then the gradients
-(float32, row-major), then, for a counted push only, its counts (int32, ``counts_bytes`` in the
-header; absent: one update per row); a pull's reply is the rows. The header says how many bytes each part
-has and of which dtype, so a malformed message is caught before anything is read from it:
+A pull's payload is the ids (int64, little-endian); a push's is the ids then the gradients,
+encoded by the codec its header names, then, for a counted push only, its counts (int32,
+``counts_bytes`` in the header; absent: one update per row); a pull's reply is the rows,
+encoded by the codec the pull named (``cardinal.codecs``: fp32, fp16, bf16, int8; "raw" is
+fp32, as older clients wrote). Both sides keep float32: a codec is only how rows cross. The
+header says how many bytes each part has, so a malformed message is caught before anything
+is read from it:
 
     {"v": 1, "shard": 0, "n_shards": 2, "table": "emb", "ids_bytes": 8192, "ids_dtype": "int64",
-     "grads_bytes": 65536, "dtype": "float32", "codec": "raw", "step": 12, "request_id": "c1f0-17"}
+     "grads_bytes": 32768, "dim": 16, "dtype": "float32", "codec": "bf16", "step": 12,
+     "request_id": "c1f0-17"}
 
 Every field of a request is checked against its method's schema (``SCHEMAS``): unknown fields
 and mistyped ones (JSON booleans are not integers) are refused, nesting is at most
 ``MAX_DEPTH`` deep (checked before parsing), and errors quote at most a short prefix of any
 string the sender chose.
 
-Arrays cross without per-element encoding (``np.frombuffer`` on arrival, no copy).
+Arrays cross without per-element encoding (``np.frombuffer`` on arrival, no copy) unless a
+codec other than fp32 is asked for.
 """
 
 import json
@@ -24,10 +29,12 @@ import struct
 
 import numpy as np
 
+from cardinal import codecs
+from cardinal.codecs import Codec
 from cardinal.ps.request_log import quote
 
 PROTOCOL = 1
-CODECS = ("raw",)
+CODEC_ALIASES = {"raw": "fp32"}  # the push codec's name before there were codecs
 DTYPES = {"float32": np.float32}
 IDS_DTYPES = {"int64": np.int64}
 _LEN = struct.Struct("<I")
@@ -41,7 +48,7 @@ ORIGIN = {"worker": int, "workers": int, "part": int, "parts": int, "combine": b
 _TARGET = {"v": int, "shard": int, "n_shards": int}
 _ARRAYS = {"table": str, "ids_bytes": int, "ids_dtype": str, "step": int, "request_id": str}
 SCHEMAS: dict[str, dict[str, type]] = {
-    "Pull": {**_TARGET, **_ARRAYS, "create": bool},
+    "Pull": {**_TARGET, **_ARRAYS, "create": bool, "codec": str},
     "Push": {**_TARGET, **_ARRAYS, "grads_bytes": int, "dim": int, "dtype": str, "codec": str, "kind": str,
              **ORIGIN, "counts_bytes": int},
     "Save": {**_TARGET, "root": str, "step": int},
@@ -128,16 +135,15 @@ def split_payload(header: dict, payload: memoryview, with_grads: bool) -> tuple[
     ids = np.frombuffer(payload[:ids_bytes], np.int64)
     if not with_grads:
         return ids, None
-    codec = field(header, "codec", str, "raw")
-    if codec not in CODECS:
-        raise WireError(f"codec: unknown codec {quote(codec)}; this server reads {list(CODECS)}")
+    codec = codec_of(header)
     dtype = field(header, "dtype", str, "float32")
     if dtype not in DTYPES:
         raise WireError(f"dtype: unknown dtype {quote(dtype)}; this server reads {list(DTYPES)}")
     dim = field(header, "dim", int)
-    if not 1 <= dim <= 1 << 20 or grads_bytes != len(ids) * dim * 4:
-        raise WireError(f"grads_bytes: {_num(grads_bytes)} is not len(ids) x dim x 4 = {len(ids)} x {_num(dim)} x 4")
-    grads = np.frombuffer(payload[ids_bytes:], DTYPES[dtype]).reshape(len(ids), dim)
+    if not 1 <= dim <= 1 << 20 or grads_bytes != len(ids) * codec.row_bytes(dim):
+        raise WireError(f"grads_bytes: {_num(grads_bytes)} is not len(ids) x the {codec.name} row's bytes = "
+                        f"{len(ids)} x {codec.row_bytes(dim) if 1 <= dim <= 1 << 20 else '?'} (dim {_num(dim)})")
+    grads = codec.decode(payload[ids_bytes:], len(ids), dim)
     return ids, grads
 
 
@@ -161,6 +167,27 @@ def take_counts(header: dict, payload: memoryview) -> tuple[memoryview, np.ndarr
         raise WireError(f"counts_bytes: {_num(n)} is not a multiple of 4 within the payload (counts are int32)")
     cut = len(payload) - n
     return payload[:cut], np.frombuffer(payload[cut:], "<i4").astype(np.int32)
+
+
+def codec_of(header: dict) -> Codec:
+    """The codec a header names (fp32 when it names none); an unknown one is named."""
+    name = field(header, "codec", str, "fp32")
+    name = CODEC_ALIASES.get(name, name)
+    if name not in codecs.CODECS:
+        raise WireError(f"codec: unknown codec {quote(name)}; this server reads {list(codecs.CODECS)}")
+    return codecs.get(name)
+
+
+def rows_from_reply(header: dict, payload: memoryview, n: int, codec: Codec) -> np.ndarray:
+    """A pull reply's (n, dim) float32 rows, checked against the codec the pull asked for.
+    May share memory with ``payload`` (fp32)."""
+    if header.get("dtype") != "float32" or header.get("codec", "fp32") != codec.name:
+        raise WireError(f"codec: a pull reply of {header.get('codec', 'fp32')!r} rows, dtype {header.get('dtype')!r}; "
+                        f"the pull asked for {codec.name!r} rows of float32")
+    dim = header.get("dim")
+    if not _is(dim, int) or not 1 <= dim <= 1 << 20 or len(payload) != n * codec.row_bytes(dim):
+        raise WireError(f"payload: a pull reply of {len(payload)} bytes for {n} rows of dim {dim} ({codec.name})")
+    return codec.decode(payload, n, dim)
 
 
 def _num(n: int) -> str:

@@ -1,0 +1,57 @@
+"""What a codec is: a way to store (n, dim) float32 rows in fewer bytes, and back.
+
+    codec.encode(rows)          (n, dim) float32  ->  (n * codec.row_bytes(dim),) uint8
+    codec.decode(data, n, dim)  bytes-like        ->  (n, dim) float32
+    codec.roundtrip(rows)       decode(encode(rows)): what the other side will see
+
+Codecs know nothing of messages or files: the wire (``ps/transport``) and, later, row storage
+use the same ones, so a row read back from either is the same number. ``decode`` checks the
+size of what it is given (a short or long buffer is a ValueError naming both sizes), since
+its input may come from another process; ``encode`` trusts its caller's float32 array.
+"""
+
+from abc import ABC, abstractmethod
+
+import numpy as np
+
+
+class Codec(ABC):
+    name: str
+
+    @abstractmethod
+    def row_bytes(self, dim: int) -> int:
+        """Bytes one encoded row of ``dim`` values takes."""
+
+    @abstractmethod
+    def _encode(self, rows: np.ndarray) -> np.ndarray:
+        """(n, dim) C-contiguous float32 -> (n * row_bytes(dim),) uint8."""
+
+    @abstractmethod
+    def _decode(self, data: np.ndarray, n: int, dim: int) -> np.ndarray:
+        """(n * row_bytes(dim),) uint8 -> (n, dim) float32."""
+
+    def encode(self, rows: np.ndarray) -> np.ndarray:
+        if not isinstance(rows, np.ndarray) or rows.ndim != 2 or rows.dtype != np.float32:
+            raise TypeError(f"codec {self.name}: rows must be a (n, dim) float32 array, got "
+                            f"{getattr(rows, 'dtype', type(rows).__name__)} of shape {getattr(rows, 'shape', '?')}")
+        out = self._encode(np.ascontiguousarray(rows))
+        assert out.dtype == np.uint8 and out.size == len(rows) * self.row_bytes(rows.shape[1])
+        return out
+
+    def decode(self, data, n: int, dim: int) -> np.ndarray:
+        """Rows from ``data`` (bytes, memoryview or uint8 array). The result may share memory
+        with ``data`` (fp32: no copy), so it is read-only when ``data`` is."""
+        buf = data if isinstance(data, np.ndarray) else np.frombuffer(data, np.uint8)
+        buf = buf.reshape(-1).view(np.uint8)
+        expected = n * self.row_bytes(dim)
+        if n < 0 or dim < 1 or buf.size != expected:
+            raise ValueError(f"codec {self.name}: {buf.size} bytes for {n} rows of dim {dim}, expected "
+                             f"{n} x {self.row_bytes(dim) if dim >= 1 else '?'} = {expected}")
+        return self._decode(buf, n, dim)
+
+    def roundtrip(self, rows: np.ndarray) -> np.ndarray:
+        """The rows as the receiving side decodes them (bitwise what the wire delivers)."""
+        return self.decode(self.encode(rows), *rows.shape)
+
+    def __repr__(self) -> str:
+        return f"<codec {self.name}>"

@@ -1,0 +1,33 @@
+"""Keep freed message buffers in the process instead of handing them back to the kernel.
+
+Every pull reply is a few MiB, allocated, filled, sent and freed: with glibc's defaults the
+freed memory goes back to the kernel at once (blocks over the mmap threshold are unmapped,
+and the top of a thread's heap is trimmed), so the next reply page-faults all of it in again:
+on the loopback benchmark at dim 64, a server took about 90,000 page faults (350 MB) for 64
+replies of 4 MB without this and next to none with it, and its time per pull roughly halved.
+Raising both thresholds once per process (a server, a gRPC client) lets those
+buffers be reused; memory held is bounded by the largest messages in flight.
+
+glibc only: elsewhere (musl, macOS) this does nothing and says so through its result.
+"""
+
+import ctypes
+import ctypes.util
+
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+MMAP_THRESHOLD = 32 << 20  # glibc's ceiling (HEAP_MAX_SIZE / 2 on 64-bit): larger blocks stay mmapped
+TRIM_THRESHOLD = 256 << 20
+_done: bool | None = None
+
+
+def keep_freed_buffers() -> bool:
+    """Once per process; True when glibc took the settings."""
+    global _done
+    if _done is None:
+        try:
+            mallopt = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt
+        except (OSError, AttributeError):
+            _done = False
+        else:
+            _done = bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+    return _done

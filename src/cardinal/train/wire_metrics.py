@@ -1,0 +1,19 @@
+"""Bytes per training sample each way, for metrics.jsonl and summary.json.
+
+    pull_bytes_per_sample   embedding rows pulled for training, at the pull codec's size
+    push_bytes_per_sample   gradient rows pushed, at the push codec's size
+    wire_bytes_in/out_per_sample   whole gRPC messages (ids, headers, evaluation too); gRPC only
+
+Summed over all workers and divided by all workers' samples: a collective, so every worker
+calls it at the same point (the trainer's log lines and its summary).
+"""
+
+NAMES = {"pull_row_bytes": "pull_bytes_per_sample", "push_row_bytes": "push_bytes_per_sample",
+         "message_bytes_received": "wire_bytes_in_per_sample", "message_bytes_sent": "wire_bytes_out_per_sample"}
+
+
+def per_sample(client, workers, samples: float) -> dict[str, float]:
+    m = client.metrics()
+    keys = [k for k in NAMES if k in m]
+    total, *counts = workers.sum(float(samples), *(float(m[k]) for k in keys))
+    return {NAMES[k]: (c / total if total else 0.0) for k, c in zip(keys, counts)}
