@@ -6,7 +6,9 @@
     push(grads)   ──> a cached row's gradient is added to its pending sum; once a row holds
                       more than s of them, the sum goes out with its count (``counts=``, one
                       update on the server); every other row's gradient goes out at once.
-                      One push per table per step, sent at the next pull, settle or flush
+                      With several workers each table is pushed once per step, so the push is
+                      held until the next pull, settle or flush (which folds every pending sum
+                      into it); one worker sends it at once
     flush(step)   ──> everything pending is pushed, settled, and the cache is DROPPED
 
 The contract: (a) a row is served at most s updates behind its server; (b) a worker holds at
@@ -233,6 +235,8 @@ class CachedSource(RowSource):
         self.counters[f"{table}.rows_pushed_held"] += int((~send).sum())
         self.held[table] = (ids[send], out_grads, out_counts[send], step)
         self.own[table].append((*_sorted(ids[send], out_counts[send]), step))
+        if self.inner.workers == 1:  # sent now, as PSSource would (a flush may push a table twice in a step)
+            self._send(table)
 
     def _evicted(self, table: str, evicted: tuple) -> None:
         if len(evicted[0]):
@@ -254,8 +258,7 @@ class CachedSource(RowSource):
         self.outbox[table] = []
         if not parts:
             return
-        if len(parts) > 1:
-            ids, grads, counts = _merge(parts, self.slots[table].dim)
+        ids, grads, counts = parts[0] if len(parts) == 1 else _merge(parts, self.slots[table].dim)
         kwargs = {}
         if (counts > 1).any():
             kwargs["counts"] = counts
