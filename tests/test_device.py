@@ -21,7 +21,7 @@ from cardinal.ps import StoreConfig, embedded
 from cardinal.train import Trainer, config, trainer as trainer_module, workers as workers_module
 from cardinal.train.input_meter import InputMeter
 from cardinal.worker import EmbeddingCollection
-from cardinal.worker.device import DeviceRows, host_value, resolve_device
+from cardinal.worker.device import DeviceBatches, DeviceRows, host_value, resolve_device
 from cardinal.worker.pooling import TorchPooling
 from cardinal.worker.sources import PSSource
 from conftest import tiny_recipe
@@ -106,6 +106,24 @@ def test_staging_takes_device_tensors_as_they_are_and_copies_nothing_unstaged():
         DeviceRows(torch.device("cpu"), slots=1)
 
 
+def test_batches_staged_ahead_are_used_only_for_that_batch():
+    """The next batch's dense features and labels are copied ahead; a batch other than the one
+    staged (the staged one was skipped: all its lines bad) is copied when asked for."""
+    from cardinal.data.batch import Batch
+
+    staging = DeviceRows(torch.device("cpu"), staged=True)
+    feed = DeviceBatches(staging)
+    one, two = (Batch(torch.full((4, 3), float(v)), {}, torch.full((4,), float(v))) for v in (1, 2))
+    feed.stage(one)
+    copied = staging.h2d_bytes
+    dense, labels = feed.get(one)
+    assert staging.h2d_bytes == copied == 4 * 3 * 4 + 4 * 4  # no second copy
+    assert torch.equal(dense, one.dense) and torch.equal(labels, one.labels)
+    feed.stage(one)
+    dense, labels = feed.get(two)
+    assert torch.equal(dense, two.dense) and torch.equal(labels, two.labels)
+
+
 def test_host_value_reads_a_cpu_scalar():
     assert host_value(torch.tensor(2.5))() == 2.5
 
@@ -182,6 +200,19 @@ def test_rows_already_on_the_device_are_not_copied():
             torch.testing.assert_close(d[f], o[f])
     for t in after:
         torch.testing.assert_close(torch.from_numpy(t_after[t]), torch.from_numpy(after[t]))
+
+
+def test_stage_ahead_copies_the_next_rows_before_the_next_forward():
+    staging = DeviceRows(torch.device("cpu"), staged=True)
+    emb = EmbeddingCollection(embedded(CONFIG, 2), FEATURES, "sum", staging=staging)
+    emb(BATCHES[0])
+    emb.prefetch(BATCHES[1], 1)  # its inverse and offsets are staged at once
+    before = staging.h2d_bytes
+    emb.stage_ahead()
+    rows = 4 * (5 * 4 + 3 * 3)   # batch 1: a has 1 2 4 5 6 (dim 4), b has 9 10 11 (dim 3)
+    assert staging.h2d_bytes - before == rows
+    emb(BATCHES[1])
+    assert staging.h2d_bytes - before == rows  # nothing left to copy at the forward
 
 
 def test_staging_needs_torch_pooling():

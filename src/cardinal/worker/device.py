@@ -148,16 +148,21 @@ class DeviceBatches:
         self.staging = staging
         self._ahead: tuple[int, Staged, Staged] | None = None
 
+    def _copy(self, batch) -> tuple[Staged, Staged]:
+        """A reader's tensors are host data (on the CPU): staged as arrays, so the CPU stand-in copies them too."""
+        host = [t.numpy() if t.device.type == "cpu" else t for t in (batch.dense, batch.labels)]
+        return self.staging.stage("dense", host[0]), self.staging.stage("labels", host[1])
+
     def stage(self, batch) -> None:
         """Start the copies of ``batch`` (the next one) while the current step runs."""
-        self._ahead = (id(batch), self.staging.stage("dense", batch.dense), self.staging.stage("labels", batch.labels))
+        self._ahead = (id(batch), *self._copy(batch))
 
     def get(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
         """(dense, labels) of ``batch`` on the device."""
         if self._ahead is not None and self._ahead[0] == id(batch):
             _, dense, labels = self._ahead
         else:
-            dense, labels = self.staging.stage("dense", batch.dense), self.staging.stage("labels", batch.labels)
+            dense, labels = self._copy(batch)
         self._ahead = None
         return dense.get(), labels.get()
 
