@@ -82,8 +82,11 @@ class DeviceRows:
     def __init__(self, device: torch.device, staged: bool | None = None, slots: int = 2):
         if slots < 2:
             raise ValueError(f"slots must be >= 2 (one being filled while one is copied), got {slots}")
-        self.device, self.slots = torch.device(device), slots
-        self.cuda = self.device.type == "cuda"
+        device = torch.device(device)
+        self.cuda = device.type == "cuda"
+        if self.cuda and device.index is None:  # "cuda" is the current one: named, so tensors there compare equal
+            device = torch.device("cuda", torch.cuda.current_device())
+        self.device, self.slots = device, slots
         self.staged = self.cuda if staged is None else staged
         if self.cuda and not self.staged:
             raise ValueError("a CUDA device needs staged copies (staged=True or None)")
