@@ -218,7 +218,7 @@ class EmbeddingCollection(nn.Module):
         """Host-to-device bytes staged so far (0 on the CPU path)."""
         return {"h2d_bytes": self.staging.h2d_bytes if self.staging is not None else 0}
 
-    def _pusher(self, table: str, lk: _Lookup, pulled: np.ndarray):
+    def _pusher(self, table: str, lk: _Lookup, pulled: np.ndarray | torch.Tensor):
         step, clip, unique = self.step, self.clip, lk.unique
 
         def push(grad: torch.Tensor) -> None:  # from the device: one float32 row per unique id, to the host
