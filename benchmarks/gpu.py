@@ -25,7 +25,6 @@ import argparse
 import sys
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -201,7 +200,8 @@ def main(argv=None) -> int:
         for name, sparse, h2d in (("torch EmbeddingBag(sparse) + Adagrad, batches on device", True, False),
                                   ("the same, batches copied host to device each step", True, True),
                                   ("torch dense-grad EmbeddingBag + fused Adam", False, False)):
-            runs = {lr: run_torch(recipe, train, halves, fields, device, lr, sparse, h2d, args.table_rows) for lr in SPARSE_LRS}
+            runs = {lr: run_torch(recipe, train, halves, fields, device, lr, sparse, h2d, args.table_rows)
+                    for lr in SPARSE_LRS}
             lr, (s, metrics) = best_of(runs)
             rows.append({"run": name, "sparse lr": lr, "samples/s": samples / s, "eval AUC": metrics[1][0],
                          "h2d bytes/step": float("nan"), "input wait share": float("nan")})
