@@ -4,7 +4,8 @@ With several workers each training a share of one global batch, a plain ``BatchN
 normalise each share by its own statistics, and W workers would train another model than one
 process. Here the per-feature sums, sums of squares and counts of the shares are all-reduced
 (one small collective), so every worker normalises by the global batch's mean and variance and
-updates the same running statistics. ``torch.nn.SyncBatchNorm`` does this on GPUs only.
+updates the same running statistics. ``torch.nn.SyncBatchNorm`` does this on GPUs only; this
+one all-reduces on whichever device ``x`` lives (gloo on the CPU, nccl on CUDA).
 
 For input features (data, which need no gradient): no gradient flows back to the input through
 the statistics. Alone, or in eval mode, it is ``BatchNorm1d`` exactly; its state is the same.
@@ -26,7 +27,7 @@ class GlobalBatchNorm(nn.BatchNorm1d):
         if x.requires_grad:
             raise NotImplementedError("GlobalBatchNorm normalises input features; its input must not need a gradient")
         wide = x.double()
-        stats = torch.cat([wide.sum(0), (wide * wide).sum(0), torch.tensor([float(len(x))], dtype=torch.float64)])
+        stats = torch.cat([wide.sum(0), (wide * wide).sum(0), torch.tensor([float(len(x))], dtype=torch.float64, device=x.device)])
         dist.all_reduce(stats)
         c, n = x.shape[1], stats[-1]
         if n < 2:

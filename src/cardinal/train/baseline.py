@@ -18,6 +18,7 @@ from cardinal.models import MODELS
 from cardinal.train import tables
 from cardinal.worker import EmbeddingCollection
 from cardinal.worker.clip import CowClip
+from cardinal.worker.device import host_value
 
 
 class Baseline:
@@ -26,11 +27,12 @@ class Baseline:
         self.trainer = trainer
         with torch.random.fork_rng():
             torch.manual_seed(recipe.train.seed)
-            self.model = MODELS["lr"](n_dense, len(trainer.fields), recipe.embedding.dim)
+            self.model = MODELS["lr"](n_dense, len(trainer.fields), recipe.embedding.dim).to(trainer.device)
         self.net = trainer.workers.wrap(self.model)
         self.embedding = EmbeddingCollection(source, tables.baseline_features(recipe), recipe.embedding.pooling,
                                              trainer.embedding.staleness, timeout=recipe.ps.timeout_s,
-                                             clip=CowClip.from_config(recipe.embedding))  # as an `lr` run clips
+                                             clip=CowClip.from_config(recipe.embedding),  # as an `lr` run clips
+                                             staging=trainer.staging)
         self.optimizer = type(trainer.optimizer)(self.model.parameters(), **trainer.optimizer.defaults)
 
     def _wide(self, sparse) -> torch.Tensor:
@@ -43,19 +45,22 @@ class Baseline:
         wide = self._wide(batch.sparse)
         if upcoming is not None:
             self.embedding.prefetch(upcoming.sparse, step + 1)
-        logits = self.net(batch.dense, None, wide)
+        dense, labels = self.trainer._inputs(batch)  # where the model runs (worker/device.py)
+        logits = self.net(dense, None, wide)
         if self.trainer.workers.world == 1:
-            loss = F.binary_cross_entropy_with_logits(logits, batch.labels)
+            loss = F.binary_cross_entropy_with_logits(logits, labels)
         else:
-            loss = F.binary_cross_entropy_with_logits(logits, batch.labels, reduction="sum") / n
+            loss = F.binary_cross_entropy_with_logits(logits, labels, reduction="sum") / n
+        loss_value = host_value(loss)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.optimizer.step()
-        return loss.item()
+        self.embedding.stage_ahead()
+        return loss_value()
 
     def logits(self, batch) -> torch.Tensor:
         """Eval-mode logits (the caller holds no_grad and has set eval mode, see ``modules``)."""
-        return self.model(batch.dense, None, self._wide(batch.sparse))
+        return self.model(self.trainer._inputs(batch)[0], None, self._wide(batch.sparse))
 
     @property
     def modules(self):

@@ -299,6 +299,9 @@ class TrainConfig:
     threads: int = 0
     tensorboard: bool = False     # also write loss, samples/s, eval AUC and logloss for TensorBoard
                                   # (RUN_DIR/tensorboard; needs `pip install tensorboard`)
+    device: str = "auto"          # where the dense model, pooling and the loss run: "cpu", "cuda" (an error without
+                                  # a GPU), or "auto" (cuda when torch sees a GPU, else cpu); embedding rows stay
+                                  # on the servers and dedup on the CPU either way (worker/device.py)
 
     def __post_init__(self):
         if self.epochs < 1 or self.steps < 0 or self.eval_every < 0 or self.checkpoint_every < 0:
@@ -316,6 +319,8 @@ class TrainConfig:
             raise ValueError(f"train.patience must be >= 1 (evaluations without improvement), got {self.patience}")
         if not (self.min_delta >= 0 and math.isfinite(self.min_delta)):
             raise ValueError(f"train.min_delta must be a finite number >= 0, got {self.min_delta}")
+        if self.device not in ("cpu", "cuda", "auto"):
+            raise ValueError(f"train.device must be 'cpu', 'cuda' or 'auto', got {self.device!r}")
         if self.baseline not in ("lr", "none"):
             raise ValueError(f"train.baseline must be 'lr' or 'none', got {self.baseline!r}")
 

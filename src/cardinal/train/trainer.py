@@ -36,6 +36,12 @@ in one process); with ``embedding.compensation = "lr"`` a push's sparse learning
 divided by the measured staleness of its rows. Worker 0 writes metrics and coordinates
 checkpoints.
 
+On a GPU (``train.device``, ``worker/device.py``): the dense model, pooling and the loss run on
+the device; dedup and the servers stay on the host; each step's unique rows, inverse index,
+offsets, dense features and labels are staged onto it (pinned buffers, non-blocking copies on
+a side stream); when the next batch is pulled ahead (async mode), its copies start while this
+step's work runs. DDP goes over nccl there, over gloo on the CPU; the recipe is the same.
+
 A checkpoint is a barrier: pushes are flushed, and the batch after it is pulled only after
 the save. So a run resumed from step k is bitwise equal, tables and dense weights, to a run
 that saved at step k and went on (one worker). The checkpoint holds every shard, the dense
@@ -72,6 +78,7 @@ from cardinal.train.best import Best, best_checkpoint, write_marker
 from cardinal.train.callbacks import Callback, EarlyStopping
 from cardinal.train.checkpoint_clock import CheckpointClock
 from cardinal.train.config import DENSE_OPTIMIZERS, Recipe
+from cardinal.train.input_meter import InputMeter
 from cardinal.train.interrupt import StopFlag
 from cardinal.train.readers import make_readers
 from cardinal.train.report import MetricsLog, plot_curves
@@ -80,6 +87,7 @@ from cardinal.train.state_io import load_tree, save_tree
 from cardinal.train.workers import Workers
 from cardinal.worker import EmbeddingCollection
 from cardinal.worker.clip import CowClip
+from cardinal.worker.device import DeviceBatches, host_value, resolve_device, staging_for
 from cardinal.worker.sources import GeoReplica, PSSource
 from cardinal.worker.sources.cache import CachedSource
 
@@ -92,7 +100,8 @@ class Trainer:
         self.recipe, self.run_dir = recipe, Path(run_dir)
         self.signals = stop or StopFlag()  # set by SIGINT / SIGTERM (train/interrupt.py)
         t, e = recipe.train, recipe.embedding
-        self.workers = Workers(recipe.ps.timeout_s * 15)
+        self.device = resolve_device(t.device)
+        self.workers = Workers(recipe.ps.timeout_s * 15, self.device)
         self.progress = progress and self.workers.leader
         if self.workers.leader:  # recipe.json is written by fit(), once a resume's checkpoint has loaded
             self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -112,6 +121,10 @@ class Trainer:
         model_cls = MODELS[model_spec.pop("name")]
         self.model = model_cls(len(self.train_data.dense_fields), len(self.fields), e.dim, **model_spec)
         self.model_seeds = bool(model_spec.get("dropout"))
+        self.model.to(self.device)
+        self.staging = staging_for(self.device)  # None on the CPU: no copies, today's path
+        self.feed = DeviceBatches(self.staging) if self.staging is not None else None
+        self._fed = None  # (batch, dense, labels) of the newest batch on the device
 
         self.net = self.workers.wrap(self.model)
         self.client = self._client(recipe)
@@ -119,8 +132,8 @@ class Trainer:
         self.consistency = e.mode(distributed=bool(recipe.ps.servers) or w.world > 1)
         staleness = e.staleness if self.consistency == "async" else None
         self.embedding = EmbeddingCollection(self._cached(self._source()), tables.features(recipe), e.pooling,
-                                             staleness,
-                                             timeout=recipe.ps.timeout_s, clip=CowClip.from_config(e))
+                                             staleness, timeout=recipe.ps.timeout_s, clip=CowClip.from_config(e),
+                                             staging=self.staging)
         d = recipe.dense_optimizer
         self.optimizer = getattr(torch.optim, DENSE_OPTIMIZERS[d.name])(self.model.parameters(), lr=self._dense_lr(),
                                                                         weight_decay=d.weight_decay)
@@ -132,6 +145,8 @@ class Trainer:
         self.clock = CheckpointClock(t.checkpoint_minutes, self.workers.leader)  # worker 0's decides
         self.step, self.epoch, self.batch_in_epoch = 0, 0, 0
         self.timings = {"data": 0.0, "compute": 0.0}
+        self.meter = InputMeter(self.staging, [self.timings, self.embedding.timings,
+                                               *([self.baseline.embedding.timings] if self.baseline else [])])
         self.best = Best("logloss" if t.early_stop == "logloss" else "auc", t.min_delta)
         self.callbacks = ([EarlyStopping(t.patience)] if t.early_stop != "none" else []) + list(callbacks)
         self.stop_reason: str | None = None
@@ -163,10 +178,9 @@ class Trainer:
         c = self.recipe.cache
         if not c.capacity:
             return source
-        device = getattr(self.recipe.train, "device", "cpu") if c.device == "auto" else c.device
         dims = {t: tables.row_width(self.recipe) for t in set(tables.features(self.recipe).values())}
         return CachedSource(source, dims, c.capacity, c.staleness, c.policy, c.admit_after,
-                            "cpu" if device == "auto" else device)
+                            self.device if c.device == "auto" else c.device)  # auto: the worker's device
 
     def _cache_metrics(self) -> dict:
         """The worker cache's numbers (hit rates, evictions, staleness), for metrics.jsonl and summary.json."""
@@ -210,29 +224,43 @@ class Trainer:
         dim = self.recipe.embedding.dim if self.model.uses_embedding else 0
         return rows[..., :dim], (rows[..., dim] if self.model.uses_wide else None)
 
+    def _inputs(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """(dense, labels) of ``batch`` where the model runs (as they are on the CPU path)."""
+        if self.feed is None:
+            return batch.dense, batch.labels
+        if self._fed is None or self._fed[0] is not batch:
+            self._fed = (batch, *self.feed.get(batch))
+        return self._fed[1], self._fed[2]
+
     def _train_step(self, batch, n: float, upcoming) -> float:
         self.embedding.step = self.step
         self.schedule.apply(self.optimizer, self.step)  # dense warmup and decay (train/schedule.py)
         if self.model_seeds:  # dropout masks drawn from (seed, step, worker): a resumed run draws the same
             torch.manual_seed(dropout_seed(self.recipe.train.seed, self.step, self.workers.rank))
+        self.meter.steps += 1
+        dense, labels = self._inputs(batch)
         emb, wide = self._embed(batch)
         if upcoming is not None:
             self.embedding.prefetch(upcoming.sparse, self.step + 1)
+            if self.feed is not None:
+                self.feed.stage(upcoming)  # its dense features and labels cross while this step runs
         start = time.perf_counter()
-        logits = self.net(batch.dense, emb, wide)
+        logits = self.net(dense, emb, wide)
         if self.workers.world == 1:
-            loss = F.binary_cross_entropy_with_logits(logits, batch.labels)
+            loss = F.binary_cross_entropy_with_logits(logits, labels)
         else:  # this share's part of the global batch's mean loss (n examples); DDP sums the parts' gradients
-            loss = F.binary_cross_entropy_with_logits(logits, batch.labels, reduction="sum") / n
+            loss = F.binary_cross_entropy_with_logits(logits, labels, reduction="sum") / n
+        loss_value = host_value(loss)  # on CUDA read after the pushes' sync: no wait of its own
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.optimizer.step()
+        self.embedding.stage_ahead()  # the next batch's rows cross while the optimizer step runs
         self.timings["compute"] += time.perf_counter() - start
         if self.baseline is not None:
             start = time.perf_counter()
             self.baseline.train_step(batch, n, upcoming, self.step)
             self.timings["baseline"] = self.timings.get("baseline", 0.0) + time.perf_counter() - start
-        return loss.item()
+        return loss_value()
 
     # --- the loop ------------------------------------------------------------------------
 
@@ -294,7 +322,7 @@ class Trainer:
                     if w.leader:
                         self.metrics.write({"step": self.step, "epoch": self.epoch, "loss": loss_sum / count,
                                             "samples_per_s": rate, "time": time.time(), **self._staleness(), **wire,
-                                            **self._cache_metrics()})
+                                            **self.meter.metrics(train_time), **self._cache_metrics()})
                     bar.set_postfix(loss=f"{loss_sum / count:.4f}", samples_per_s=f"{rate:,.0f}")
                     window = []
                 if stop:  # a signal on some worker: every worker saves this step and ends, without evaluating
@@ -372,6 +400,10 @@ class Trainer:
         must the loss of the step's own batch with the rows and weights as that step left them
         (a sparse lr of 1e30 leaves finite rows whose next forward is NaN). Lookup-only pulls
         after a flush change nothing, so a resumed run stays bitwise equal."""
+        with self.meter.excluded():
+            self._check_finite(batch)
+
+    def _check_finite(self, batch) -> None:
         self._flush()
         self.workers.barrier()  # every worker's pushes are applied before anyone looks
         loss = math.nan if not all(bool(torch.isfinite(p).all()) for p in self.model.parameters()) else None
@@ -380,9 +412,10 @@ class Trainer:
                 m.eval()
             try:
                 with torch.no_grad():
+                    dense, labels = self._inputs(batch)
                     emb, wide = self._embed(batch)
-                    logits = self.model(batch.dense, emb, wide)
-                    total = F.binary_cross_entropy_with_logits(logits, batch.labels, reduction="sum").item()
+                    logits = self.model(dense, emb, wide)
+                    total = F.binary_cross_entropy_with_logits(logits, labels, reduction="sum").item()
                     total, count = self.workers.sum(total, len(batch))  # over the global batch
                     loss = total / count
             finally:
@@ -404,6 +437,10 @@ class Trainer:
 
     def evaluate(self) -> dict:
         """AUC and logloss on the eval split, with lookup-only pulls (nothing is created)."""
+        with self.meter.excluded():
+            return self._evaluate()
+
+    def _evaluate(self) -> dict:
         self._flush()
         self.workers.barrier()  # every worker's pushes are applied before anyone reads rows
         for m in self._modules():
@@ -415,10 +452,10 @@ class Trainer:
                 if i % w.world != w.rank:
                     continue
                 emb, wide = self._embed(batch)
-                logits.append(self.model(batch.dense, emb, wide))
+                logits.append(self.model(self._inputs(batch)[0], emb, wide).cpu())
                 labels.append(batch.labels)
                 if self.baseline is not None:
-                    baseline.append(self.baseline.logits(batch))
+                    baseline.append(self.baseline.logits(batch).cpu())
         for m in self._modules():
             m.train()
         empty = torch.zeros(0)
@@ -593,7 +630,7 @@ class Trainer:
                    "bad_lines": getattr(self.train_data, "bad_lines", 0),
                    "checkpoint": str(checkpoint.latest(self.run_dir / "checkpoints")), "workers": self.workers.world,
                    **self._staleness(), **wire_metrics.per_sample(self.client, self.workers, samples),
-                   **self._cache_metrics()}
+                   **self.meter.summary(train_time), "device": str(self.device), **self._cache_metrics()}
         if "teacher" in self.data_info:
             summary["teacher_eval_auc"] = self.data_info["teacher"]["eval"]["teacher_auc"]
         if self.workers.leader:

@@ -1,8 +1,10 @@
 """This process's place among the workers, and the few collectives the trainer needs.
 
 Started by ``torchrun`` (or ``cardinal launch``), a worker finds RANK and WORLD_SIZE in its
-environment and joins a gloo process group; alone, it is rank 0 of 1 and every collective
-is a no-op. Dense parameters are data-parallel (DistributedDataParallel); embedding rows
+environment and joins a process group: gloo on the CPU; on CUDA, nccl for CUDA tensors (DDP's
+gradients, GlobalBatchNorm's statistics) and gloo for the CPU tensors of the trainer's small
+collectives (``sum``, ``gather``, barriers), one group with both backends. Alone, it is rank 0
+of 1 and every collective is a no-op. Dense parameters are data-parallel (DistributedDataParallel); embedding rows
 never travel this path, only the parameter servers'.
 """
 
@@ -15,10 +17,14 @@ from torch import nn
 
 
 class Workers:
-    def __init__(self, timeout_s: float = 300.0):
+    def __init__(self, timeout_s: float = 300.0, device: torch.device = torch.device("cpu")):
         self.world = int(os.environ.get("WORLD_SIZE", "1"))
+        self.device = device
+        if device.type == "cuda":
+            torch.cuda.set_device(device)  # nccl and DDP use the current device
         if self.world > 1 and not dist.is_initialized():
-            dist.init_process_group("gloo", timeout=timedelta(seconds=timeout_s))
+            backend = "cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo"
+            dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
         self.rank = dist.get_rank() if self.world > 1 else 0
 
     @property
@@ -29,7 +35,8 @@ class Workers:
         """DDP that sums the workers' gradients (each worker's loss is its share of the global mean)."""
         if self.world == 1:
             return model
-        ddp = nn.parallel.DistributedDataParallel(model)
+        cuda = self.device.type == "cuda"
+        ddp = nn.parallel.DistributedDataParallel(model, device_ids=[self.device.index] if cuda else None)
         ddp.register_comm_hook(None, _sum_hook)
         return ddp
 

@@ -31,11 +31,19 @@ the module settles the source up to a step:
 Both hold over any transport, since the source waits for acknowledgements, not queue order.
 In eval mode (``.eval()``) pulls never create rows (unknown ids read as zeros) and nothing
 is pushed.
+
+On a device (``staging``, a ``DeviceRows``; ``worker/device.py``): dedup stays here on the CPU;
+the unique rows, the inverse index and the offsets are staged onto the device, pooling runs
+there (``TorchPooling``), and each row's gradient comes back to the host as float32 for the
+push. ``stage_ahead()`` (called by the trainer once a step's backward is queued) waits for the
+prefetched pulls and starts their copies, so the next batch crosses while this step computes.
+A row source may hand back rows already on the device (a torch.Tensor): they are used as is.
 """
 
 import time
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -47,7 +55,8 @@ from cardinal.embedding import unique_inverse
 from cardinal.ps.client import PSClient
 from cardinal.ps.transport.base import DEFAULT_TIMEOUT, Handle
 from cardinal.worker.clip import CowClip
-from cardinal.worker.pooling import CompiledPooling, Pooling
+from cardinal.worker.device import DeviceRows, Staged
+from cardinal.worker.pooling import CompiledPooling, Pooling, TorchPooling
 from cardinal.worker.sources import PSSource, RowSource
 
 POOLINGS = ("sum", "mean", "none")
@@ -62,18 +71,21 @@ class _Lookup:
     inverse: np.ndarray    # (nnz of all those fields,) int64: positions in unique
     offsets: np.ndarray    # (n_fields * B + 1,) int64: the bags of every field, one after another
     handle: Handle         # the pull, (U, dim) float32 when waited on
+    on_device: dict[str, Staged] | None = None  # inverse, offsets (and rows, once staged) on the device
+    pulled: Any = None     # the waited pull: (U, dim) np.ndarray, or a tensor a row source keeps on the device
 
 
 class EmbeddingCollection(nn.Module):
     """``rows``: a ``PSClient`` (a ``PSSource`` over it is built, with ``max_in_flight``
     pushes unacknowledged, 4 by default) or any ``RowSource``. ``pooler``: how bags are
     pooled (``CompiledPooling`` by default). ``clip``: per-id gradient clipping (``CowClip``)
-    before each push, none by default. ``timings`` holds seconds spent in dedup,
-    pull_wait and push (settling pushes)."""
+    before each push, none by default. ``staging``: the device the rows go to (a ``DeviceRows``;
+    pooling is then ``TorchPooling``), none (the CPU, no copies) by default. ``timings`` holds
+    seconds spent in dedup, pull_wait, h2d (staging copies) and push (settling pushes)."""
 
     def __init__(self, rows: PSClient | RowSource, features: dict[str, str], pooling: str = "sum",
                  staleness: int | None = 1, max_in_flight: int | None = None, timeout: float = DEFAULT_TIMEOUT,
-                 pooler: Pooling | None = None, clip: CowClip | None = None):
+                 pooler: Pooling | None = None, clip: CowClip | None = None, staging: DeviceRows | None = None):
         super().__init__()
         if pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
@@ -92,7 +104,10 @@ class EmbeddingCollection(nn.Module):
             raise TypeError(f"rows must be a PSClient or a RowSource, got {type(rows).__name__}")
         self.staleness, self.timeout = staleness, timeout
         self.features, self.pooling = dict(features), pooling
-        self.pooler = CompiledPooling() if pooler is None else pooler
+        self.staging = staging
+        self.pooler = (CompiledPooling() if staging is None else TorchPooling()) if pooler is None else pooler
+        if staging is not None and isinstance(self.pooler, CompiledPooling):
+            raise ValueError("rows staged on a device are pooled by torch ops: pass pooler=TorchPooling() or none")
         self.clip = clip
         self.tables = sorted(set(self.features.values()))
         self._fields: dict[str, list[str]] = {t: [] for t in self.tables}  # table -> its fields, in order
@@ -124,6 +139,11 @@ class EmbeddingCollection(nn.Module):
             if self.training and hasattr(self.source, "record_uses"):  # a cache's hit rate over accesses
                 self.source.record_uses(table, inverse)
             out[table] = _Lookup(fields, unique, inverse, offsets, handle)
+            if self.staging is not None:
+                start_time = time.perf_counter()
+                out[table].on_device = {"inverse": self.staging.stage(f"inverse:{table}", inverse),
+                                        "offsets": self.staging.stage(f"offsets:{table}", offsets)}
+                self.timings["h2d"] += time.perf_counter() - start_time
         return out
 
     def prefetch(self, sparse: dict[str, Bag], step: int | None = None) -> None:
@@ -156,30 +176,58 @@ class EmbeddingCollection(nn.Module):
         self._prefetched = None
         out = {}
         for table, lk in lookups.items():
-            start_time = time.perf_counter()
-            pulled = lk.handle.wait(self.timeout)
-            rows = torch.from_numpy(pulled)
-            self.timings["pull_wait"] += time.perf_counter() - start_time
+            rows = self._rows(table, lk)
             if self.training and torch.is_grad_enabled():
                 rows.requires_grad_(True)
-                rows.register_hook(self._pusher(table, lk, pulled))
+                rows.register_hook(self._pusher(table, lk, lk.pulled))
+            inverse, offsets = lk.inverse, lk.offsets  # numpy on the CPU path, device tensors when staged
+            if lk.on_device is not None:
+                inverse, offsets = lk.on_device["inverse"].get(), lk.on_device["offsets"].get()
             if self.pooling == "none":
-                vectors = F.embedding(torch.from_numpy(lk.inverse), rows)
+                vectors = F.embedding(torch.as_tensor(inverse), rows)
                 batch = (len(lk.offsets) - 1) // len(lk.fields)
                 starts = lk.offsets[::batch] if batch else np.zeros(len(lk.fields) + 1, np.int64)
                 for i, field in enumerate(lk.fields):
                     out[field] = vectors[starts[i]:starts[i + 1]]
             else:  # one pooling call per table: backward builds one (U, dim) gradient, not one per field
-                out[table] = self.pooler.pool(rows, lk.inverse, lk.offsets, len(lk.fields), self.pooling == "mean")
+                out[table] = self.pooler.pool(rows, inverse, offsets, len(lk.fields), self.pooling == "mean")
         return out
 
-    def _pusher(self, table: str, lk: _Lookup, pulled: np.ndarray):
+    def _rows(self, table: str, lk: _Lookup) -> torch.Tensor:
+        """The table's pulled rows as a tensor (on the device when staging), waited on once."""
+        if lk.pulled is None:
+            start_time = time.perf_counter()
+            lk.pulled = lk.handle.wait(self.timeout)
+            self.timings["pull_wait"] += time.perf_counter() - start_time
+            if lk.on_device is not None:
+                start_time = time.perf_counter()
+                lk.on_device["rows"] = self.staging.stage(f"rows:{table}", lk.pulled)
+                self.timings["h2d"] += time.perf_counter() - start_time
+        if lk.on_device is not None:
+            return lk.on_device["rows"].get()
+        return lk.pulled if isinstance(lk.pulled, torch.Tensor) else torch.from_numpy(lk.pulled)
+
+    def stage_ahead(self) -> None:
+        """Wait for the prefetched pulls and start their copies to the device, so they cross while
+        the current step's queued work runs; nothing without staging or a prefetch."""
+        if self.staging is None or self._prefetched is None:
+            return
+        for table, lk in self._prefetched[1].items():
+            if lk.pulled is None:
+                self._rows(table, lk)
+
+    def metrics(self) -> dict:
+        """Host-to-device bytes staged so far (0 on the CPU path)."""
+        return {"h2d_bytes": self.staging.h2d_bytes if self.staging is not None else 0}
+
+    def _pusher(self, table: str, lk: _Lookup, pulled: np.ndarray | torch.Tensor):
         step, clip, unique = self.step, self.clip, lk.unique
 
-        def push(grad: torch.Tensor) -> None:
-            grads = np.ascontiguousarray(grad.detach().numpy(), dtype=np.float32)
+        def push(grad: torch.Tensor) -> None:  # from the device: one float32 row per unique id, to the host
+            grads = np.ascontiguousarray(grad.detach().to("cpu", torch.float32).numpy(), dtype=np.float32)
             if clip is not None:
-                grads = clip(grads, pulled, np.bincount(lk.inverse, minlength=len(unique)))
+                rows = pulled if isinstance(pulled, np.ndarray) else pulled.detach().cpu().numpy()
+                grads = clip(grads, rows, np.bincount(lk.inverse, minlength=len(unique)))
             self.source.push(table, unique, grads, step=step)
         return push
 

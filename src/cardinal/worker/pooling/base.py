@@ -9,7 +9,8 @@ differentiable in ``rows``:
     ->       (B, n_fields, dim)     per example, one pooled row per field (sum or mean)
 
 Today's strategy is ``CompiledPooling`` (numba kernels on CPU tensors, a one-pass backward);
-``TorchPooling`` does the same with torch ops, on whichever device ``rows`` lives.
+``TorchPooling`` does the same with torch ops, on whichever device ``rows`` lives (there
+``inverse`` and ``offsets`` may come as tensors already on that device).
 """
 
 from abc import ABC, abstractmethod

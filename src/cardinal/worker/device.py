@@ -1,0 +1,187 @@
+"""A worker on a device: which device (``train.device``), and host arrays staged onto it.
+
+Dedup stays on the CPU (unique ids, inverse index); only what the device computes with
+crosses: one row per unique id, the inverse index and bag offsets, the dense features and
+labels. ``DeviceRows`` does the crossing so the collection and the trainer stay small:
+
+    staging = DeviceRows(torch.device("cuda"))
+    rows = staging.stage("rows:items", pulled)     # Staged: the copy is under way
+    ...                                            # (the current step's kernels run meanwhile)
+    rows.get()                                     # the compute stream waits for the copy, then uses it
+
+On CUDA each key has a ring of ``slots`` pinned host buffers, reused across steps and grown
+(doubling) when an array outgrows them; the array is copied into one, then to the device
+with a non-blocking copy on a side stream, and an event marks the copy's end. ``get()``
+makes the compute stream wait for that event (a wait on the GPU, not the host), so copies
+staged while a step runs overlap it. Before a buffer is written again, the host waits for
+its previous copy's event (two steps old: done). With ``staged=False`` (the CPU default)
+nothing is copied: the tensor is the array (``torch.from_numpy``), exactly today's path.
+``staged=True`` on the CPU runs the same bookkeeping with a clone for the copy (tests).
+
+A tensor already on the device (a row source that keeps rows there, e.g. a GPU cache) is
+taken as it is: no copy, no bytes counted.
+"""
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+DEVICES = ("cpu", "cuda", "auto")
+
+
+def resolve_device(name: str) -> torch.device:
+    """``train.device``: "auto" is cuda when torch sees a GPU, else cpu. A worker started by
+    torchrun uses GPU LOCAL_RANK (modulo the GPUs it sees)."""
+    if name not in DEVICES:
+        raise ValueError(f"train.device must be one of {list(DEVICES)}, got {name!r}")
+    has_cuda = torch.cuda.is_available()
+    if name == "cuda" and not has_cuda:
+        raise ValueError("train.device = 'cuda', but torch sees no CUDA device (torch.cuda.is_available() is "
+                         "False); set train.device = 'cpu' or 'auto', or install a CUDA build of torch")
+    if name == "cpu" or not has_cuda:
+        return torch.device("cpu")
+    return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
+
+
+def staging_for(device: torch.device) -> "DeviceRows | None":
+    """The trainer's staging: copies onto a CUDA device; none on the CPU (the rows are used where
+    they were pulled, bit for bit today's path)."""
+    return DeviceRows(device) if device.type == "cuda" else None
+
+
+@dataclass
+class _Buffer:
+    data: torch.Tensor                     # (capacity,) uint8, pinned on CUDA
+    event: "torch.cuda.Event | None" = None  # the end of the last copy out of it
+
+
+class Staged:
+    """A tensor on the device; ``get()`` gives it once the compute stream may use it."""
+
+    def __init__(self, tensor: torch.Tensor, event=None, owner: "DeviceRows | None" = None):
+        self.tensor, self._event, self._owner = tensor, event, owner
+
+    def get(self) -> torch.Tensor:
+        if self._event is not None:  # CUDA only: order the compute stream after the copy, timing its wait
+            compute = torch.cuda.current_stream(self.tensor.device)
+            before, after = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            before.record(compute)
+            compute.wait_event(self._event)
+            after.record(compute)
+            self._owner._waits.append((before, after))
+            self.tensor.record_stream(compute)  # made on the side stream, used on this one
+            self._event = None
+        return self.tensor
+
+
+class DeviceRows:
+    """Stages host arrays onto ``device``; counts bytes copied and buffers grown or reused."""
+
+    def __init__(self, device: torch.device, staged: bool | None = None, slots: int = 2):
+        if slots < 2:
+            raise ValueError(f"slots must be >= 2 (one being filled while one is copied), got {slots}")
+        device = torch.device(device)
+        self.cuda = device.type == "cuda"
+        if self.cuda and device.index is None:  # "cuda" is the current one: named, so tensors there compare equal
+            device = torch.device("cuda", torch.cuda.current_device())
+        self.device, self.slots = device, slots
+        self.staged = self.cuda if staged is None else staged
+        if self.cuda and not self.staged:
+            raise ValueError("a CUDA device needs staged copies (staged=True or None)")
+        self.stream = torch.cuda.Stream(self.device) if self.cuda else None
+        self._rings: dict[str, list[_Buffer | None]] = {}
+        self._turn: dict[str, int] = {}
+        self._waits: list = []   # (before, after) CUDA events around each compute-stream wait
+        self.h2d_bytes, self.grown, self.reused = 0, 0, 0
+
+    def stage(self, key: str, value: np.ndarray | torch.Tensor) -> Staged:
+        """``value`` on the device (a copy started, unless it is there already or nothing is staged)."""
+        if isinstance(value, torch.Tensor):
+            if value.device == self.device:
+                return Staged(value)
+            value = value.detach().cpu().numpy()
+        array = np.ascontiguousarray(value)
+        if not self.staged:
+            return Staged(torch.from_numpy(array))
+        buf = self._buffer(key, array.nbytes)
+        source = torch.from_numpy(array)
+        host = buf.data[:array.nbytes].view(source.dtype).view(source.shape)
+        host.copy_(source)
+        self.h2d_bytes += array.nbytes
+        if not self.cuda:
+            return Staged(host.clone())  # the CPU stand-in for the copy: a tensor of its own
+        with torch.cuda.stream(self.stream):
+            out = host.to(self.device, non_blocking=True)
+        buf.event = torch.cuda.Event()
+        buf.event.record(self.stream)
+        return Staged(out, buf.event, self)
+
+    def _buffer(self, key: str, nbytes: int) -> _Buffer:
+        """The key's next buffer in its ring, free to overwrite, with room for ``nbytes``."""
+        ring = self._rings.setdefault(key, [None] * self.slots)
+        i = self._turn[key] = (self._turn.get(key, -1) + 1) % self.slots
+        buf = ring[i]
+        if buf is not None and buf.event is not None:
+            buf.event.synchronize()  # its last copy has read it (steps ago: returns at once)
+        if buf is None or buf.data.numel() < nbytes:
+            capacity = max(nbytes, 2 * (buf.data.numel() if buf is not None else 0), 4096)
+            buf = ring[i] = _Buffer(torch.empty(capacity, dtype=torch.uint8, pin_memory=self.cuda))
+            self.grown += 1
+        else:
+            self.reused += 1
+        return buf
+
+    def wait_seconds(self) -> float:
+        """Seconds the compute stream waited for copies since the last call (CUDA; 0 elsewhere).
+        Synchronises on the newest wait: call it between steps (the trainer does, at log lines)."""
+        if not self._waits:
+            return 0.0
+        self._waits[-1][1].synchronize()
+        total = sum(before.elapsed_time(after) for before, after in self._waits) / 1000
+        self._waits.clear()
+        return total
+
+
+class DeviceBatches:
+    """A batch's dense features and labels on the device, staged ahead for the next batch."""
+
+    def __init__(self, staging: DeviceRows):
+        self.staging = staging
+        self._ahead: tuple[int, Staged, Staged] | None = None
+
+    def _copy(self, batch) -> tuple[Staged, Staged]:
+        """A reader's tensors are host data (on the CPU): staged as arrays, so the CPU stand-in copies them too."""
+        host = [t.numpy() if t.device.type == "cpu" else t for t in (batch.dense, batch.labels)]
+        return self.staging.stage("dense", host[0]), self.staging.stage("labels", host[1])
+
+    def stage(self, batch) -> None:
+        """Start the copies of ``batch`` (the next one) while the current step runs."""
+        self._ahead = (id(batch), *self._copy(batch))
+
+    def get(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """(dense, labels) of ``batch`` on the device."""
+        if self._ahead is not None and self._ahead[0] == id(batch):
+            _, dense, labels = self._ahead
+        else:
+            dense, labels = self._copy(batch)
+        self._ahead = None
+        return dense.get(), labels.get()
+
+
+def host_value(t: torch.Tensor):
+    """A function giving ``t``'s value (a scalar) on the host. On CUDA the copy is queued now
+    (pinned, non-blocking) and read later, after the step's pushes have synchronised the stream,
+    so reading it adds no wait of its own; elsewhere it is ``t.item()``."""
+    if t.device.type != "cuda":
+        return t.item
+    host = torch.empty((), dtype=t.dtype, pin_memory=True)
+    host.copy_(t.detach(), non_blocking=True)
+    done = torch.cuda.Event()
+    done.record()
+
+    def read() -> float:
+        done.synchronize()
+        return host.item()
+    return read
