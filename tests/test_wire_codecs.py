@@ -216,3 +216,30 @@ def test_servers_and_gRPC_clients_keep_freed_message_buffers(make):
         assert took == "None" and int(faults) > 200
     else:
         assert took == "True" and int(faults) < 50, (took, faults)
+
+
+@pytest.mark.parametrize("remote", [False, True])
+@pytest.mark.parametrize("codec, big", [("fp16", 7e4), ("fp16", -65520.0), ("bf16", 3.4e38)])
+def test_a_push_the_codec_cannot_carry_is_refused_whole_naming_the_codec(cluster, remote, codec, big):
+    """Finite gradients past the codec's range would arrive as inf on one shard only: that shard would
+    refuse its part ("NaN or Inf ... lower the learning rate") while the others applied theirs. The
+    client refuses the whole push first, naming wire.push, and no shard changes."""
+    transport = cluster(2).client.transport if remote else embedded(CONFIG, 2).transport
+    client = PSClient(transport, push_codec=codec)
+    ids = np.arange(-500, 500, dtype=np.int64)
+    client.pull("user", ids).wait()
+    before = client.digest("user"), client.pull("user", ids, create=False).wait().copy()
+    grads = np.ones((len(ids), 8), np.float32)
+    grads[np.flatnonzero(route(ids, 2) == 1)[3], 5] = big  # one value, on shard 1; shard 0's part is fine
+    with pytest.raises(ValueError, match=rf"first at row \d+.*push codec '{codec}' \(wire.push\).*use 'bf16'"):
+        client.push("user", ids, grads, step=1).wait()
+    assert client.digest("user") == before[0]
+    assert client.pull("user", ids, create=False).wait().tobytes() == before[1].tobytes()
+    edge = np.float32(codecs.get(codec).overflow)  # the codec's bound is where inf begins, exactly
+    assert np.isinf(codecs.get(codec).roundtrip(np.array([[edge, -edge]], np.float32))).all()
+    inside = np.nextafter(edge, np.float32(0))
+    assert np.isfinite(codecs.get(codec).roundtrip(np.array([[inside, -inside]], np.float32))).all()
+    if codec == "fp16":
+        grads[:] = inside
+        client.push("user", ids, grads, step=2).wait()  # just inside the range: sent
+        assert client.digest("user") != before[0]

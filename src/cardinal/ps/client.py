@@ -118,6 +118,7 @@ class PSClient:
             raise ValueError(f"gradients must be an array of shape (len(ids), dim) = ({len(ids)}, dim), "
                              f"got {getattr(grads, 'shape', type(grads).__name__)}")
         validate.check_grads(grads, len(ids), grads.shape[1], table)
+        validate.check_encodable(grads, self.push_codec, table)
         validate.check_kind(kind)
         validate.check_counts(counts, len(ids), kind)
         parts = self._parts(ids)
