@@ -24,7 +24,7 @@ import numpy as np
 
 from cardinal import codecs
 from cardinal.ps.servicer import SERVICE
-from cardinal.ps.transport import heap, wire
+from cardinal.ps.transport import wire
 from cardinal.ps.transport.base import DEFAULT_TIMEOUT, Handle, TransientError, Transport
 
 BUSY_RETRIES, BUSY_BACKOFF_S = 8, 0.05
@@ -121,7 +121,7 @@ class GrpcTransport(Transport):
         self._seq = itertools.count()
         self._dims: dict[str, int] = {}
         self.bytes_sent = self.bytes_received = 0  # message bytes, for traffic figures
-        heap.keep_freed_buffers()  # replies are large and many: reuse their memory (heap.py)
+        # no heap.keep_freed_buffers() here: a client lives in its user's process (heap.py)
 
     def _check_incarnation(self, shard: int, incarnation: str) -> None:
         known = self._incarnations[shard]
