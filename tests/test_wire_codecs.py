@@ -299,3 +299,26 @@ def test_a_gRPC_client_leaves_its_process_memory_as_glibc_made_it(make):
         assert held < 150, held
     else:
         assert held > 300, held
+
+
+def test_fp32_requests_are_read_by_servers_from_before_codecs(cluster, monkeypatch):
+    """A server from before codecs (protocol 1 too) takes no "codec" in a Pull and only "raw" in a
+    Push: a new client with the default fp32 writes exactly that, so workers can be upgraded before
+    their servers. Here the servers are made to read as the old ones did."""
+    c = cluster(2)
+    old_pull = {k: v for k, v in wire.SCHEMAS["Pull"].items() if k != "codec"}
+    monkeypatch.setitem(wire.SCHEMAS, "Pull", old_pull)
+    real = wire.codec_of
+
+    def old_codec_of(header):
+        if header.get("codec", "raw") != "raw":
+            raise wire.WireError(f"codec: unknown codec {header['codec']!r}; this server reads ['raw']")
+        return real(header)
+    monkeypatch.setattr(wire, "codec_of", old_codec_of)
+    client = PSClient(c.client.transport)
+    ids = np.arange(-50, 50, dtype=np.int64)
+    rows = client.pull("user", ids, step=1).wait()
+    client.push("user", ids, np.ones((len(ids), 8), np.float32), step=1).wait()
+    assert not np.array_equal(client.pull("user", ids, create=False).wait(), rows)
+    with pytest.raises(ValueError, match="unknown codec 'bf16'"):  # a codec the old server lacks: named
+        PSClient(c.client.transport, push_codec="bf16").push("user", ids, np.ones((len(ids), 8), np.float32)).wait()
