@@ -322,3 +322,27 @@ def test_fp32_requests_are_read_by_servers_from_before_codecs(cluster, monkeypat
     assert not np.array_equal(client.pull("user", ids, create=False).wait(), rows)
     with pytest.raises(ValueError, match="unknown codec 'bf16'"):  # a codec the old server lacks: named
         PSClient(c.client.transport, push_codec="bf16").push("user", ids, np.ones((len(ids), 8), np.float32)).wait()
+
+
+
+@pytest.mark.parametrize("remote", [False, True])
+def test_rows_the_pull_codec_cannot_carry_are_an_error_naming_it(tmp_path, remote):
+    """A row past fp16's range would arrive as inf and the model's loss turn NaN far from the cause;
+    the client says which table and codec instead."""
+    sgd = StoreConfig(CONFIG.tables, {"name": "sgd", "lr": 1.0})
+    made = Cluster(sgd, 2, tmp_path) if remote else None
+    try:
+        transport = made.client.transport if remote else embedded(sgd, 2).transport
+        ids = np.arange(-20, 20, dtype=np.int64)
+        plain = PSClient(transport)
+        plain.pull("user", ids).wait()
+        grads = np.zeros((len(ids), 8), np.float32)
+        grads[7, 2] = -1e5  # row 7 reaches about 1e5, past fp16's 65504
+        plain.push("user", ids, grads, step=1).wait()
+        with pytest.raises(ValueError, match=r"table 'user'.*pull codec 'fp16' \(wire.pull\).*first at row 7.*'bf16'"):
+            PSClient(transport, pull_codec="fp16").pull("user", ids).wait()
+        fine = PSClient(transport, pull_codec="fp16").pull("user", ids[:7]).wait()  # the other rows: as ever
+        assert fine.tobytes() == codecs.get("fp16").roundtrip(plain.pull("user", ids[:7]).wait()).tobytes()
+    finally:
+        if made is not None:
+            made.stop()

@@ -49,6 +49,16 @@ def check_encodable(grads: np.ndarray, codec, table: str) -> None:
                      "it would arrive as inf): use 'bf16' (float32's range) or 'fp32', or clip gradients")
 
 
+def check_decoded(rows: np.ndarray, codec, table: str) -> None:
+    """Stored rows are finite: an inf in pulled rows is a value past the pull codec's range,
+    named here rather than met later as a NaN loss."""
+    if codec.overflow is None or np.isfinite(rows).all():
+        return
+    bad = int(np.flatnonzero(~np.isfinite(rows).all(axis=1))[0])
+    raise ValueError(f"rows of table {table!r} hold values past what the pull codec {codec.name!r} (wire.pull) "
+                     f"carries (|x| < {codec.overflow:.4g}; first at row {bad}): use 'bf16' (float32's range) or 'fp32'")
+
+
 def check_counts(counts, n: int, kind: str = "grad") -> None:
     """``counts``: None (one update per row), or (n,) int32 >= 1, how many updates each
     gradient row accumulates (a worker cache's pending sum); only gradient pushes carry them."""
