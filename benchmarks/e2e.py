@@ -9,7 +9,10 @@ same number of steps, batches read into memory once and shared by every run:
                          tables sized by the hashing trick (id % size), sparse Adagrad;
   - torch sparseadam:    the same with ``SparseAdam``;
   - dense-only bound:    the same model and steps with the embedding output replaced by a
-                         precomputed tensor (training if embeddings were free).
+                         precomputed tensor (training if embeddings were free);
+  - Cardinal at its best lr with bf16 rows and gradients (``wire.pull``/``wire.push``), and
+    with a worker cache of 10% of the rows (``cache.bytes``, s = 4): embedding bytes per
+    sample each way beside AUC.
 
 Like with like: every run times the same scope, from the first step until the last update
 is applied (Cardinal's final push flush included; its evaluations, checkpoint and summary
@@ -37,8 +40,10 @@ from report import write  # noqa: E402
 
 from cardinal.data import CriteoReader  # noqa: E402
 from cardinal.models import DeepFM  # noqa: E402
+from cardinal.ps.checkpoint_load import read_commit  # noqa: E402
 from cardinal.train import Trainer, config  # noqa: E402
 from cardinal.train.readers import synthetic_dir  # noqa: E402
+from cardinal.worker.sources.cache_slots import META_BYTES  # noqa: E402
 
 
 class Cached:
@@ -155,6 +160,27 @@ def run_cardinal(recipe, lr: float, tmp: Path, train, halves):
     return seconds, metrics, summary
 
 
+def rows_created(summary: dict) -> int:
+    """Rows on the servers at the run's last checkpoint (every table, every shard)."""
+    info = read_commit(Path(summary["checkpoint"]))
+    return sum(t["rows"] for m in info["manifests"].values() for t in m["tables"].values())
+
+
+def variants(recipe, created: int) -> list[tuple[str, list[str]]]:
+    """Cardinal with rows and gradients as bf16, and with a worker cache of 10% of the rows the
+    run created (s = 4; a slot costs its row, its pending sum and the cache's bookkeeping)."""
+    slot = 2 * 4 * (recipe.embedding.dim + 1) + META_BYTES  # deepfm rows: dim values + a wide weight
+    return [("cardinal, bf16 rows and gradients", ['wire.pull="bf16"', 'wire.push="bf16"']),
+            ("cardinal, cache 10% of rows, s=4", [f"cache.bytes={int(0.1 * created * slot)}", "cache.staleness=4"])]
+
+
+def wire_bytes(summary: dict | None) -> dict:
+    """Embedding bytes per sample each way (at the codecs' sizes), for Cardinal's rows."""
+    if summary is None:
+        return {"pull B/sample": "-", "push B/sample": "-"}
+    return {"pull B/sample": summary["pull_bytes_per_sample"], "push B/sample": summary["push_bytes_per_sample"]}
+
+
 def run_dense_only(recipe, train, fields):
     torch.manual_seed(recipe.train.seed)
     dim = recipe.embedding.dim
@@ -187,8 +213,9 @@ def main():
     parser.add_argument("--steps", type=int, default=0, help="steps per run (default: one epoch)")
     args = parser.parse_args()
     sets = ["data.synthetic.rows=200000", "data.synthetic.eval_rows=20000"] if args.quick else []
-    recipe = config.load("criteo_synthetic", [*sets, "train.eval_every=0", "data.batch_size=4096",  # the published batch
-                                               'train.baseline="none"'])  # the system alone, not its lr baseline
+    sets = [*sets, "train.eval_every=0", "data.batch_size=4096",  # the published batch
+            'train.baseline="none"']  # the system alone, not its lr baseline
+    recipe = config.load("criteo_synthetic", sets)
     size = TORCH_TABLE_ROWS
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -207,9 +234,10 @@ def main():
               f"sparse lr grid {SPARSE_LRS} for each of 3 systems; running...")
 
         dense_s = run_dense_only(recipe, train, fields)
-        grid, summaries = [], {}
+        grid, summaries, created = [], {}, {}
         for lr in SPARSE_LRS:
             seconds, metrics, summaries[lr] = run_cardinal(recipe, lr, tmp, train, halves)
+            created[lr] = rows_created(summaries[lr])  # read before the checkpoints go with tmp
             grid.append(("cardinal (embedded, 4 shards, prefetch)", "adagrad", lr, seconds, metrics))
             for opt in ("adagrad", "sparseadam"):
                 seconds, metrics = run_torch(recipe, train, halves, fields, opt, lr, size)
@@ -224,13 +252,24 @@ def main():
         key = (row["run"], row["sparse optimizer"])
         if key not in best or row["select AUC"] > best[key]["select AUC"]:
             best[key] = row
+    cardinal_lr = best[("cardinal (embedded, 4 shards, prefetch)", "adagrad")]["sparse lr"]
     rows_out = [{"run": r["run"], "sparse optimizer": r["sparse optimizer"], "best sparse lr": r["sparse lr"],
                  "samples/s": r["samples/s"], "x dense-only bound": r["samples/s"] / (samples / dense_s),
-                 "eval AUC": r["eval AUC"], "eval logloss": r["eval logloss"]} for r in best.values()]
+                 "eval AUC": r["eval AUC"], "eval logloss": r["eval logloss"],
+                 **wire_bytes(summaries[r["sparse lr"]] if r["run"].startswith("cardinal") else None)}
+                for r in best.values()]
+    with tempfile.TemporaryDirectory() as tmp:  # the codec and cache rows, at Cardinal's best lr
+        for i, (name, extra) in enumerate(variants(recipe, created[cardinal_lr])):
+            seconds, metrics, summary = run_cardinal(config.load("criteo_synthetic", [*sets, *extra]), cardinal_lr,
+                                                     Path(tmp) / f"variant{i}", train, halves)
+            rows_out.append({"run": name, "sparse optimizer": "adagrad", "best sparse lr": cardinal_lr,
+                             "samples/s": samples / seconds, "x dense-only bound": dense_s / seconds,
+                             "eval AUC": metrics[1][0], "eval logloss": metrics[1][1], **wire_bytes(summary)})
+            print(f"  {name}: AUC {metrics[1][0]:.4f}, {samples / seconds:,.0f} samples/s")
     rows_out.append({"run": "dense-only bound", "sparse optimizer": "-", "best sparse lr": "-",
                      "samples/s": samples / dense_s, "x dense-only bound": 1.0,
-                     "eval AUC": float("nan"), "eval logloss": float("nan")})
-    summary = summaries[best[("cardinal (embedded, 4 shards, prefetch)", "adagrad")]["sparse lr"]]
+                     "eval AUC": float("nan"), "eval logloss": float("nan"), **wire_bytes(None)})
+    summary = summaries[cardinal_lr]
     t = summary["timings_s"]
     per_step = {k: 1000 * v / steps for k, v in t.items()}
     per_step["compute"] -= per_step.get("push", 0.0)  # pushes are sent from backward's hooks

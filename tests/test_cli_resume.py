@@ -156,3 +156,16 @@ def test_a_run_stopped_by_a_signal_at_its_last_step_is_finished_by_its_resume(tm
     assert checkpoint.committed_steps(run / "checkpoints") == [3]
     assert resume(run) == 2  # now it is done
     assert f"run {run} is at step 3 (epoch 0) already" in capsys.readouterr().err
+
+
+def test_a_resume_may_change_the_wire_codecs_and_the_refusal_says_so(tmp_path):
+    """Codecs are how rows cross, not what a checkpoint holds: a run trained with fp32 may go on
+    with bf16 or int8 (its tables and optimizer state stay float32 on the servers)."""
+    from cardinal.train import config
+    from cardinal.train.resume import resumed_recipe
+
+    (tmp_path / "recipe.json").write_text(json.dumps(config.load(None, []).to_dict()))
+    resumed = resumed_recipe(tmp_path, ['wire.pull="bf16"', 'wire.push="int8"'])
+    assert (resumed.wire.pull, resumed.wire.push) == ("bf16", "int8")
+    with pytest.raises(ValueError, match=r"A resume may change .*wire\.\* \(codecs\)"):
+        resumed_recipe(tmp_path, ["embedding.dim=7"])

@@ -17,6 +17,7 @@ import numpy as np
 
 class Codec(ABC):
     name: str
+    overflow: float | None = None  # the least magnitude this codec turns into inf (None: none does)
 
     @abstractmethod
     def row_bytes(self, dim: int) -> int:

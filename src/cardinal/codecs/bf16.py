@@ -33,6 +33,7 @@ def _from_bf16(halves, out):  # halves (m,) uint16 -> out (m,) uint32 (float32 b
 
 class BF16(Codec):
     name = "bf16"
+    overflow = float(np.uint32(0x7F7F8000).view(np.float32))  # about 3.3962e38: rounds (to even) to inf
 
     def row_bytes(self, dim: int) -> int:
         return 2 * dim

@@ -13,6 +13,7 @@ from cardinal.codecs.base import Codec
 
 class FP16(Codec):
     name = "fp16"
+    overflow = 65520.0  # half of the way from 65504 to the next step, 65536: rounds (to even) to inf
 
     def row_bytes(self, dim: int) -> int:
         return 2 * dim

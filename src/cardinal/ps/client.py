@@ -106,10 +106,12 @@ class PSClient:
                 self.traffic.add(**{f"{kind}_row_bytes": len(ids) * self.pull_codec.row_bytes(dim)})
                 counted.append(True)
             if len(parts) == 1 and len(parts[0][1]) == len(ids) and results[0].flags.writeable:
-                return results[0]  # one shard holds every id, in order (a stable split): nothing to place
-            out = np.empty((len(ids), dim), np.float32)
-            for (_, pos), rows in zip(parts, results):
-                out[pos] = rows
+                out = results[0]  # one shard holds every id, in order (a stable split): nothing to place
+            else:
+                out = np.empty((len(ids), dim), np.float32)
+                for (_, pos), rows in zip(parts, results):
+                    out[pos] = rows
+            validate.check_decoded(out, self.pull_codec, table)
             return out
         return Gathered(handles, combine)
 
@@ -127,6 +129,7 @@ class PSClient:
             raise ValueError(f"gradients must be an array of shape (len(ids), dim) = ({len(ids)}, dim), "
                              f"got {getattr(grads, 'shape', type(grads).__name__)}")
         validate.check_grads(grads, len(ids), grads.shape[1], table)
+        validate.check_encodable(grads, self.push_codec, table)
         validate.check_kind(kind)
         validate.check_counts(counts, len(ids), kind)
         parts = self._parts(ids)

@@ -38,6 +38,27 @@ def check_grads(grads, n: int, dim: int, table: str) -> None:
                          "lower the learning rate or clip gradients")
 
 
+def check_encodable(grads: np.ndarray, codec, table: str) -> None:
+    """Finite gradients past the push codec's range would cross as inf and be refused by the
+    shards they go to, after the others applied their parts: refuse the whole push first."""
+    if codec.overflow is None or not grads.size or max(grads.max(), -grads.min()) < codec.overflow:
+        return
+    bad = int(np.flatnonzero((np.abs(grads) >= codec.overflow).any(axis=1))[0])
+    raise ValueError(f"gradients for table {table!r} reach {float(np.abs(grads).max()):.4g} (first at row {bad}), "
+                     f"past what the push codec {codec.name!r} (wire.push) carries (|x| < {codec.overflow:.4g}; "
+                     "it would arrive as inf): use 'bf16' (float32's range) or 'fp32', or clip gradients")
+
+
+def check_decoded(rows: np.ndarray, codec, table: str) -> None:
+    """Stored rows are finite: an inf in pulled rows is a value past the pull codec's range,
+    named here rather than met later as a NaN loss."""
+    if codec.overflow is None or np.isfinite(rows).all():
+        return
+    bad = int(np.flatnonzero(~np.isfinite(rows).all(axis=1))[0])
+    raise ValueError(f"rows of table {table!r} hold values past what the pull codec {codec.name!r} (wire.pull) "
+                     f"carries (|x| < {codec.overflow:.4g}; first at row {bad}): use 'bf16' (float32's range) or 'fp32'")
+
+
 def check_counts(counts, n: int, kind: str = "grad") -> None:
     """``counts``: None (one update per row), or (n,) int32 >= 1, how many updates each
     gradient row accumulates (a worker cache's pending sum); only gradient pushes carry them."""

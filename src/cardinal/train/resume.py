@@ -4,7 +4,7 @@ The resumed recipe is RUN/recipe.json plus the overrides. Keys that fix the shap
 model, tables or optimizer state, or what the saved data position counts, cannot change (FROZEN);
 every other key may: learning rates and other optimizer hyper-parameters, train.* (steps, epochs,
 eval and checkpoint cadence, threads), data files, the servers and shards (a checkpoint of 2
-shards loads into 3), consistency. ``train.steps`` and ``train.epochs`` are totals over the whole
+shards loads into 3), the wire's codecs (servers keep float32 whatever crosses), consistency. ``train.steps`` and ``train.epochs`` are totals over the whole
 run: a run already at them is refused (nothing would train) rather than rewritten as a no-op.
 """
 
@@ -22,7 +22,7 @@ FROZEN = ("model", "embedding.dim", "embedding.shared", "embedding.pooling", "em
           "train.baseline")                                   # to the eval side; the baseline's own tables
 UNSET = "(not set)"
 RESUMABLE = ("learning rates and optimizer settings but their names, train.* (steps, epochs, eval and "
-             "checkpoint cadence), data files, ps.* (servers, shards), embedding consistency")
+             "checkpoint cadence), data files, ps.* (servers, shards), wire.* (codecs), embedding consistency")
 
 
 def saved_recipe(run_dir: Path) -> dict:

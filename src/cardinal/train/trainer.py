@@ -629,7 +629,7 @@ class Trainer:
                    "samples_per_s": samples / train_time if train_time else 0.0, "timings_s": timings,
                    "bad_lines": getattr(self.train_data, "bad_lines", 0),
                    "checkpoint": str(checkpoint.latest(self.run_dir / "checkpoints")), "workers": self.workers.world,
-                   **self._staleness(), **wire_metrics.per_sample(self.client, self.workers, samples),
+                   **self._staleness(), **wire_metrics.per_sample(self.client, self.workers, samples, summed=True),
                    **self.meter.summary(train_time), "device": str(self.device), **self._cache_metrics()}
         if "teacher" in self.data_info:
             summary["teacher_eval_auc"] = self.data_info["teacher"]["eval"]["teacher_auc"]

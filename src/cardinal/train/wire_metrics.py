@@ -12,8 +12,11 @@ NAMES = {"pull_row_bytes": "pull_bytes_per_sample", "push_row_bytes": "push_byte
          "message_bytes_received": "wire_bytes_in_per_sample", "message_bytes_sent": "wire_bytes_out_per_sample"}
 
 
-def per_sample(client, workers, samples: float) -> dict[str, float]:
+def per_sample(client, workers, samples: float, *, summed: bool = False) -> dict[str, float]:
+    """``samples``: this worker's, summed here; with ``summed``, all workers' already (the
+    trainer's summary gets the total), which must not be summed a second time."""
     m = client.metrics()
     keys = [k for k in NAMES if k in m]
-    total, *counts = workers.sum(float(samples), *(float(m[k]) for k in keys))
+    total, *counts = workers.sum(0.0 if summed else float(samples), *(float(m[k]) for k in keys))
+    total = samples if summed else total
     return {NAMES[k]: (c / total if total else 0.0) for k, c in zip(keys, counts)}

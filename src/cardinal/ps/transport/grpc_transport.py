@@ -24,7 +24,7 @@ import numpy as np
 
 from cardinal import codecs
 from cardinal.ps.servicer import SERVICE
-from cardinal.ps.transport import heap, wire
+from cardinal.ps.transport import wire
 from cardinal.ps.transport.base import DEFAULT_TIMEOUT, Handle, TransientError, Transport
 
 BUSY_RETRIES, BUSY_BACKOFF_S = 8, 0.05
@@ -144,7 +144,7 @@ class GrpcTransport(Transport):
         self._seq = itertools.count()
         self._dims: dict[str, int] = {}
         self.bytes_sent = self.bytes_received = 0  # message bytes, for traffic figures
-        heap.keep_freed_buffers()  # replies are large and many: reuse their memory (heap.py)
+        # no heap.keep_freed_buffers() here: a client lives in its user's process (heap.py)
 
     def _check_incarnation(self, shard: int, incarnation: str) -> None:
         known = self._incarnations[shard]
@@ -179,8 +179,9 @@ class GrpcTransport(Transport):
         rows_codec = codecs.get(codec)
         chunks = self._chunks(len(ids), 8 + rows_codec.row_bytes(self._dim(shard, table)))
         rid = request_id or f"{self._client}-{next(self._seq)}"
+        named = {} if rows_codec.name == "fp32" else {"codec": rows_codec.name}  # fp32: as servers before codecs read
         parts = [self._call(shard, "Pull", {"table": table, "ids_bytes": 8 * (c.stop - c.start), "ids_dtype": "int64",
-                                            "create": create, "codec": rows_codec.name,
+                                            "create": create, **named,
                                             "step": int(step), "request_id": f"{rid}.{k}"}, ids[c])
                  for k, c in enumerate(chunks)]
 
@@ -207,7 +208,7 @@ class GrpcTransport(Transport):
                 g = grads_codec.encode(g)
             header = {"table": table, "ids_bytes": 8 * (c.stop - c.start), "ids_dtype": "int64",
                       "grads_bytes": g.nbytes, "dim": dim,
-                      "dtype": "float32", "codec": grads_codec.name, "step": int(step), "kind": kind,
+                      "dtype": "float32", "codec": wire.push_codec_name(grads_codec), "step": int(step), "kind": kind,
                       "request_id": f"{rid}.{k}"}
             if origin is not None:  # each message is one part of the worker's push of this step
                 header.update(vars(origin.split(k, len(chunks))))

@@ -36,14 +36,16 @@ class InProcessTransport(Transport):
         return FutureHandle(self._lanes[shard].submit(fn, *args, **kwargs), f"{method} on in-process shard {shard}")
 
     def pull(self, shard, table, ids, *, create, step, request_id=None, codec="fp32"):
+        if codec == "fp32":  # the store's own rows: no round trip, nothing to pay
+            return self._call(shard, "pull", table, ids, create=create, step=step, request_id=request_id)
         rows_codec, store = codecs.get(codec), self.stores[shard]
         return self._run(shard, "pull", lambda: rows_codec.roundtrip(
             store.pull(table, ids, create=create, step=step, request_id=request_id)))
 
     def push(self, shard, table, ids, grads, *, step, kind="grad", request_id=None, origin=None, codec="fp32",
              counts=None):
-        grads_codec, store = codecs.get(codec), self.stores[shard]
-        if grads_codec.name != "fp32":  # fp32: the store judges the array as given
+        if codec != "fp32":  # fp32: the store judges the array as given
+            grads_codec, store = codecs.get(codec), self.stores[shard]
             return self._run(shard, "push", lambda: store.push(table, ids, grads_codec.roundtrip(grads), step=step,
                                                          kind=kind, request_id=request_id, origin=origin,
                                                          counts=counts))

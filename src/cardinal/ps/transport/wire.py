@@ -6,7 +6,8 @@ A pull's payload is the ids (int64, little-endian); a push's is the ids then the
 encoded by the codec its header names, then, for a counted push only, its counts (int32,
 ``counts_bytes`` in the header; absent: one update per row); a pull's reply is the rows,
 encoded by the codec the pull named (``cardinal.codecs``: fp32, fp16, bf16, int8; "raw" is
-fp32, as older clients wrote). Both sides keep float32: a codec is only how rows cross. The
+fp32; fp32 requests name no codec in a pull and "raw" in a push, as servers from before codecs
+read). Both sides keep float32: a codec is only how rows cross. The
 header says how many bytes each part has, so a malformed message is caught before anything
 is read from it:
 
@@ -167,6 +168,11 @@ def take_counts(header: dict, payload: memoryview) -> tuple[memoryview, np.ndarr
         raise WireError(f"counts_bytes: {_num(n)} is not a multiple of 4 within the payload (counts are int32)")
     cut = len(payload) - n
     return payload[:cut], np.frombuffer(payload[cut:], "<i4").astype(np.int32)
+
+
+def push_codec_name(codec: Codec) -> str:
+    """What a push's header names: fp32 as "raw", which servers from before codecs read too."""
+    return "raw" if codec.name == "fp32" else codec.name
 
 
 def codec_of(header: dict) -> Codec:
