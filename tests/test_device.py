@@ -319,3 +319,24 @@ def test_global_batch_norm_reduces_its_statistics_on_the_inputs_device(monkeypat
     with pytest.raises(Reduced):
         norm(torch.empty(5, 3, device="meta"))
     assert seen == [torch.device("meta")]
+
+
+# --- review (R2) --------------------------------------------------------------------------
+
+def test_a_batch_staged_ahead_then_dropped_is_never_served_for_a_new_batch_at_its_address():
+    """The staged batch was skipped and freed; CPython hands its memory, so its id(), to the next
+    object of its size: a new batch there must get its own features and labels, not the old one's."""
+    from cardinal.data.batch import Batch
+
+    feed = DeviceBatches(DeviceRows(torch.device("cpu"), staged=True))
+    old = (torch.full((4, 3), 1.0), torch.full((4,), 1.0))
+    new, sparse = (torch.full((4, 3), 2.0), torch.full((4,), 2.0)), {}
+    one = Batch(old[0], sparse, old[1])
+    feed.stage(one)
+    address = id(one)
+    del one
+    kept = [Batch(new[0], sparse, new[1])]
+    while id(kept[-1]) != address and len(kept) < 1000:  # freed: the first new one has its address
+        kept.append(Batch(new[0], sparse, new[1]))
+    dense, labels = feed.get(kept[-1])
+    assert torch.equal(dense, new[0]) and torch.equal(labels, new[1])

@@ -149,7 +149,7 @@ class DeviceBatches:
 
     def __init__(self, staging: DeviceRows):
         self.staging = staging
-        self._ahead: tuple[int, Staged, Staged] | None = None
+        self._ahead: tuple[object, Staged, Staged] | None = None  # the batch itself: an id() can be reused
 
     def _copy(self, batch) -> tuple[Staged, Staged]:
         """A reader's tensors are host data (on the CPU): staged as arrays, so the CPU stand-in copies them too."""
@@ -158,11 +158,11 @@ class DeviceBatches:
 
     def stage(self, batch) -> None:
         """Start the copies of ``batch`` (the next one) while the current step runs."""
-        self._ahead = (id(batch), *self._copy(batch))
+        self._ahead = (batch, *self._copy(batch))
 
     def get(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
         """(dense, labels) of ``batch`` on the device."""
-        if self._ahead is not None and self._ahead[0] == id(batch):
+        if self._ahead is not None and self._ahead[0] is batch:
             _, dense, labels = self._ahead
         else:
             dense, labels = self._copy(batch)
