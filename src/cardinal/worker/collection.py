@@ -139,8 +139,9 @@ class EmbeddingCollection(nn.Module):
             out[table] = _Lookup(fields, unique, inverse, offsets, handle)
             if self.staging is not None:
                 start_time = time.perf_counter()
-                out[table].on_device = {"inverse": self.staging.stage(f"inverse:{table}", inverse),
-                                        "offsets": self.staging.stage(f"offsets:{table}", offsets)}
+                index = torch.int32 if offsets[-1] < 2**31 else torch.int64  # half the bytes; one type for both
+                out[table].on_device = {"inverse": self.staging.stage(f"inverse:{table}", inverse, index),
+                                        "offsets": self.staging.stage(f"offsets:{table}", offsets, index)}
                 self.timings["h2d"] += time.perf_counter() - start_time
         return out
 

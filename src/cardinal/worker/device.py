@@ -22,6 +22,7 @@ A tensor already on the device (a row source that keeps rows there, e.g. a GPU c
 taken as it is: no copy, no bytes counted.
 """
 
+import logging
 import os
 from dataclasses import dataclass
 
@@ -29,11 +30,12 @@ import numpy as np
 import torch
 
 DEVICES = ("cpu", "cuda", "auto")
+log = logging.getLogger(__name__)
 
 
 def resolve_device(name: str) -> torch.device:
-    """``train.device``: "auto" is cuda when torch sees a GPU, else cpu. A worker started by
-    torchrun uses GPU LOCAL_RANK (modulo the GPUs it sees)."""
+    """``train.device``: "auto" is cuda when torch sees a GPU that runs a kernel, else cpu. A worker
+    started by torchrun uses GPU LOCAL_RANK (modulo the GPUs it sees: one each, under SLURM)."""
     if name not in DEVICES:
         raise ValueError(f"train.device must be one of {list(DEVICES)}, got {name!r}")
     has_cuda = torch.cuda.is_available()
@@ -42,7 +44,26 @@ def resolve_device(name: str) -> torch.device:
                          "False); set train.device = 'cpu' or 'auto', or install a CUDA build of torch")
     if name == "cpu" or not has_cuda:
         return torch.device("cpu")
-    return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
+    failure = cuda_failure(device)
+    if failure is None:
+        return device
+    if name == "auto":
+        log.warning("train.device = 'auto': %s is present but fails (%s); training on the CPU", device, failure)
+        return torch.device("cpu")
+    raise ValueError(f"train.device = 'cuda', but {device} is present and fails ({failure}); fix the driver or "
+                     "the torch build, or set train.device = 'cpu' (or 'auto', which falls back to the CPU)")
+
+
+def cuda_failure(device: torch.device) -> str | None:
+    """Why ``device`` cannot run a kernel and copy back (None: it can). ``is_available()`` only
+    counts devices: a driver too old for the torch build, a GPU without kernels for its
+    architecture, or an exclusive-mode GPU taken by another process fail at the first kernel."""
+    try:
+        (torch.ones(1, device=device) + 1).cpu()
+    except Exception as e:  # noqa: BLE001 - any failure means the device is unusable; it is reported
+        return f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+    return None
 
 
 def staging_for(device: torch.device) -> "DeviceRows | None":
@@ -96,8 +117,10 @@ class DeviceRows:
         self._waits: list = []   # (before, after) CUDA events around each compute-stream wait
         self.h2d_bytes, self.grown, self.reused = 0, 0, 0
 
-    def stage(self, key: str, value: np.ndarray | torch.Tensor) -> Staged:
-        """``value`` on the device (a copy started, unless it is there already or nothing is staged)."""
+    def stage(self, key: str, value: np.ndarray | torch.Tensor, dtype: torch.dtype | None = None) -> Staged:
+        """``value`` on the device (a copy started, unless it is there already or nothing is staged),
+        as ``dtype`` when given: the cast is done by the copy into the pinned buffer, so an int64
+        index crosses as int32 in half the bytes at no extra pass."""
         if isinstance(value, torch.Tensor):
             if value.device == self.device:
                 return Staged(value)
@@ -105,11 +128,13 @@ class DeviceRows:
         array = np.ascontiguousarray(value)
         if not self.staged:
             return Staged(torch.from_numpy(array))
-        buf = self._buffer(key, array.nbytes)
         source = torch.from_numpy(array)
-        host = buf.data[:array.nbytes].view(source.dtype).view(source.shape)
+        dtype = source.dtype if dtype is None else dtype
+        nbytes = array.size * dtype.itemsize
+        buf = self._buffer(key, nbytes)
+        host = buf.data[:nbytes].view(dtype).view(source.shape)
         host.copy_(source)
-        self.h2d_bytes += array.nbytes
+        self.h2d_bytes += nbytes
         if not self.cuda:
             return Staged(host.clone())  # the CPU stand-in for the copy: a tensor of its own
         with torch.cuda.stream(self.stream):
