@@ -55,7 +55,7 @@ from cardinal.embedding import unique_inverse
 from cardinal.ps.client import PSClient
 from cardinal.ps.transport.base import DEFAULT_TIMEOUT, Handle
 from cardinal.worker.clip import CowClip
-from cardinal.worker.device import DeviceRows, Staged
+from cardinal.worker.device import DeviceRows, Staged, to_host
 from cardinal.worker.pooling import CompiledPooling, Pooling, TorchPooling
 from cardinal.worker.sources import PSSource, RowSource
 
@@ -223,7 +223,7 @@ class EmbeddingCollection(nn.Module):
         step, clip, unique = self.step, self.clip, lk.unique
 
         def push(grad: torch.Tensor) -> None:  # from the device: one float32 row per unique id, to the host
-            grads = np.ascontiguousarray(grad.detach().to("cpu", torch.float32).numpy(), dtype=np.float32)
+            grads = to_host(grad)
             if clip is not None:
                 rows = pulled if isinstance(pulled, np.ndarray) else pulled.detach().cpu().numpy()
                 grads = clip(grads, rows, np.bincount(lk.inverse, minlength=len(unique)))

@@ -195,6 +195,19 @@ class DeviceBatches:
         return dense.get(), labels.get()
 
 
+def to_host(t: torch.Tensor) -> np.ndarray:
+    """``t`` as a float32 array on the host (a row gradient for the push). From CUDA: copied into
+    pinned memory (a fresh block of torch's caching host allocator, so a push still in flight
+    keeps its own) without blocking, then one wait on the stream: a pageable ``.cpu()`` goes
+    through the driver's bounce buffer at a fraction of the bandwidth. Elsewhere: ``.numpy()``."""
+    if t.device.type != "cuda":
+        return np.ascontiguousarray(t.detach().to("cpu", torch.float32).numpy(), dtype=np.float32)
+    host = torch.empty(t.shape, dtype=torch.float32, pin_memory=True)
+    host.copy_(t.detach(), non_blocking=True)
+    torch.cuda.current_stream(t.device).synchronize()  # the push needs the values: the step's one sync
+    return host.numpy()
+
+
 def host_value(t: torch.Tensor):
     """A function giving ``t``'s value (a scalar) on the host. On CUDA the copy is queued now
     (pinned, non-blocking) and read later, after the step's pushes have synchronised the stream,
