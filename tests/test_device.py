@@ -296,6 +296,8 @@ def test_workers_pick_nccl_with_gloo_for_cuda_and_gloo_alone_on_the_cpu(monkeypa
     monkeypatch.setattr(dist, "init_process_group", lambda backend, **kw: calls.append(backend))
     monkeypatch.setattr(dist, "get_rank", lambda: 0)
     monkeypatch.setattr(torch.cuda, "set_device", lambda device: calls.append(str(device)))
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: type("P", (), {"uuid": "GPU-1"}))
+    monkeypatch.setattr(dist, "all_gather_object", lambda out, mine: out.__setitem__(slice(None), ["GPU-0", mine]))
     wrapped = {}
     monkeypatch.setattr(torch.nn.parallel, "DistributedDataParallel",
                         lambda model, **kw: wrapped.update(kw) or type("DDP", (), {"register_comm_hook": print})())
@@ -394,3 +396,26 @@ def test_auto_falls_back_to_the_cpu_when_cuda_is_present_but_fails(monkeypatch, 
     assert "cuda:0 is present but fails" in caplog.text
     with pytest.raises(ValueError, match=r"train.device = 'cuda', but cuda:0 is present and fails \(.+\)"):
         resolve_device("cuda")
+
+
+@pytest.mark.parametrize("uuids, fallback, want", [
+    (["GPU-a", "GPU-b"], False, torch.device("cuda", 0)),  # a GPU each: nccl
+    (["GPU-a", "GPU-a"], True, torch.device("cpu")),       # auto, one GPU for two workers: the CPU
+    (["GPU-a", "GPU-a"], False, ValueError),               # cuda, one GPU for two: an error saying so
+])
+def test_workers_that_would_share_a_gpu_are_found_before_nccl(monkeypatch, uuids, fallback, want):
+    """`cardinal launch --workers 2` on a one-GPU host puts LOCAL_RANK 0 and 1 on cuda:0 (0 % 1,
+    1 % 1); nccl fails at DDP's first broadcast. The workers compare their GPUs' UUIDs first."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setattr(dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(dist, "init_process_group", lambda backend, **kw: None)
+    monkeypatch.setattr(dist, "get_rank", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: None)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: type("P", (), {"uuid": uuids[0]}))
+    monkeypatch.setattr(dist, "all_gather_object", lambda out, mine: out.__setitem__(slice(None), uuids))
+    if want is ValueError:
+        with pytest.raises(ValueError, match=r"workers \[0, 1\] would share a GPU.*at most 1 workers per host"):
+            workers_module.Workers(10, torch.device("cuda", 0), fallback=fallback)
+    else:
+        assert workers_module.Workers(10, torch.device("cuda", 0), fallback=fallback).device == want
