@@ -140,6 +140,8 @@ def run_cardinal(recipe, lr: float, tmp: Path, train, halves):
             nonlocal excluded
             if flush_first:
                 trainer.embedding.flush()  # applying the last updates is training
+            if trainer.device.type == "cuda":  # so is the device's last step (as the torch runs synchronise)
+                torch.cuda.synchronize(trainer.device)
             start = time.perf_counter()
             try:
                 return fn(*args, **kwargs)

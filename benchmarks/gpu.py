@@ -17,7 +17,9 @@ steps, batch 4096 by default:
 Fairness: the torch baselines' sparse lr is the best of ``SPARSE_LRS`` by AUC on the first half
 of the eval split (Cardinal's is the recipe's, tuned by the sweep; ``--tune-cardinal`` grids it
 too); AUC is reported on the second half. Every run is timed from its first step to its last
-update applied (CUDA synchronised), with no evaluation or checkpoint inside.
+update applied (CUDA synchronised), with no evaluation or checkpoint inside, after ``--warmup``
+untimed steps of each kind (else the first run timed pays numba's compiles on a fresh machine,
+and the dense-only run cuBLAS's start).
 Without a CUDA device (and without ``--device cpu``) it prints one line saying so and exits 0.
 """
 
@@ -164,6 +166,8 @@ def main(argv=None) -> int:
     parser.add_argument("--rows", type=int, default=0, help="generated training rows (default: the recipe's)")
     parser.add_argument("--batch", type=int, default=4096)
     parser.add_argument("--table-rows", type=int, default=TABLE_ROWS, help="rows of the torch runs' hashed tables")
+    parser.add_argument("--warmup", type=int, default=5,
+                        help="untimed steps of every kind of run first, so no run pays the process's first compiles")
     parser.add_argument("--tune-cardinal", action="store_true", help="grid Cardinal's sparse lr as the baselines'")
     parser.add_argument("--results", default=str(report.RESULTS), help="where gpu.md / gpu.json go")
     args = parser.parse_args(argv)
@@ -189,6 +193,13 @@ def main(argv=None) -> int:
         samples = sum(len(b) for b in train.batches)
         probe.close()
         print(f"{steps} steps of {args.batch} on {device}; running...")
+        if args.warmup:  # untimed: numba's first compiles, cuBLAS's handles, CUDA's lazily loaded kernels
+            few = Batches(train.batches[:args.warmup], train)
+            little = [Batches(h.batches[:1], h) for h in halves]
+            run_dense_only(recipe, few, fields, device)
+            run_cardinal(recipe, recipe.sparse_optimizer["lr"], tmp / "warmup", few, little)
+            for sparse, h2d in ((True, False), (True, True), (False, False)):
+                run_torch(recipe, few, little, fields, device, SPARSE_LRS[0], sparse, h2d, args.table_rows)
         dense_s = run_dense_only(recipe, train, fields, device)
         lrs = SPARSE_LRS if args.tune_cardinal else (recipe.sparse_optimizer["lr"],)
         cardinal = {lr: run_cardinal(recipe, lr, tmp, train, halves) for lr in lrs}

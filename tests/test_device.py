@@ -21,6 +21,7 @@ from cardinal.ps import StoreConfig, embedded
 from cardinal.train import Trainer, config, trainer as trainer_module, workers as workers_module
 from cardinal.train.input_meter import InputMeter
 from cardinal.worker import EmbeddingCollection
+from cardinal.worker import device as device_module
 from cardinal.worker.device import DeviceBatches, DeviceRows, host_value, resolve_device
 from cardinal.worker.pooling import TorchPooling
 from cardinal.worker.sources import PSSource
@@ -52,6 +53,7 @@ def test_device_resolution(monkeypatch):
         resolve_device("gpu")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(device_module, "cuda_failure", lambda device: None)  # a GPU that works
     monkeypatch.setenv("LOCAL_RANK", "3")  # torchrun's local rank picks the GPU, modulo those seen
     assert resolve_device("auto") == resolve_device("cuda") == torch.device("cuda", 1)
     assert resolve_device("cpu") == torch.device("cpu")
@@ -178,6 +180,8 @@ def test_the_staged_torch_path_pools_and_trains_as_the_compiled_path(pooling):
 
 
 def test_the_staged_bytes_are_the_unique_rows_the_inverse_and_the_offsets():
+    """The inverse index and the offsets cross as int32 (half of int64's bytes; both one type, as
+    embedding_bag wants); the pooled outputs and gradients are checked against the CPU path above."""
     staging = DeviceRows(torch.device("cpu"), staged=True)
     emb = EmbeddingCollection(embedded(CONFIG, 2), FEATURES, "sum", staging=staging)
     emb(BATCHES[0])
@@ -185,7 +189,7 @@ def test_the_staged_bytes_are_the_unique_rows_the_inverse_and_the_offsets():
     nnz = {"a": 7, "b": 3}
     bags = {"a": 6, "b": 3}
     dims = {"a": 4, "b": 3}
-    want = sum(4 * unique[t] * dims[t] + 8 * nnz[t] + 8 * (bags[t] + 1) for t in unique)
+    want = sum(4 * unique[t] * dims[t] + 4 * nnz[t] + 4 * (bags[t] + 1) for t in unique)  # int32 indices
     assert staging.h2d_bytes == want
 
 
@@ -193,7 +197,7 @@ def test_rows_already_on_the_device_are_not_copied():
     staging = DeviceRows(torch.device("cpu"), staged=True)
     outs, after, _ = train_two_steps("sum", None)
     t_outs, t_after, _ = train_two_steps("sum", staging, source=lambda c: TensorRows(c, 4))
-    index_bytes = sum(8 * len(np.concatenate([b[f].values for f in FEATURES])) + 8 * (3 * 3 + 2) for b in BATCHES)
+    index_bytes = sum(4 * len(np.concatenate([b[f].values for f in FEATURES])) + 4 * (3 * 3 + 2) for b in BATCHES)
     assert staging.h2d_bytes == index_bytes  # inverse and offsets only: no row crossed
     for o, d in zip(outs, t_outs):
         for f in o:
@@ -292,6 +296,8 @@ def test_workers_pick_nccl_with_gloo_for_cuda_and_gloo_alone_on_the_cpu(monkeypa
     monkeypatch.setattr(dist, "init_process_group", lambda backend, **kw: calls.append(backend))
     monkeypatch.setattr(dist, "get_rank", lambda: 0)
     monkeypatch.setattr(torch.cuda, "set_device", lambda device: calls.append(str(device)))
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: type("P", (), {"uuid": "GPU-1"}))
+    monkeypatch.setattr(dist, "all_gather_object", lambda out, mine: out.__setitem__(slice(None), ["GPU-0", mine]))
     wrapped = {}
     monkeypatch.setattr(torch.nn.parallel, "DistributedDataParallel",
                         lambda model, **kw: wrapped.update(kw) or type("DDP", (), {"register_comm_hook": print})())
@@ -319,3 +325,97 @@ def test_global_batch_norm_reduces_its_statistics_on_the_inputs_device(monkeypat
     with pytest.raises(Reduced):
         norm(torch.empty(5, 3, device="meta"))
     assert seen == [torch.device("meta")]
+
+
+# --- review (R2) --------------------------------------------------------------------------
+
+def test_a_batch_staged_ahead_then_dropped_is_never_served_for_a_new_batch_at_its_address():
+    """The staged batch was skipped and freed; CPython hands its memory, so its id(), to the next
+    object of its size: a new batch there must get its own features and labels, not the old one's."""
+    from cardinal.data.batch import Batch
+
+    feed = DeviceBatches(DeviceRows(torch.device("cpu"), staged=True))
+    old = (torch.full((4, 3), 1.0), torch.full((4,), 1.0))
+    new, sparse = (torch.full((4, 3), 2.0), torch.full((4,), 2.0)), {}
+    one = Batch(old[0], sparse, old[1])
+    feed.stage(one)
+    address = id(one)
+    del one
+    kept = [Batch(new[0], sparse, new[1])]
+    while id(kept[-1]) != address and len(kept) < 1000:  # freed: the first new one has its address
+        kept.append(Batch(new[0], sparse, new[1]))
+    dense, labels = feed.get(kept[-1])
+    assert torch.equal(dense, new[0]) and torch.equal(labels, new[1])
+
+
+def global_norm_of_two(monkeypatch):
+    """A GlobalBatchNorm that believes it is one of two workers; the other's share is empty."""
+    monkeypatch.setattr(dist, "is_available", lambda: True)
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "get_world_size", lambda: 2)
+    monkeypatch.setattr(dist, "all_reduce", lambda t: None)
+    return GlobalBatchNorm(3)
+
+
+def test_global_batch_norm_never_reads_the_global_count_on_the_host(monkeypatch):
+    """On CUDA `if n < 2` on the all-reduced count is a device-to-host sync in every forward; the
+    meta device (no values at all) stands in: any host read of a tensor there raises."""
+    norm = global_norm_of_two(monkeypatch).to("meta")
+    assert norm(torch.empty(5, 3, device="meta")).shape == (5, 3)
+
+
+def test_global_batch_norm_without_a_host_branch_keeps_both_outcomes(monkeypatch):
+    norm = global_norm_of_two(monkeypatch)
+    x = torch.randn(8, 3) * 4 + 1
+    plain = torch.nn.BatchNorm1d(3)
+    out, want = norm(x), plain(x)
+    torch.testing.assert_close(out, want)  # 8 examples: the batch's statistics
+    (out * torch.arange(24.0).view(8, 3)).sum().backward()  # after the running statistics moved on
+    (want * torch.arange(24.0).view(8, 3)).sum().backward()
+    torch.testing.assert_close(norm.weight.grad, plain.weight.grad)
+    for name in ("running_mean", "running_var", "num_batches_tracked"):
+        torch.testing.assert_close(getattr(norm, name), getattr(plain, name))
+    before = {k: v.clone() for k, v in norm.state_dict().items()}
+    one = torch.randn(1, 3)
+    out = norm(one)  # one example in the global batch: the running statistics, left as they were
+    assert all(torch.equal(v, before[k]) for k, v in norm.state_dict().items())
+    norm.eval()
+    assert torch.equal(out, norm(one))
+
+
+def test_auto_falls_back_to_the_cpu_when_cuda_is_present_but_fails(monkeypatch, caplog):
+    """torch.cuda.is_available() says True, but the first kernel fails (here: this CPU build of
+    torch, as a driver too old or a GPU without kernels for it would): auto trains on the CPU,
+    saying why; cuda is an error naming the failure."""
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is here")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with caplog.at_level("WARNING"):
+        assert resolve_device("auto") == torch.device("cpu")
+    assert "cuda:0 is present but fails" in caplog.text
+    with pytest.raises(ValueError, match=r"train.device = 'cuda', but cuda:0 is present and fails \(.+\)"):
+        resolve_device("cuda")
+
+
+@pytest.mark.parametrize("uuids, fallback, want", [
+    (["GPU-a", "GPU-b"], False, torch.device("cuda", 0)),  # a GPU each: nccl
+    (["GPU-a", "GPU-a"], True, torch.device("cpu")),       # auto, one GPU for two workers: the CPU
+    (["GPU-a", "GPU-a"], False, ValueError),               # cuda, one GPU for two: an error saying so
+])
+def test_workers_that_would_share_a_gpu_are_found_before_nccl(monkeypatch, uuids, fallback, want):
+    """`cardinal launch --workers 2` on a one-GPU host puts LOCAL_RANK 0 and 1 on cuda:0 (0 % 1,
+    1 % 1); nccl fails at DDP's first broadcast. The workers compare their GPUs' UUIDs first."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setattr(dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(dist, "init_process_group", lambda backend, **kw: None)
+    monkeypatch.setattr(dist, "get_rank", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: None)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: type("P", (), {"uuid": uuids[0]}))
+    monkeypatch.setattr(dist, "all_gather_object", lambda out, mine: out.__setitem__(slice(None), uuids))
+    if want is ValueError:
+        with pytest.raises(ValueError, match=r"workers \[0, 1\] would share a GPU.*at most 1 workers per host"):
+            workers_module.Workers(10, torch.device("cuda", 0), fallback=fallback)
+    else:
+        assert workers_module.Workers(10, torch.device("cuda", 0), fallback=fallback).device == want

@@ -27,19 +27,28 @@ class GlobalBatchNorm(nn.BatchNorm1d):
         if x.requires_grad:
             raise NotImplementedError("GlobalBatchNorm normalises input features; its input must not need a gradient")
         wide = x.double()
-        stats = torch.cat([wide.sum(0), (wide * wide).sum(0), torch.tensor([float(len(x))], dtype=torch.float64, device=x.device)])
+        count = wide.new_full((1,), float(len(x)))  # a fill: torch.tensor([n], device=cuda) would copy and sync
+        stats = torch.cat([wide.sum(0), (wide * wide).sum(0), count])
         dist.all_reduce(stats)
         c, n = x.shape[1], stats[-1]
-        if n < 2:
-            return self._by_running_statistics(x)
+        # No `if n < 2` on the host: on CUDA that reads n back, a sync in every forward. Both
+        # outcomes are computed and the global count picks one on the device (bitwise either way).
+        batch = n >= 2
+        by_running = self._by_running_statistics(x, copy=True)  # its backward keeps them; they change below
         mean = stats[:c] / n
         var = (stats[c:2 * c] / n - mean * mean).clamp_min(0)
         with torch.no_grad():
-            self.num_batches_tracked += 1
+            self.num_batches_tracked += batch.long()
             m = self.momentum if self.momentum is not None else 1.0 / float(self.num_batches_tracked)
-            self.running_mean.mul_(1 - m).add_((m * mean).float())
-            self.running_var.mul_(1 - m).add_((m * var * n / (n - 1)).float())
-        return (x - mean.float()) * torch.rsqrt(var.float() + self.eps) * self.weight + self.bias
+            running_mean = self.running_mean.mul(1 - m).add_((m * mean).float())
+            running_var = self.running_var.mul(1 - m).add_((m * var * n / (n - 1)).float())
+            self.running_mean.copy_(torch.where(batch, running_mean, self.running_mean))
+            self.running_var.copy_(torch.where(batch, running_var, self.running_var))
+        return torch.where(batch, (x - mean.float()) * torch.rsqrt(var.float() + self.eps) * self.weight + self.bias,
+                           by_running)
 
-    def _by_running_statistics(self, x: torch.Tensor) -> torch.Tensor:
-        return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0, self.eps)
+    def _by_running_statistics(self, x: torch.Tensor, copy: bool = False) -> torch.Tensor:
+        mean, var = self.running_mean, self.running_var
+        if copy:
+            mean, var = mean.clone(), var.clone()
+        return F.batch_norm(x, mean, var, self.weight, self.bias, False, 0.0, self.eps)

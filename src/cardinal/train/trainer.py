@@ -100,8 +100,8 @@ class Trainer:
         self.recipe, self.run_dir = recipe, Path(run_dir)
         self.signals = stop or StopFlag()  # set by SIGINT / SIGTERM (train/interrupt.py)
         t, e = recipe.train, recipe.embedding
-        self.device = resolve_device(t.device)
-        self.workers = Workers(recipe.ps.timeout_s * 15, self.device)
+        self.workers = Workers(recipe.ps.timeout_s * 15, resolve_device(t.device), fallback=t.device == "auto")
+        self.device = self.workers.device  # "auto" with workers sharing a GPU: the CPU (train/workers.py)
         self.progress = progress and self.workers.leader
         if self.workers.leader:  # recipe.json is written by fit(), once a resume's checkpoint has loaded
             self.run_dir.mkdir(parents=True, exist_ok=True)

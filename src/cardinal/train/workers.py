@@ -8,6 +8,7 @@ of 1 and every collective is a no-op. Dense parameters are data-parallel (Distri
 never travel this path, only the parameter servers'.
 """
 
+import logging
 import os
 from datetime import timedelta
 
@@ -15,9 +16,13 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+log = logging.getLogger(__name__)
+
 
 class Workers:
-    def __init__(self, timeout_s: float = 300.0, device: torch.device = torch.device("cpu")):
+    def __init__(self, timeout_s: float = 300.0, device: torch.device = torch.device("cpu"), fallback: bool = False):
+        """``fallback`` (train.device = "auto"): workers that would share a GPU train on the CPU
+        instead of failing; ``device`` is then where this worker trains (read it back)."""
         self.world = int(os.environ.get("WORLD_SIZE", "1"))
         self.device = device
         if device.type == "cuda":
@@ -26,6 +31,25 @@ class Workers:
             backend = "cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo"
             dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
         self.rank = dist.get_rank() if self.world > 1 else 0
+        if self.world > 1 and device.type == "cuda":
+            self.device = self._own_gpu(device, fallback)
+
+    def _own_gpu(self, device: torch.device, fallback: bool) -> torch.device:
+        """nccl needs a GPU per worker: more workers on a host than GPUs (``cardinal launch --workers 2``
+        on a one-GPU machine) would fail deep inside nccl at DDP's first broadcast. The GPUs' UUIDs,
+        gathered over gloo, find it first; every worker sees the same list, so all decide alike."""
+        everyone: list = [None] * self.world
+        dist.all_gather_object(everyone, str(torch.cuda.get_device_properties(device).uuid))
+        shared = [r for r, uuid in enumerate(everyone) if everyone.count(uuid) > 1]
+        if not shared:
+            return device
+        if fallback:
+            log.warning("train.device = 'auto': workers %s would share a GPU (nccl needs one each); training on "
+                        "the CPU over gloo", shared)
+            return torch.device("cpu")
+        raise ValueError(f"train.device = 'cuda': workers {shared} would share a GPU, and nccl needs one GPU per "
+                         f"worker; start at most {torch.cuda.device_count()} workers per host (the GPUs it sees), "
+                         "or set train.device = 'cpu' (or 'auto', which then trains on the CPU)")
 
     @property
     def leader(self) -> bool:

@@ -55,7 +55,7 @@ from cardinal.embedding import unique_inverse
 from cardinal.ps.client import PSClient
 from cardinal.ps.transport.base import DEFAULT_TIMEOUT, Handle
 from cardinal.worker.clip import CowClip
-from cardinal.worker.device import DeviceRows, Staged
+from cardinal.worker.device import DeviceRows, Staged, to_host
 from cardinal.worker.pooling import CompiledPooling, Pooling, TorchPooling
 from cardinal.worker.sources import PSSource, RowSource
 
@@ -141,8 +141,9 @@ class EmbeddingCollection(nn.Module):
             out[table] = _Lookup(fields, unique, inverse, offsets, handle)
             if self.staging is not None:
                 start_time = time.perf_counter()
-                out[table].on_device = {"inverse": self.staging.stage(f"inverse:{table}", inverse),
-                                        "offsets": self.staging.stage(f"offsets:{table}", offsets)}
+                index = torch.int32 if offsets[-1] < 2**31 else torch.int64  # half the bytes; one type for both
+                out[table].on_device = {"inverse": self.staging.stage(f"inverse:{table}", inverse, index),
+                                        "offsets": self.staging.stage(f"offsets:{table}", offsets, index)}
                 self.timings["h2d"] += time.perf_counter() - start_time
         return out
 
@@ -224,7 +225,7 @@ class EmbeddingCollection(nn.Module):
         step, clip, unique = self.step, self.clip, lk.unique
 
         def push(grad: torch.Tensor) -> None:  # from the device: one float32 row per unique id, to the host
-            grads = np.ascontiguousarray(grad.detach().to("cpu", torch.float32).numpy(), dtype=np.float32)
+            grads = to_host(grad)
             if clip is not None:
                 rows = pulled if isinstance(pulled, np.ndarray) else pulled.detach().cpu().numpy()
                 grads = clip(grads, rows, np.bincount(lk.inverse, minlength=len(unique)))

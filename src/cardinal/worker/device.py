@@ -22,6 +22,7 @@ A tensor already on the device (a row source that keeps rows there, e.g. a GPU c
 taken as it is: no copy, no bytes counted.
 """
 
+import logging
 import os
 from dataclasses import dataclass
 
@@ -29,11 +30,12 @@ import numpy as np
 import torch
 
 DEVICES = ("cpu", "cuda", "auto")
+log = logging.getLogger(__name__)
 
 
 def resolve_device(name: str) -> torch.device:
-    """``train.device``: "auto" is cuda when torch sees a GPU, else cpu. A worker started by
-    torchrun uses GPU LOCAL_RANK (modulo the GPUs it sees)."""
+    """``train.device``: "auto" is cuda when torch sees a GPU that runs a kernel, else cpu. A worker
+    started by torchrun uses GPU LOCAL_RANK (modulo the GPUs it sees: one each, under SLURM)."""
     if name not in DEVICES:
         raise ValueError(f"train.device must be one of {list(DEVICES)}, got {name!r}")
     has_cuda = torch.cuda.is_available()
@@ -42,7 +44,26 @@ def resolve_device(name: str) -> torch.device:
                          "False); set train.device = 'cpu' or 'auto', or install a CUDA build of torch")
     if name == "cpu" or not has_cuda:
         return torch.device("cpu")
-    return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
+    failure = cuda_failure(device)
+    if failure is None:
+        return device
+    if name == "auto":
+        log.warning("train.device = 'auto': %s is present but fails (%s); training on the CPU", device, failure)
+        return torch.device("cpu")
+    raise ValueError(f"train.device = 'cuda', but {device} is present and fails ({failure}); fix the driver or "
+                     "the torch build, or set train.device = 'cpu' (or 'auto', which falls back to the CPU)")
+
+
+def cuda_failure(device: torch.device) -> str | None:
+    """Why ``device`` cannot run a kernel and copy back (None: it can). ``is_available()`` only
+    counts devices: a driver too old for the torch build, a GPU without kernels for its
+    architecture, or an exclusive-mode GPU taken by another process fail at the first kernel."""
+    try:
+        (torch.ones(1, device=device) + 1).cpu()
+    except Exception as e:  # noqa: BLE001 - any failure means the device is unusable; it is reported
+        return f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+    return None
 
 
 def staging_for(device: torch.device) -> "DeviceRows | None":
@@ -96,8 +117,10 @@ class DeviceRows:
         self._waits: list = []   # (before, after) CUDA events around each compute-stream wait
         self.h2d_bytes, self.grown, self.reused = 0, 0, 0
 
-    def stage(self, key: str, value: np.ndarray | torch.Tensor) -> Staged:
-        """``value`` on the device (a copy started, unless it is there already or nothing is staged)."""
+    def stage(self, key: str, value: np.ndarray | torch.Tensor, dtype: torch.dtype | None = None) -> Staged:
+        """``value`` on the device (a copy started, unless it is there already or nothing is staged),
+        as ``dtype`` when given: the cast is done by the copy into the pinned buffer, so an int64
+        index crosses as int32 in half the bytes at no extra pass."""
         if isinstance(value, torch.Tensor):
             if value.device == self.device:
                 return Staged(value)
@@ -105,11 +128,13 @@ class DeviceRows:
         array = np.ascontiguousarray(value)
         if not self.staged:
             return Staged(torch.from_numpy(array))
-        buf = self._buffer(key, array.nbytes)
         source = torch.from_numpy(array)
-        host = buf.data[:array.nbytes].view(source.dtype).view(source.shape)
+        dtype = source.dtype if dtype is None else dtype
+        nbytes = array.size * dtype.itemsize
+        buf = self._buffer(key, nbytes)
+        host = buf.data[:nbytes].view(dtype).view(source.shape)
         host.copy_(source)
-        self.h2d_bytes += array.nbytes
+        self.h2d_bytes += nbytes
         if not self.cuda:
             return Staged(host.clone())  # the CPU stand-in for the copy: a tensor of its own
         with torch.cuda.stream(self.stream):
@@ -149,7 +174,7 @@ class DeviceBatches:
 
     def __init__(self, staging: DeviceRows):
         self.staging = staging
-        self._ahead: tuple[int, Staged, Staged] | None = None
+        self._ahead: tuple[object, Staged, Staged] | None = None  # the batch itself: an id() can be reused
 
     def _copy(self, batch) -> tuple[Staged, Staged]:
         """A reader's tensors are host data (on the CPU): staged as arrays, so the CPU stand-in copies them too."""
@@ -158,16 +183,29 @@ class DeviceBatches:
 
     def stage(self, batch) -> None:
         """Start the copies of ``batch`` (the next one) while the current step runs."""
-        self._ahead = (id(batch), *self._copy(batch))
+        self._ahead = (batch, *self._copy(batch))
 
     def get(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
         """(dense, labels) of ``batch`` on the device."""
-        if self._ahead is not None and self._ahead[0] == id(batch):
+        if self._ahead is not None and self._ahead[0] is batch:
             _, dense, labels = self._ahead
         else:
             dense, labels = self._copy(batch)
         self._ahead = None
         return dense.get(), labels.get()
+
+
+def to_host(t: torch.Tensor) -> np.ndarray:
+    """``t`` as a float32 array on the host (a row gradient for the push). From CUDA: copied into
+    pinned memory (a fresh block of torch's caching host allocator, so a push still in flight
+    keeps its own) without blocking, then one wait on the stream: a pageable ``.cpu()`` goes
+    through the driver's bounce buffer at a fraction of the bandwidth. Elsewhere: ``.numpy()``."""
+    if t.device.type != "cuda":
+        return np.ascontiguousarray(t.detach().to("cpu", torch.float32).numpy(), dtype=np.float32)
+    host = torch.empty(t.shape, dtype=torch.float32, pin_memory=True)
+    host.copy_(t.detach(), non_blocking=True)
+    torch.cuda.current_stream(t.device).synchronize()  # the push needs the values: the step's one sync
+    return host.numpy()
 
 
 def host_value(t: torch.Tensor):
