@@ -295,10 +295,10 @@ def test_a_gRPC_client_leaves_its_process_memory_as_glibc_made_it(make):
                           timeout=120, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     assert done.returncode == 0, done.stderr
     held = int(done.stdout)
-    if "GrpcTransport" in make:
-        assert held < 150, held
-    else:
-        assert held > 300, held
+    if "GrpcTransport" in make:  # glibc's own dynamic mmap threshold keeps some: 36-165 MiB seen
+        assert held < 300, held
+    else:  # 560-680 MiB seen
+        assert held > 400, held
 
 
 def test_fp32_requests_are_read_by_servers_from_before_codecs(cluster, monkeypatch):
