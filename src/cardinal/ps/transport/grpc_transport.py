@@ -15,6 +15,7 @@ pushes take a ``codec`` (``cardinal.codecs``): rows and gradients cross encoded 
 """
 
 import itertools
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -81,7 +82,7 @@ class _Call(Handle):
                 if code in REFUSED:
                     raise ShardRequestError(f"{where} refused {self.method}: {code.name}: {details}") from None
                 raise ShardUnavailable(f"{where}: {self.method} failed: {code.name}: {details}") from None
-        self.t.bytes_received += len(reply)
+        self.t._count(received=len(reply))
         header, payload = wire.decode(reply)
         self.t._check_incarnation(self.shard, header["incarnation"])
         return header, payload
@@ -144,7 +145,13 @@ class GrpcTransport(Transport):
         self._seq = itertools.count()
         self._dims: dict[str, int] = {}
         self.bytes_sent = self.bytes_received = 0  # message bytes, for traffic figures
+        self._counting = threading.Lock()  # calls are sent and waited on from several threads
         # no heap.keep_freed_buffers() here: a client lives in its user's process (heap.py)
+
+    def _count(self, sent: int = 0, received: int = 0) -> None:
+        with self._counting:
+            self.bytes_sent += sent
+            self.bytes_received += received
 
     def _check_incarnation(self, shard: int, incarnation: str) -> None:
         known = self._incarnations[shard]
@@ -157,7 +164,7 @@ class GrpcTransport(Transport):
     def _call(self, shard, method, header, *arrays) -> _Call:
         header = {"v": wire.PROTOCOL, "shard": shard, "n_shards": self.n_shards, **header}
         message = wire.encode(header, *arrays)
-        self.bytes_sent += len(message)
+        self._count(sent=len(message))
         return _Call(self, shard, method, message)
 
     def _dim(self, shard: int, table: str) -> int:
