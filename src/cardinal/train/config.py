@@ -160,8 +160,8 @@ class CacheConfig:
     bytes: int | str = 0          # the worker cache of hot rows (worker/sources/cache.py): its size, an int or
                                   # "64MiB"-style; 0: no cache. Sync and async consistency only (geo keeps a replica)
     staleness: int = 2            # s: a cached row is read at most s updates behind its server, and a worker holds
-                                  # at most s unpushed updates of a row (0 in sync mode: bitwise as no cache; 4 cost
-                                  # 0.05 AUC on the default recipe, 2 nothing: benchmarks/cache.py)
+                                  # at most s unpushed updates of a row (0 in sync mode: bitwise as no cache; on the
+                                  # default recipe, 2 workers: s=2 cost 0.0015 AUC, s=4 0.004; benchmarks/cache.py)
     policy: str = "lru"           # eviction when full: "lru" (least recently used) or "lfu" (least often used)
     admit_after: int = 1          # a row is cached once pulled this many times (counted in a small sketch)
     device: str = "auto"          # where cached rows live: "cpu", "cuda", or "auto" (the worker's device)
