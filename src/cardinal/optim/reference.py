@@ -33,14 +33,19 @@ def update_row(name: str, cfg, row: np.ndarray, g: np.ndarray, dim: int) -> None
         step = f32(cfg.lr / (1 - cfg.beta1 ** t))
         w -= step * (m / (np.sqrt(v) / f32(np.sqrt(1 - cfg.beta2 ** t)) + f32(cfg.eps)))
     elif name == "ftrl":
-        z, n = row[dim:2 * dim], row[2 * dim:3 * dim]
-        n_new = n + g * g
-        z += g - (np.sqrt(n_new) - np.sqrt(n)) / f32(cfg.lr) * w
-        n[:] = n_new
-        denom = (f32(cfg.beta) + np.sqrt(n)) / f32(cfg.lr) + f32(cfg.l2)
-        w[:] = np.where(np.abs(z) <= f32(cfg.l1), f32(0), -(z - np.sign(z) * f32(cfg.l1)) / denom)
+        _ftrl(cfg, row, w, g, dim, g * g)
     else:
         raise ValueError(name)
+
+
+def _ftrl(cfg, row: np.ndarray, w: np.ndarray, g: np.ndarray, dim: int, n_add: np.ndarray) -> None:
+    """FTRL-proximal on ``row``: z takes the gradient ``g``, n grows by ``n_add``."""
+    z, n = row[dim:2 * dim], row[2 * dim:3 * dim]
+    n_new = n + n_add
+    z += g - (np.sqrt(n_new) - np.sqrt(n)) / f32(cfg.lr) * w
+    n[:] = n_new
+    denom = (f32(cfg.beta) + np.sqrt(n)) / f32(cfg.lr) + f32(cfg.l2)
+    w[:] = np.where(np.abs(z) <= f32(cfg.l1), f32(0), -(z - np.sign(z) * f32(cfg.l1)) / denom)
 
 
 def counted_update_row(name: str, cfg, row: np.ndarray, g: np.ndarray, dim: int, k: int) -> None:
@@ -68,12 +73,7 @@ def counted_update_row(name: str, cfg, row: np.ndarray, g: np.ndarray, dim: int,
         step = f32(float(k) * cfg.lr / (1 - cfg.beta1 ** t))
         w -= step * (m / (np.sqrt(v) / f32(np.sqrt(1 - cfg.beta2 ** t)) + f32(cfg.eps)))
     elif name == "ftrl":
-        z, n = row[dim:2 * dim], row[2 * dim:3 * dim]
-        n_new = n + k * mean * mean
-        z += g - (np.sqrt(n_new) - np.sqrt(n)) / f32(cfg.lr) * w
-        n[:] = n_new
-        denom = (f32(cfg.beta) + np.sqrt(n)) / f32(cfg.lr) + f32(cfg.l2)
-        w[:] = np.where(np.abs(z) <= f32(cfg.l1), f32(0), -(z - np.sign(z) * f32(cfg.l1)) / denom)
+        _ftrl(cfg, row, w, g, dim, k * mean * mean)
     else:
         raise ValueError(name)
 
