@@ -71,6 +71,12 @@ class Arena:
         flat = np.frombuffer(self._map, self.dtype, count=capacity * int(np.prod(self.row_shape, dtype=np.int64)))
         self.array = flat.reshape((capacity, *self.row_shape))
 
+    def truncate(self, size: int, new_size: int) -> None:
+        """Rows [new_size, size) are no longer used: zero them (new rows start from zeros) and
+        return every whole page from ``new_size`` on to the OS."""
+        self.array[new_size:size] = 0
+        self.release(new_size, self._capacity)
+
     def release(self, start: int, stop: int) -> None:
         """Return the whole pages inside rows [start, stop) to the OS; they read as zero after."""
         lo = -(-start * self.row_bytes // PAGE) * PAGE

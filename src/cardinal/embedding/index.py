@@ -84,6 +84,18 @@ class IdIndex:
         rows[missing] = n_rows + inverse
         return rows, n_rows + len(new)
 
+    def remove(self, ids: np.ndarray, keys: np.ndarray) -> None:
+        """Remove ``keys`` (present, unique) before their rows are reused or moved."""
+        tags, slots = self.tags.array, self.slots.array
+        parallel.over_subs(len(keys), lambda lo, hi: K.remove(tags, slots, self.sub_off, self.sub_cap, self.sub_size,
+                                                              ids, keys, lo, hi))
+
+    def relink(self, ids: np.ndarray, keys: np.ndarray, rows: np.ndarray) -> None:
+        """Point present ``keys`` at ``rows``: their rows are about to move there."""
+        tags, slots = self.tags.array, self.slots.array
+        parallel.over_subs(len(keys), lambda lo, hi: K.relink(tags, slots, self.sub_off, self.sub_cap,
+                                                              ids, keys, rows, lo, hi))
+
     def _grow(self, ids: np.ndarray, p: int, need: int) -> None:
         cap = int(self.sub_cap[p])
         new_cap = cap * 2

@@ -8,8 +8,8 @@ Layout, for one table with P sub-tables (P = 4 here, 64 in the code):
     ids    int64 (rows,)   the id of each row; a probe confirms a tag hit against it
 
 A tag is 7 bits of the hash plus one (0 marks an empty slot), so a probe walks a run of
-bytes and only touches ``ids`` on a 1-in-128 false hit or the real one. Linear probing,
-no deletion (eviction rebuilds a sub-table).
+bytes and only touches ``ids`` on a 1-in-128 false hit or the real one. Linear probing;
+deletion shifts the entries after a removed one back (``remove``), so no tombstones build up.
 """
 
 import numba as nb
@@ -107,6 +107,71 @@ def insert_new(tags, slots, sub_off, sub_cap, sub_size, keys, rows, lo, hi):
         tags[off + np.int64(s)] = tag
         slots[off + np.int64(s)] = rows[i]
         sub_size[sub] += 1
+
+
+@nb.njit(nogil=True, cache=True)
+def remove(tags, slots, sub_off, sub_cap, sub_size, ids, keys, lo, hi):
+    """Remove keys[i] for the keys in sub-tables [lo, hi) (present and unique).
+
+    Backward-shift deletion: after emptying a key's slot, each later entry of the probe run
+    moves back into the hole when the hole lies on its way from its home slot, so every
+    remaining key is still found by a probe that stops at the first empty slot.
+    ids,   # (rows,) int64: read through the slots, so rows must not have moved yet
+    keys,  # (n,) int64
+    """
+    for i in range(keys.shape[0]):
+        key = keys[i]
+        h = index_hash(key)
+        sub, tag = _split(h)
+        if not lo <= sub < hi:
+            continue
+        off = sub_off[sub]
+        mask = U64(sub_cap[sub] - 1)
+        hole = h & mask
+        while True:
+            t = tags[off + np.int64(hole)]
+            assert t != 0  # the key must be present
+            if t == tag and ids[slots[off + np.int64(hole)]] == key:
+                break
+            hole = (hole + U64(1)) & mask
+        j = hole
+        while True:
+            j = (j + U64(1)) & mask
+            pj = off + np.int64(j)
+            if tags[pj] == 0:
+                break
+            home = index_hash(ids[slots[pj]]) & mask
+            if ((j - home) & mask) >= ((j - hole) & mask):  # the hole is on j's path from its home
+                tags[off + np.int64(hole)] = tags[pj]
+                slots[off + np.int64(hole)] = slots[pj]
+                hole = j
+        tags[off + np.int64(hole)] = 0
+        sub_size[sub] -= 1
+
+
+@nb.njit(nogil=True, cache=True)
+def relink(tags, slots, sub_off, sub_cap, ids, keys, rows, lo, hi):
+    """Point present keys[i] at rows[i] instead, for the keys in sub-tables [lo, hi): a row moved.
+
+    ids,         # (rows,) int64: read through the slots, so rows must not have moved yet
+    keys, rows,  # (n,) int64
+    """
+    for i in range(keys.shape[0]):
+        key = keys[i]
+        h = index_hash(key)
+        sub, tag = _split(h)
+        if not lo <= sub < hi:
+            continue
+        off = sub_off[sub]
+        mask = U64(sub_cap[sub] - 1)
+        s = h & mask
+        while True:
+            pos = off + np.int64(s)
+            assert tags[pos] != 0  # the key must be present
+            if tags[pos] == tag and ids[slots[pos]] == key:
+                slots[pos] = rows[i]
+                break
+            s = (s + U64(1)) & mask
 
 
 @nb.njit(nogil=True, cache=True)

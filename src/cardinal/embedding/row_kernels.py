@@ -86,9 +86,12 @@ def add_values(data, rows, deltas):
 
 @nb.njit(nogil=True, cache=True)
 def touch(count, last_step, rows, step, seen):
-    """Metadata of a pull (``seen=True``: count += 1) or a push (``seen=False``)."""
+    """Metadata of a pull (``seen=True``: count += 1) or a push (``seen=False``); rows < 0
+    (ids an admission filter held back) are skipped."""
     for i in range(rows.shape[0]):
         r = rows[i]
+        if r < 0:
+            continue
         if seen and count[r] < np.uint32(0xFFFFFFFF):
             count[r] += np.uint32(1)
         last_step[r] = step

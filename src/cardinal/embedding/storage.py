@@ -1,6 +1,6 @@
 """Where a table's rows live: one strategy behind a small interface.
 
-A ``RowStorage`` keeps, per row: the id, a float32 vector of values then optimizer state,
+A ``RowStorage`` keeps, per row (rows [0, size) are the live ones, ``compaction.py``): the id, a float32 vector of values then optimizer state,
 and the metadata later parts admit and evict on (times seen, last step touched). Kernels
 work on its ``columns()``, plain arrays valid until the next ``reserve``.
 
@@ -35,6 +35,11 @@ class RowStorage(ABC):
     def columns(self) -> Columns:
         """The arrays behind the rows (over the capacity; rows [0, size) are live)."""
 
+    @abstractmethod
+    def shrink(self, n: int) -> None:
+        """Rows [n, size) are gone (``compaction.py`` moved the live ones below n): size = n,
+        and their memory may go back to the OS."""
+
     @property
     @abstractmethod
     def nbytes(self) -> int:
@@ -56,6 +61,12 @@ class MemoryRowStorage(RowStorage):
 
     def columns(self) -> Columns:
         return Columns(self._ids.array, self._data.array, self._count.array, self._step.array)
+
+    def shrink(self, n: int) -> None:
+        assert 0 <= n <= self.size
+        for arena in (self._ids, self._data, self._count, self._step):
+            arena.truncate(self.size, n)  # new rows start from zeros (optimizer state, count, step)
+        self.size = n
 
     @property
     def nbytes(self) -> int:

@@ -5,7 +5,10 @@
     table.push(np.array([42, 42]), grads, step=1)              # duplicates summed, then one update
 
 No vocabulary and no collisions: any int64 is an id, and a new id gets a new row whose
-values depend only on (seed, id). A lookup-only pull (``create=False``) never inserts and
+values depend only on (seed, id), unless an admission filter (``admission/``) holds it back
+until it has been seen often enough: until then it reads zeros and its gradients are
+dropped. Rows can be deleted (``delete``, ``evict``); the live rows stay 0..size-1
+(``compaction.py``). A lookup-only pull (``create=False``) never inserts and
 returns zeros for unknown ids. Callers validate requests (``ps/validate.py``); the table
 asserts only its invariants. One lock per table: kernels release the GIL, so different
 tables (and shards) update in parallel threads.
@@ -19,10 +22,12 @@ import numpy as np
 
 from cardinal.embedding import parallel
 from cardinal.embedding import row_kernels as RK
+from cardinal.embedding.admission import AdmissionFilter
+from cardinal.embedding.compaction import delete_rows
 from cardinal.embedding.dedup import segment_max, segment_sum, unique_inverse
 from cardinal.embedding.hashing import init_rows
 from cardinal.embedding.index import IdIndex
-from cardinal.embedding.storage import MemoryRowStorage, RowStorage
+from cardinal.embedding.storage import Columns, MemoryRowStorage, RowStorage
 from cardinal.optim import SparseOptimizer
 
 TRY_BLOCK_BYTES = 512 << 10  # rows updated per block: still in (one core's) L2 when checked
@@ -51,7 +56,7 @@ class TableConfig:
 
 class EmbeddingTable:
     def __init__(self, config: TableConfig, optimizer: SparseOptimizer,
-                 storage: RowStorage | None = None, capacity: int = 1024):
+                 storage: RowStorage | None = None, capacity: int = 1024, admission: AdmissionFilter | None = None):
         self.config = config
         self.dim = config.dim
         self.optimizer = optimizer
@@ -61,13 +66,18 @@ class EmbeddingTable:
         self.index = IdIndex(capacity)
         self.lock = threading.Lock()
         self._backup = np.empty((0, width), np.float32)  # copies of rows a push updates (lock held)
+        self.admission = admission
+        self.refused = 0   # sightings of ids the filter did not admit (pulls)
+        self.dropped = 0   # gradient rows of ids without a row, dropped (pushes, with a filter)
+        self.evicted: dict[str, int] = {}  # rows deleted, by reason
 
     def __len__(self) -> int:
         return self.storage.size
 
     @property
     def nbytes(self) -> int:
-        return self.storage.nbytes + self.index.nbytes
+        """Bytes of the rows, the index and the admission filter's state."""
+        return self.storage.nbytes + self.index.nbytes + (self.admission.nbytes if self.admission else 0)
 
     def pull(self, ids: np.ndarray, *, create: bool = True, step: int = 0, admit: Admit | None = None) -> np.ndarray:
         """Rows of ``ids`` (n,) int64 as (n, dim) float32.
@@ -75,7 +85,8 @@ class EmbeddingTable:
         ``create=True`` (training) inserts unknown ids and counts a sighting of each;
         ``create=False`` (evaluation, serving) changes nothing and gives zeros for unknown ids.
         ``admit(n_new)`` is asked before any row is created or sighting counted; it may raise
-        to refuse the request, which then changes nothing.
+        to refuse the request, which then changes nothing. With an admission filter only the
+        ids it admits get rows; the others read zeros and their sighting is counted.
         """
         out = np.empty((len(ids), self.dim), np.float32)
         rows = np.empty(len(ids), np.int64)
@@ -87,12 +98,22 @@ class EmbeddingTable:
             missing = np.flatnonzero(rows < 0)
             if len(missing):
                 new_ids = ids[missing]
-                release = admit(len(unique_inverse(new_ids)[0])) if admit is not None else None
+                unique = unique_inverse(new_ids)[0]
+                decision = self.admission.decide(unique, int(step)) if self.admission is not None else None
+                admitted = unique if decision is None else unique[decision.admitted]
+                release = admit(len(admitted)) if admit is not None else None
                 try:
-                    rows[missing] = self._rows(new_ids)
+                    if decision is None:
+                        rows[missing] = self._rows(new_ids)
+                    elif len(admitted):
+                        self._rows(admitted)
                 finally:
                     if release is not None:
                         release()
+                if decision is not None:  # the request went through: count the sightings
+                    decision.commit()
+                    self.refused += len(unique) - len(admitted)
+                    rows[missing] = self.index.find(self.storage.columns().ids, new_ids)
                 part = np.empty((len(missing), self.dim), np.float32)
                 RK.gather(self.storage.columns().data, rows[missing], self.dim, part)
                 out[missing] = part
@@ -124,7 +145,8 @@ class EmbeddingTable:
         accumulates (a worker cache's pending sum), given to the optimizer; None is one each.
 
         Duplicate ids are summed in order of appearance first (their counts merge by max: parts of
-        one update); unknown ids are created. If any
+        one update); unknown ids are created, or, with an admission filter, dropped (the filter
+        admits ids at pulls). If any
         value or optimizer state would become NaN or Inf, ``NonFiniteUpdate`` is raised and the
         whole request changes nothing (no row created, none updated): new ids are tried on the
         rows they would start as, and existing rows are updated in place a cache-sized block at
@@ -146,6 +168,13 @@ class EmbeddingTable:
             cols = self.storage.columns()
             rows = self.index.find(cols.ids, unique)
             missing = np.flatnonzero(rows < 0)
+            if len(missing) and self.admission is not None:  # not admitted: no row, the gradient is dropped
+                self.dropped += len(missing)
+                present = np.flatnonzero(rows >= 0)
+                rows, unique, summed = rows[present], unique[present], summed[present]
+                if merged is not None:
+                    merged = merged[present]  # read by `update` when it runs
+                missing = missing[:0]
             fresh, release = None, None
             if len(missing):
                 fresh = self._fresh(unique[missing])
@@ -211,6 +240,27 @@ class EmbeddingTable:
             self.storage.size = n_new
         return rows
 
+    # --- deletion ----------------------------------------------------------------------------
+
+    def delete(self, ids: np.ndarray) -> int:
+        """Delete the rows of those ``ids`` that have one; returns how many were deleted."""
+        with self.lock:
+            rows = self.index.find(self.storage.columns().ids, ids)
+            return self._delete(rows[rows >= 0])
+
+    def evict(self, select: Callable[[Columns, int], np.ndarray], reason: str) -> int:
+        """Delete the rows ``select(columns, size)`` names (row numbers), reading and deleting
+        under one hold of the lock; counted under ``reason``. Returns how many."""
+        with self.lock:
+            n = self._delete(select(self.storage.columns(), self.storage.size))
+            self.evicted[reason] = self.evicted.get(reason, 0) + n
+            return n
+
+    def _delete(self, rows: np.ndarray) -> int:
+        size = self.storage.size
+        self.storage.shrink(delete_rows(self.index, self.storage.columns(), size, rows))
+        return size - self.storage.size
+
     # --- whole-table views: checkpoints, digests, invariants -------------------------------
 
     def export(self) -> dict[str, np.ndarray]:
@@ -248,6 +298,8 @@ class EmbeddingTable:
         with self.lock:
             n, cols = self.storage.size, self.storage.columns()
             self.index.check(cols.ids, n)
+            if self.admission is not None:
+                self.admission.check()
             assert np.isfinite(cols.data[:n]).all(), f"table {self.config.name!r} holds a non-finite value"
 
 

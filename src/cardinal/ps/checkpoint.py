@@ -3,6 +3,7 @@
     <root>/step-0000000042/
         shard-00000-of-00002/
             user.ids.npy  user.data.npy  user.count.npy  user.last_step.npy  ...
+            user.admission.ids.npy ...  the table's admission filter state, if it keeps any
             manifest.json     the shard's files, sizes and crc32s; written after them
         shard-00001-of-00002/ ...
         dense/state.json ...  the trainer's dense state (``train/state_io.py``), if any
@@ -41,6 +42,10 @@ def shard_dir(step_path: Path, shard: int, n_shards: int) -> Path:
     return step_path / f"shard-{shard:05d}-of-{n_shards:05d}"
 
 
+def admission_file(table: str, key: str) -> str:
+    return f"{table}.admission.{key}.npy"
+
+
 # --- saving -------------------------------------------------------------------------------
 
 def save_shard(step_path: Path, shard: int, n_shards: int, step: int, tables: dict) -> dict:
@@ -60,6 +65,10 @@ def save_shard(step_path: Path, shard: int, n_shards: int, step: int, tables: di
         manifest["tables"][name] = {"dim": table.dim, "width": table.storage.width, "rows": len(arrays["ids"]),
                                     "init_scale": table.config.init_scale, "seed": table.config.seed,
                                     "optimizer": table.optimizer.describe(), "files": files}
+        if table.admission is not None:
+            state = {key: write_array(out / admission_file(name, key), array)
+                     for key, array in table.admission.state().items()}
+            manifest["tables"][name]["admission"] = {**table.admission.describe(), "files": state}
     failpoint("save.before_shard_manifest")
     write_json(out / MANIFEST, manifest)
     return manifest

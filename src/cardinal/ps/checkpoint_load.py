@@ -8,6 +8,7 @@ A load trusts nothing it reads. In order:
                       widths and optimizer in every shard; file names exactly "<table>.<column>.npy"
     each array        size and crc32 from its manifest; exact dtype and shape (no broadcasting);
                       unique ids, each routing to the shard that saved it; finite values
+    admission state   size and crc32; its dtypes and shapes checked by the filter that loads it
 
 Each failure is a ValueError naming the file and what is wrong. Resharding: a store of
 shard s of N keeps, from every saved shard, the rows whose id routes to s under N
@@ -22,7 +23,8 @@ import numpy as np
 
 from cardinal.durable import check_name, crc32_json, load_array, read_json, verify_file
 from cardinal.embedding.hashing import ROUTING_NAME
-from cardinal.ps.checkpoint import COLUMNS, COMMIT, FORMAT_VERSION, MANIFEST, STATE, shard_dir, shard_names
+from cardinal.ps.checkpoint import (COLUMNS, COMMIT, FORMAT_VERSION, MANIFEST, STATE, admission_file, shard_dir,
+                                    shard_names)
 from cardinal.ps.routing import route
 
 DTYPES = {"ids": np.dtype(np.int64), "data": np.dtype(np.float32), "count": np.dtype(np.uint32),
@@ -96,6 +98,15 @@ def _check_manifest(path: Path, m: dict, shard: int, n_shards: int, step: int) -
         for column, entry in files.items():
             expected = re.compile(re.escape(f"{name}.{column}.npy"))
             check_name(entry.get("file") if isinstance(entry, dict) else None, where, expected)
+        admission = t.get("admission")
+        if admission is not None:
+            if not isinstance(admission, dict) or not isinstance(admission.get("policy"), str) \
+                    or not isinstance(admission.get("files"), dict):
+                raise ValueError(f"{where}: 'admission' must be an object with a policy and files")
+            for key, entry in admission["files"].items():
+                check_name(key, where)
+                expected = re.compile(re.escape(admission_file(name, key)))
+                check_name(entry.get("file") if isinstance(entry, dict) else None, where, expected)
     return m
 
 
@@ -146,6 +157,34 @@ def load_shard_rows(step_path: Path, info: dict, shard: int, n_shards: int, tabl
                 parts[c].append(np.asarray(cols[c][keep]))
         out[name] = {c: np.concatenate(parts[c]) for c in COLUMNS}
     return out
+
+
+def load_admission(step_path: Path, info: dict, shard: int, n_shards: int, tables: dict) -> None:
+    """Each table's admission filter state, from every saved shard (this shard's own when the
+    shard count is unchanged), each file verified. A table saved with another policy, or none,
+    starts with an empty filter: counters of one kind do not carry over to another."""
+    same_layout = info["n_shards"] == n_shards
+    for name, table in tables.items():
+        if table.admission is None:
+            continue
+        parts = []
+        for m in info["manifests"].values():
+            if same_layout and m["shard"] != shard:
+                continue
+            saved = m["tables"][name].get("admission")
+            if saved is None or saved["policy"] != table.admission.name:
+                parts = []
+                break
+            base = shard_dir(step_path, m["shard"], m["n_shards"])
+            part = {}
+            for key, entry in saved["files"].items():
+                verify_file(base / entry["file"], entry)
+                part[key] = np.asarray(load_array(base / entry["file"], mmap=False))
+            parts.append(part)
+        try:
+            table.admission.load(parts, lambda ids: route(ids, n_shards) == shard)
+        except ValueError as e:
+            raise ValueError(f"checkpoint {step_path.name}, table {name!r}: admission state: {e}") from None
 
 
 def _read_table(base: Path, manifest: dict, name: str) -> dict:

@@ -5,7 +5,7 @@ directly; the gRPC servicer decodes a request, calls the same methods, encodes t
 Every request is checked in full before anything changes (``validate.py``), so a rejected
 request leaves the store as it was. The row limits live here too, so they hold for every
 transport (``limits.py``): rows per server and per request (``StoreFull``: nothing created, no
-sighting counted), a push whose result would not be finite (refused whole, by the table), and
+sighting counted), the byte budget with eviction and time-to-live (``memory.py``), a push whose result would not be finite (refused whole, by the table), and
 exactly-once request ids with a bounded window per client (``request_log.py``).
 """
 
@@ -18,9 +18,12 @@ from pathlib import Path
 import numpy as np
 
 from cardinal.embedding import EmbeddingTable, TableConfig
+from cardinal.embedding.admission import make_filter
+from cardinal.memory_config import AdmissionConfig, EvictionConfig
 from cardinal.optim import make_optimizer
 from cardinal.ps import checkpoint, checkpoint_load, validate
 from cardinal.ps.limits import StoreFull, StoreLimits
+from cardinal.ps.memory import Memory
 from cardinal.ps.request_log import RequestLog, quote
 from cardinal.ps.update_log import UpdateLog
 from cardinal.ps.worker_steps import Origin, WorkerSteps, combined_counts
@@ -28,16 +31,28 @@ from cardinal.ps.worker_steps import Origin, WorkerSteps, combined_counts
 
 @dataclass(frozen=True)
 class StoreConfig:
-    """The tables every shard holds a part of, and their sparse optimizer."""
+    """The tables every shard holds a part of, their sparse optimizer, each table's admission
+    filter (``embedding/admission``; a table not named admits every id) and the eviction
+    settings (``memory.py``)."""
 
     tables: tuple[TableConfig, ...]
     optimizer: dict = field(default_factory=lambda: {"name": "rowwise_adagrad"})
+    admission: dict[str, AdmissionConfig] = field(default_factory=dict)
+    eviction: EvictionConfig = field(default_factory=EvictionConfig)
 
     def __post_init__(self):
         names = [t.name for t in self.tables]
         if len(set(names)) != len(names):
             raise ValueError(f"table names must be unique, got {names}")
         make_optimizer(self.optimizer)  # fail early on a bad optimizer spec
+        unknown = sorted(set(self.admission) - set(names))
+        if unknown:
+            raise ValueError(f"admission names table {unknown[0]!r}, which is not one of {sorted(names)}")
+        for name, spec in self.admission.items():
+            if not isinstance(spec, AdmissionConfig):
+                raise TypeError(f"admission[{name!r}] must be an AdmissionConfig, got {type(spec).__name__}")
+        if not isinstance(self.eviction, EvictionConfig):
+            raise TypeError(f"eviction must be an EvictionConfig, got {type(self.eviction).__name__}")
 
 
 class ShardStore:
@@ -54,12 +69,15 @@ class ShardStore:
         self.log = UpdateLog()  # rows each update of several workers changed (worker caches' invalidations)
         self._admitting = threading.Lock()
         self._pending = 0  # rows admitted, not yet counted in len(table)
+        self.memory = Memory(config.eviction, self.limits.memory_budget)
         self.tables = self._fresh_tables()
         self._staged: tuple[str, dict, int] | None = None  # (token, tables, step) of a prepared load
         self._staging_lock = threading.Lock()
 
     def _fresh_tables(self) -> dict[str, EmbeddingTable]:
-        return {t.name: EmbeddingTable(t, make_optimizer(self.config.optimizer)) for t in self.config.tables}
+        return {t.name: EmbeddingTable(t, make_optimizer(self.config.optimizer),
+                                       admission=make_filter(self.config.admission.get(t.name)))
+                for t in self.config.tables}
 
     # --- requests ----------------------------------------------------------------------
 
@@ -72,9 +90,12 @@ class ShardStore:
             raise TypeError(f"create must be a bool, got {type(create).__name__}")
         t = self.tables[table]
         fingerprint = _fingerprint(request_id, table, f"pull {create} {step}", ids)
-        return self.requests.run(request_id, fingerprint,
+        rows = self.requests.run(request_id, fingerprint,
                                  lambda: t.pull(ids, create=create, step=step, admit=self._admit),
                                  lambda: t.pull(ids, create=False))
+        if create:
+            self.memory.after(self.tables, step)
+        return rows
 
     def push(self, table: str, ids: np.ndarray, grads: np.ndarray, *, step: int = 0, kind: str = "grad",
              request_id: str | None = None, origin: Origin | None = None, counts: np.ndarray | None = None) -> dict:
@@ -107,6 +128,7 @@ class ShardStore:
         self.requests.run(request_id, fingerprint, lambda: self._apply_push(table, ids, grads, step, kind, origin, counts),
                           lambda: None)
         self.step = max(self.step, step)
+        self.memory.after(self.tables, step)
         return reply()
 
     def _push_reply(self, table: str, origin: Origin) -> dict:
@@ -194,6 +216,7 @@ class ShardStore:
             rows = checkpoint_load.load_shard_rows(path, info, self.shard, self.n_shards, fresh)
             for name, columns in rows.items():
                 fresh[name].import_rows(**columns)
+            checkpoint_load.load_admission(path, info, self.shard, self.n_shards, fresh)
             token = uuid.uuid4().hex
             with self._staging_lock:
                 self._staged = (token, fresh, info["step"])  # a newer prepare replaces an older one
@@ -211,6 +234,7 @@ class ShardStore:
         if phase == "abort":
             return {"aborted": True}
         self.tables, self.step = fresh, step
+        self.memory.swept = step // self.memory.config.every
         self.steps.reset(step)
         self.log.reset()
         return {"step": step, "rows": {n: len(t) for n, t in fresh.items()}}
@@ -222,10 +246,14 @@ class ShardStore:
             self.check()
         tables = {}
         for name, t in self.tables.items():
-            tables[name] = {"rows": len(t), "bytes": t.nbytes, "dim": t.dim, "optimizer": t.optimizer.name}
+            tables[name] = {"rows": len(t), "bytes": t.nbytes, "dim": t.dim, "optimizer": t.optimizer.name,
+                            "admission": t.admission.name if t.admission else "none",
+                            "admission_bytes": t.admission.nbytes if t.admission else 0,
+                            "refused": t.refused, "dropped": t.dropped, "evicted": dict(t.evicted)}
             if digest:
                 tables[name]["digest_parts"] = t.digest_parts()
         return {"shard": self.shard, "n_shards": self.n_shards, "step": self.step, "tables": tables,
+                "bytes": sum(t["bytes"] for t in tables.values()), "memory_budget": self.memory.budget,
                 "clocks": self.steps.clocks(), "clock_base": self.steps.base, "held": self.steps.held()}
 
     def health(self) -> dict:

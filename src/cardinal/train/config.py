@@ -9,6 +9,8 @@
     [ps]                PSConfig           shards of the embedded parameter server
     [wire]              WireConfig         how rows and gradients cross to the servers (codecs)
     [cache]             CacheConfig        the worker cache of hot rows (off by default)
+    [admission]         AdmissionConfig    which new ids get a row (memory_config.py)
+    [eviction]          EvictionConfig     which rows go when a server passes ps.memory_budget; TTL
     [train]             TrainConfig        steps, evaluation, checkpoints, run directory
 
 An unknown section or key is an error that names it; ``--set section.key=value`` overrides
@@ -30,6 +32,7 @@ from pathlib import Path
 
 from cardinal.data.synthetic_config import SyntheticConfig
 from cardinal.home import expand
+from cardinal.memory_config import AdmissionConfig, EvictionConfig
 from cardinal.train.schedule import DECAYS
 
 RECIPES = Path(__file__).resolve().parent.parent / "recipes"
@@ -227,6 +230,9 @@ class PSConfig:
     request_window: int = 2048    # request ids remembered per client (exactly-once)
     max_clients: int = 1024       # clients remembered at once...
     client_idle_s: float = 600.0  # ...each until silent this long
+    memory_budget: int | str = 0  # bytes all tables of one server may take (rows, index, admission filters), an int,
+                                  # "8GiB"-style or "50%" of this machine's memory; past it the lowest-scored rows are
+                                  # evicted ([eviction]). Embedded shards share it equally. 0: no budget
 
     def __post_init__(self):
         if self.shards < 1:
@@ -240,13 +246,28 @@ class PSConfig:
                 raise ValueError(f"ps.{name} must be a number >= 1, got {getattr(self, name)!r}")
         if bool(self.tls_cert) != bool(self.tls_key):
             raise ValueError("ps.tls_cert and ps.tls_key go together")
+        self.budget()
 
-    def store_limits(self):
+    def budget(self) -> int:
+        """ps.memory_budget in bytes (a share of the machine's memory resolved here)."""
+        value = self.memory_budget
+        if isinstance(value, str) and value.strip().endswith("%"):
+            try:
+                share = float(value.strip()[:-1]) / 100
+            except ValueError:
+                share = -1.0
+            if not 0 < share <= 1:
+                raise ValueError(f"ps.memory_budget as a share must be in (0%, 100%], got {value!r}")
+            return int(share * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+        return parse_bytes(value, "ps.memory_budget")
+
+    def store_limits(self, shares: int = 1):
+        """The limits of one store; ``shares`` stores (embedded shards) split the memory budget."""
         from cardinal.ps.limits import StoreLimits
 
         return StoreLimits(max_rows=self.max_rows, max_new_rows_per_request=self.max_new_rows_per_request,
                            request_window=self.request_window, max_clients=self.max_clients,
-                           client_idle_s=self.client_idle_s)
+                           client_idle_s=self.client_idle_s, memory_budget=self.budget() // shares)
 
     def token(self) -> str:
         """The job's token: $CARDINAL_TOKEN, else the contents of ps.token_file."""
@@ -337,6 +358,8 @@ class Recipe:
     wire: WireConfig = field(default_factory=WireConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)
+    admission: AdmissionConfig = field(default_factory=AdmissionConfig)
+    eviction: EvictionConfig = field(default_factory=EvictionConfig)
 
     def __post_init__(self):
         name = self.sparse_optimizer.get("name")

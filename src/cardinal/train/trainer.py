@@ -80,6 +80,7 @@ from cardinal.train.checkpoint_clock import CheckpointClock
 from cardinal.train.config import DENSE_OPTIMIZERS, Recipe
 from cardinal.train.input_meter import InputMeter
 from cardinal.train.interrupt import StopFlag
+from cardinal.train.memory_metrics import server_metrics
 from cardinal.train.readers import make_readers
 from cardinal.train.report import MetricsLog, plot_curves
 from cardinal.train.schedule import DenseSchedule
@@ -213,7 +214,7 @@ class Trainer:
     def _client(recipe: Recipe) -> PSClient:
         ps, codecs = recipe.ps, {"pull_codec": recipe.wire.pull, "push_codec": recipe.wire.push}
         if not ps.servers:
-            return embedded(tables.store_config(recipe), ps.shards, ps.concurrent, ps.store_limits(), **codecs)
+            return embedded(tables.store_config(recipe), ps.shards, ps.concurrent, ps.store_limits(ps.shards), **codecs)
         return PSClient(GrpcTransport(ps.servers, ps.job, ps.token(), timeout=ps.timeout_s, tls_ca=ps.tls_ca or None,
                                       max_message_mb=ps.max_message_mb), **codecs)
 
@@ -322,7 +323,8 @@ class Trainer:
                     if w.leader:
                         self.metrics.write({"step": self.step, "epoch": self.epoch, "loss": loss_sum / count,
                                             "samples_per_s": rate, "time": time.time(), **self._staleness(), **wire,
-                                            **self.meter.metrics(train_time), **self._cache_metrics()})
+                                            **self.meter.metrics(train_time), **self._cache_metrics(),
+                                            **server_metrics(self.client)})
                     bar.set_postfix(loss=f"{loss_sum / count:.4f}", samples_per_s=f"{rate:,.0f}")
                     window = []
                 if stop:  # a signal on some worker: every worker saves this step and ends, without evaluating
@@ -630,7 +632,8 @@ class Trainer:
                    "bad_lines": getattr(self.train_data, "bad_lines", 0),
                    "checkpoint": str(checkpoint.latest(self.run_dir / "checkpoints")), "workers": self.workers.world,
                    **self._staleness(), **wire_metrics.per_sample(self.client, self.workers, samples, summed=True),
-                   **self.meter.summary(train_time), "device": str(self.device), **self._cache_metrics()}
+                   **self.meter.summary(train_time), "device": str(self.device), **self._cache_metrics(),
+                   **server_metrics(self.client)}
         if "teacher" in self.data_info:
             summary["teacher_eval_auc"] = self.data_info["teacher"]["eval"]["teacher_auc"]
         if self.workers.leader:

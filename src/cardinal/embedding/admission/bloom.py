@@ -1,0 +1,101 @@
+"""A counting Bloom filter: bounded memory whatever the number of ids.
+
+``bloom_bytes`` one-byte counters; an id maps to K_HASHES of them (double hashing of its
+index hash), and its count is their minimum (never below its true count; above it when ids
+share all their counters, more often as the filter fills). A sighting raises only the
+counters equal to that minimum ("conservative update", which keeps the overcount small);
+counters saturate at 255, so a threshold is at most 255. Admitted ids are not removed: an
+evicted row's id is admitted again at its next sighting.
+
+Resharding sums the saved shards' counters (saturating): ids of different shards are
+distinct, so the sum never counts an id less than it was seen; a shard then also carries
+the other shards' counts, which only raises the overcount. The same ``bloom_bytes`` is
+needed to load a filter back.
+"""
+
+import numba as nb
+import numpy as np
+
+from cardinal.embedding.admission.base import AdmissionFilter, Decision, check_part
+from cardinal.embedding.hashing import U64, index_hash
+
+K_HASHES = 3
+
+
+@nb.njit(inline="always")
+def _position(h1, h2, k, m):
+    return np.int64((h1 + U64(k) * h2) % U64(m))
+
+
+@nb.njit(nogil=True, cache=True)
+def estimate(counters, keys, seed, out):
+    """out[i] = min of keys[i]'s K_HASHES counters.
+
+    counters,  # (m,) uint8
+    keys, out,  # (n,) int64, (n,) int64
+    """
+    m = counters.shape[0]
+    for i in range(keys.shape[0]):
+        h1 = index_hash(U64(keys[i]) ^ U64(seed))
+        h2 = index_hash(h1) | U64(1)
+        low = 255
+        for k in range(K_HASHES):
+            c = counters[_position(h1, h2, k, m)]
+            if c < low:
+                low = c
+        out[i] = low
+
+
+@nb.njit(nogil=True, cache=True)
+def add(counters, keys, seed):
+    """One sighting of each of keys (n,) int64: raise the counters at their minimum (saturating)."""
+    m = counters.shape[0]
+    for i in range(keys.shape[0]):
+        h1 = index_hash(U64(keys[i]) ^ U64(seed))
+        h2 = index_hash(h1) | U64(1)
+        low = 255
+        for k in range(K_HASHES):
+            c = counters[_position(h1, h2, k, m)]
+            if c < low:
+                low = c
+        if low == 255:
+            continue
+        for k in range(K_HASHES):
+            p = _position(h1, h2, k, m)
+            if counters[p] == low:
+                counters[p] = low + 1
+
+
+class BloomFilter(AdmissionFilter):
+    name = "bloom"
+    settings = ("threshold", "bloom_bytes", "seed")
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.counters = np.zeros(config.bloom_bytes, np.uint8)
+
+    def estimate(self, ids: np.ndarray) -> np.ndarray:
+        out = np.empty(len(ids), np.int64)
+        estimate(self.counters, ids, np.int64(self.config.seed), out)
+        return out
+
+    def decide(self, ids, step):
+        admitted = self.estimate(ids) + 1 >= self.config.threshold
+        return Decision(admitted, lambda: add(self.counters, ids[~admitted], np.int64(self.config.seed)))
+
+    def state(self):
+        return {"counters": self.counters.copy()}
+
+    def load(self, parts, mine):
+        total = np.zeros(len(self.counters), np.int64)
+        for part in parts:
+            check_part(part, {"counters": np.uint8})
+            if part["counters"].shape != self.counters.shape:
+                raise ValueError(f"the saved bloom filter has {len(part['counters'])} counters, this one "
+                                 f"{len(self.counters)}: load it with admission.bloom_bytes = {len(part['counters'])}")
+            total += part["counters"]
+        self.counters = np.minimum(total, 255).astype(np.uint8)
+
+    @property
+    def nbytes(self):
+        return self.counters.nbytes

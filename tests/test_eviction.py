@@ -1,0 +1,142 @@
+"""Eviction: time to live, a byte budget per server, policies that pick who goes. Rows in
+flight are never evicted, survivors read back unchanged, and the same run evicts the same rows."""
+
+import numpy as np
+import pytest
+
+from cardinal.embedding import TableConfig
+from cardinal.embedding.eviction import Decayed, L2, LFU, LRU, lowest
+from cardinal.embedding.storage import Columns
+from cardinal.memory_config import AdmissionConfig, EvictionConfig
+from cardinal.ps import ShardStore, StoreConfig, StoreLimits, checkpoint
+
+TABLES = (TableConfig("user", 8, seed=1), TableConfig("item", 2, seed=2))
+
+
+def store(budget=0, admission=None, **eviction):
+    spec = {} if admission is None else {"user": admission, "item": admission}
+    return ShardStore(StoreConfig(TABLES, {"name": "adagrad"}, spec, EvictionConfig(**eviction)),
+                      limits=StoreLimits(memory_budget=budget))
+
+
+def values(s: ShardStore, table: str) -> dict[int, bytes]:
+    e = s.tables[table].export()
+    return {int(i): d.tobytes() for i, d in zip(e["ids"], e["data"])}
+
+
+def test_policies_score_as_their_references():
+    rng = np.random.default_rng(0)
+    n, dim = 50, 3
+    cols = Columns(np.arange(n, dtype=np.int64), rng.normal(size=(n, dim + 2)).astype(np.float32),
+                   rng.integers(0, 9, n).astype(np.uint32), rng.integers(0, 20, n).astype(np.uint32))
+    assert np.array_equal(LRU().score(cols, n, dim, 20), cols.last_step.astype(float))
+    assert np.array_equal(LFU().score(cols, n, dim, 20), cols.count.astype(float))
+    assert np.allclose(L2().score(cols, n, dim, 20), np.linalg.norm(cols.data[:, :dim].astype(float), axis=1))
+    want = [np.log(1 + c) + (20 - s) * np.log(0.9) for c, s in zip(cols.count, cols.last_step)]
+    assert np.allclose(Decayed(0.9).score(cols, n, dim, 20), want)
+
+
+def test_lowest_takes_the_k_lowest_finite_scores():
+    scores = np.array([5, 1, np.inf, 3, 2, np.inf, 4], float)
+    assert sorted(lowest(scores, 3).tolist()) == [1, 3, 4]
+    assert sorted(lowest(scores, 10).tolist()) == [0, 1, 3, 4, 6]  # never a protected (inf) row
+    assert len(lowest(scores, 0)) == 0
+
+
+def test_ttl_in_steps_deletes_the_rows_unseen_for_that_long():
+    s = store(ttl_steps=5, every=10)
+    old, new = np.arange(100, dtype=np.int64), np.arange(100, 200, dtype=np.int64)
+    s.pull("user", old, step=1)
+    s.push("user", old[:10], np.ones((10, 8), np.float32), step=5)  # 5 steps old at step 10: kept
+    s.push("user", old[10:20], np.ones((10, 8), np.float32), step=4)  # 6 steps old: deleted
+    s.pull("user", new, step=9)
+    kept = {i: v for i, v in values(s, "user").items() if i < 10 or i >= 100}
+    s.pull("user", new, step=10)  # the sweep at step 10
+    assert set(values(s, "user")) == set(range(10)) | set(range(100, 200))
+    assert {i: values(s, "user")[i] for i in kept} == kept  # survivors unchanged
+    assert s.tables["user"].evicted == {"ttl_steps": 90}
+    s.check()
+
+
+def test_ttl_in_seconds_uses_the_time_each_step_was_first_seen(monkeypatch):
+    clock = [1000.0]
+    monkeypatch.setattr("cardinal.ps.memory.time.monotonic", lambda: clock[0])
+    s = store(ttl_seconds=60, every=1)
+    s.pull("user", np.arange(10, dtype=np.int64), step=1)
+    clock[0] += 30
+    s.pull("user", np.arange(10, 20, dtype=np.int64), step=2)
+    clock[0] += 45  # step 1 is 75 s old, step 2 45 s
+    s.pull("user", np.arange(20, 30, dtype=np.int64), step=3)
+    assert set(values(s, "user")) == set(range(10, 30))
+    assert s.tables["user"].evicted == {"ttl_seconds": 10}
+
+
+@pytest.mark.parametrize("policy", ["lru", "lfu", "l2", "decayed"])
+def test_a_budget_is_held_while_the_id_set_grows(policy):
+    budget = 1 << 20
+    s = store(budget, policy=policy)
+    rng = np.random.default_rng(1)
+    worst = 0
+    for step in range(1, 80):
+        ids = np.concatenate([rng.integers(0, 2000, 300), rng.integers(0, 2**62, 700)]).astype(np.int64)
+        for table in ("user", "item"):
+            rows = s.pull(table, ids, step=step)
+            s.push(table, ids, np.full_like(rows, 0.01), step=step)
+        worst = max(worst, s.stats()["bytes"])
+        if step > 50:
+            assert s.stats()["bytes"] <= budget
+            assert s.stats()["bytes"] >= 0.95 * budget
+    assert s.tables["user"].evicted["budget"] > 0 and s.tables["item"].evicted["budget"] > 0
+    assert worst <= budget * 1.05  # past it by at most one request's new rows
+    s.check()
+
+
+def test_rows_touched_in_the_last_steps_are_never_evicted():
+    s = store(4096, protect_steps=2)
+    ids = np.arange(2000, dtype=np.int64)
+    s.pull("user", ids, step=7)  # far over the budget, all in flight
+    assert len(s.tables["user"]) == 2000
+    s.pull("user", ids[:10], step=10)  # step 7 is 3 steps old now: evictable; these 10 are not
+    assert set(values(s, "user")) >= set(range(10))
+    assert len(s.tables["user"]) < 2000
+
+
+def test_lru_evicts_the_least_recently_used_and_survivors_read_back_unchanged():
+    s = store(300_000, policy="lru", protect_steps=0)
+    for step in range(1, 11):
+        s.pull("user", np.arange(step * 1000, step * 1000 + 1000, dtype=np.int64), step=step)
+    kept = values(s, "user")
+    assert min(kept) > 1000 and max(kept) == 10_999  # the oldest steps went first
+    s.pull("item", np.array([1], np.int64), step=11)
+    assert {i: values(s, "user")[i] for i in kept} == kept
+
+
+def test_the_same_requests_evict_the_same_rows(tmp_path):
+    def run():
+        s = store(200_000, policy="decayed", admission=AdmissionConfig(policy="count", threshold=2))
+        rng = np.random.default_rng(5)
+        for step in range(1, 30):
+            ids = rng.zipf(1.2, 3000).astype(np.int64)
+            rows = s.pull("user", ids, step=step)
+            s.push("user", ids, rng.normal(size=rows.shape).astype(np.float32), step=step)
+        return s
+    a, b = run(), run()
+    assert a.tables["user"].digest() == b.tables["user"].digest()
+    assert a.tables["user"].evicted["budget"] > 0
+    a.save(str(tmp_path), 29)  # a checkpoint after evictions loads whole
+    checkpoint.commit(checkpoint.step_dir(tmp_path, 29), 29, 1)
+    c = store(200_000)
+    c.load(str(checkpoint.step_dir(tmp_path, 29)))
+    c.check()
+    assert values(c, "user") == values(a, "user")
+
+
+def test_bad_eviction_settings_are_errors_naming_them():
+    with pytest.raises(ValueError, match="eviction.policy"):
+        EvictionConfig(policy="random")
+    with pytest.raises(ValueError, match="eviction.every"):
+        EvictionConfig(every=0)
+    with pytest.raises(ValueError, match="admission.threshold"):
+        AdmissionConfig(policy="bloom", threshold=300)
+    with pytest.raises(ValueError, match="ps.memory_budget"):
+        StoreLimits(memory_budget=-1)
