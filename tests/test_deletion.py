@@ -116,3 +116,12 @@ def test_key_counts_set_get_remove():
     assert k.get(np.array([5, -7, 9, 11, 100], np.int64)).tolist() == [1, 0, 4, 5, 0]
     ids, counts = k.items()
     assert dict(zip(ids.tolist(), counts.tolist())) == {5: 1, 9: 4, 11: 5}
+
+
+def test_a_push_of_new_ids_past_the_arenas_capacity_grows_them():
+    t = table()  # room for 1024 rows
+    t.pull(np.arange(1000, dtype=np.int64), step=1)
+    ids = np.arange(500, 5000, dtype=np.int64)  # 4,000 new: the arenas grow inside the push
+    t.push(ids, np.ones((len(ids), 4), np.float32), step=2)
+    assert len(t) == 5000
+    t.check()

@@ -29,3 +29,16 @@ def test_a_run_under_a_budget_evicts_reports_and_resumes_bitwise(tmp_path):
     resumed = Trainer(tiny_recipe(tmp_path, *flags, "train.steps=20"), tmp_path / "b", progress=False)
     assert resumed.fit(resume=True)["ps_emb_evicted_budget"] > 0
     same(state(straight), state(resumed))
+
+
+@pytest.mark.slow
+def test_a_run_with_most_rows_on_disk_is_bitwise_the_run_in_ram(tmp_path):
+    flags = ["ps.shards=3", 'embedding.consistency="sync"', "train.epochs=2"]
+    ram = Trainer(tiny_recipe(tmp_path, *flags), tmp_path / "ram", progress=False)
+    ram.fit()
+    tiered = Trainer(tiny_recipe(tmp_path, *flags, 'ps.memory_budget="560KiB"', 'ps.disk_budget="1GiB"', "eviction.protect_steps=0",
+                                 f'ps.disk_dir="{tmp_path / "tiers"}"'), tmp_path / "tiered", progress=False)
+    summary = tiered.fit()
+    assert summary["ps_disk_rows"] > summary["ps_rows"] / 3  # many rows ended on disk (even rows in flight)...
+    assert summary["ps_emb_faulted"] > 0                       # ...and came back when used
+    same(state(ram), state(tiered))

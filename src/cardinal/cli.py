@@ -300,7 +300,7 @@ def server(args) -> int:
         raise ValueError(f"--shard takes I/N with 0 <= I < N, got {args.shard!r}")
     recipe = config.load(args.recipe, args.set)
     ps = recipe.ps
-    store = ShardStore(tables.store_config(recipe), int(shard), int(n), ps.store_limits())
+    store = ShardStore(tables.store_config(recipe), int(shard), int(n), ps.store_limits(), ps.disk_dir)
     options = ServerOptions(host=args.host, port=args.port, tls_cert=ps.tls_cert or None, tls_key=ps.tls_key or None,
                             max_message_mb=ps.max_message_mb, max_concurrency=ps.max_concurrent_calls)
     return run(store, args.data_dir, ps.job, ps.token(), options)

@@ -8,12 +8,16 @@ No vocabulary and no collisions: any int64 is an id, and a new id gets a new row
 values depend only on (seed, id), unless an admission filter (``admission/``) holds it back
 until it has been seen often enough: until then it reads zeros and its gradients are
 dropped. Rows can be deleted (``delete``, ``evict``); the live rows stay 0..size-1
-(``compaction.py``). A lookup-only pull (``create=False``) never inserts and
+(``compaction.py``). With a cold tier (``tiers/``) rows may also live off the RAM columns: a
+training request moves the rows it needs back in first, so every update happens in RAM and a
+run gives the same bits whichever tier held a row in between (``demote`` moves rows out). A lookup-only pull (``create=False``) never inserts and
 returns zeros for unknown ids. Callers validate requests (``ps/validate.py``); the table
 asserts only its invariants. One lock per table: kernels release the GIL, so different
 tables (and shards) update in parallel threads.
 """
 
+import functools
+import operator
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,6 +32,7 @@ from cardinal.embedding.dedup import segment_max, segment_sum, unique_inverse
 from cardinal.embedding.hashing import init_rows
 from cardinal.embedding.index import IdIndex
 from cardinal.embedding.storage import Columns, MemoryRowStorage, RowStorage
+from cardinal.embedding.tiers import ColdTier
 from cardinal.optim import SparseOptimizer
 
 TRY_BLOCK_BYTES = 512 << 10  # rows updated per block: still in (one core's) L2 when checked
@@ -56,7 +61,8 @@ class TableConfig:
 
 class EmbeddingTable:
     def __init__(self, config: TableConfig, optimizer: SparseOptimizer,
-                 storage: RowStorage | None = None, capacity: int = 1024, admission: AdmissionFilter | None = None):
+                 storage: RowStorage | None = None, capacity: int = 1024, admission: AdmissionFilter | None = None,
+                 cold: ColdTier | None = None):
         self.config = config
         self.dim = config.dim
         self.optimizer = optimizer
@@ -67,17 +73,26 @@ class EmbeddingTable:
         self.lock = threading.Lock()
         self._backup = np.empty((0, width), np.float32)  # copies of rows a push updates (lock held)
         self.admission = admission
+        self.cold = cold
+        assert cold is None or cold.width == width
         self.refused = 0   # sightings of ids the filter did not admit (pulls)
         self.dropped = 0   # gradient rows of ids without a row, dropped (pushes, with a filter)
         self.evicted: dict[str, int] = {}  # rows deleted, by reason
+        self.faulted = 0   # rows read back in from the cold tier
+        self.demoted = 0   # rows written out to it
 
     def __len__(self) -> int:
-        return self.storage.size
+        """Rows in every tier."""
+        return self.storage.size + (len(self.cold) if self.cold is not None else 0)
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the rows, the index and the admission filter's state."""
+        """Bytes in RAM: the rows there, the index and the admission filter's state."""
         return self.storage.nbytes + self.index.nbytes + (self.admission.nbytes if self.admission else 0)
+
+    @property
+    def cold_bytes(self) -> int:
+        return self.cold.nbytes if self.cold is not None else 0
 
     def pull(self, ids: np.ndarray, *, create: bool = True, step: int = 0, admit: Admit | None = None) -> np.ndarray:
         """Rows of ``ids`` (n,) int64 as (n, dim) float32.
@@ -92,8 +107,11 @@ class EmbeddingTable:
         rows = np.empty(len(ids), np.int64)
         step = np.uint32(step)
         with self.lock:
+            if create:
+                self._fault_in(ids)
             self._lookup(ids, rows, out, step, False)
             if not create:
+                self._read_cold(ids, rows, out)
                 return out
             missing = np.flatnonzero(rows < 0)
             if len(missing):
@@ -124,7 +142,31 @@ class EmbeddingTable:
     def has(self, ids: np.ndarray) -> np.ndarray:
         """(n,) bool: which ids have a row. Changes nothing."""
         with self.lock:
-            return self.index.find(self.storage.columns().ids, ids) >= 0
+            found = self.index.find(self.storage.columns().ids, ids) >= 0
+            if self.cold is not None and len(self.cold) and not found.all():
+                found[~found] = self.cold.get(ids[~found])[0]
+            return found
+
+    def _fault_in(self, ids: np.ndarray) -> None:
+        """Move the rows of ``ids`` that are in the cold tier into RAM, exactly as they left (lock held)."""
+        if self.cold is None or len(self.cold) == 0:
+            return
+        absent = ids[self.index.find(self.storage.columns().ids, ids) < 0]
+        if len(absent) == 0:
+            return
+        rows = self.cold.get(unique_inverse(absent)[0])[1]
+        if len(rows.ids):
+            self._insert(rows)
+            self.cold.delete(rows.ids)
+            self.faulted += len(rows.ids)
+
+    def _read_cold(self, ids, rows, out) -> None:
+        """Fill in ``out`` for the ids without a RAM row from the cold tier, moving nothing (lock held)."""
+        missing = np.flatnonzero(rows < 0)
+        if self.cold is None or len(self.cold) == 0 or len(missing) == 0:
+            return
+        found, cold = self.cold.get(ids[missing])
+        out[missing[found]] = cold.data[:, :self.dim]
 
     def _lookup(self, ids, rows, out, step, seen) -> None:
         """The fast path of a pull, in parallel by sub-table (lock held). The arena views are
@@ -165,6 +207,7 @@ class EmbeddingTable:
         else:
             update = lambda data, rows, g, at: optimizer.apply(data, rows, g, self.dim, merged[at])  # noqa: E731
         with self.lock:
+            self._fault_in(unique)
             cols = self.storage.columns()
             rows = self.index.find(cols.ids, unique)
             missing = np.flatnonzero(rows < 0)
@@ -189,6 +232,7 @@ class EmbeddingTable:
                     present = np.flatnonzero(rows >= 0)
                     self._update_in_place(cols.data, rows[present], summed[present], update, kind, unique[present],
                                           present)
+                    cols = None  # the arenas may grow now: no view of them may be held (arena.py)
                     rows[missing] = self._rows(unique[missing])
                     cols = self.storage.columns()
                     RK.restore_rows(cols.data, rows[missing], len(missing), fresh)  # the tried rows, written
@@ -243,10 +287,34 @@ class EmbeddingTable:
     # --- deletion ----------------------------------------------------------------------------
 
     def delete(self, ids: np.ndarray) -> int:
-        """Delete the rows of those ``ids`` that have one; returns how many were deleted."""
+        """Delete the rows of those unique ``ids`` that have one, in any tier; returns how many."""
         with self.lock:
             rows = self.index.find(self.storage.columns().ids, ids)
-            return self._delete(rows[rows >= 0])
+            n = self._delete(rows[rows >= 0])
+            if self.cold is not None and len(self.cold):
+                cold = self.cold.get(ids[rows < 0])[1].ids
+                self.cold.delete(cold)
+                n += len(cold)
+            return n
+
+    def demote(self, select: Callable[[Columns, int], np.ndarray]) -> int:
+        """Move the RAM rows ``select(columns, size)`` names to the cold tier; returns how many."""
+        with self.lock:
+            cols = self.storage.columns()
+            rows = np.unique(select(cols, self.storage.size))
+            self.cold.put(Columns(*(np.array(c[rows]) for c in cols)))  # all or nothing, before RAM lets go
+            self.demoted += len(rows)
+            return self._delete(rows)
+
+    def evict_cold(self, select: Callable[[Columns], np.ndarray], reason: str) -> int:
+        """Delete the cold rows whose ids ``select`` names, called on every chunk of the tier in
+        turn and once more with None at the end (for selections that need the whole tier)."""
+        with self.lock:
+            dead = [select(chunk) for chunk in self.cold.chunks()] + [select(None)]
+            dead = np.unique(np.concatenate(dead))
+            self.cold.delete(dead)
+            self.evicted[reason] = self.evicted.get(reason, 0) + len(dead)
+            return len(dead)
 
     def evict(self, select: Callable[[Columns, int], np.ndarray], reason: str) -> int:
         """Delete the rows ``select(columns, size)`` names (row numbers), reading and deleting
@@ -264,30 +332,39 @@ class EmbeddingTable:
     # --- whole-table views: checkpoints, digests, invariants -------------------------------
 
     def export(self) -> dict[str, np.ndarray]:
-        """Copies of the live rows: ids, data (values + state), count, last_step."""
+        """Copies of every row (RAM, then the cold tier): ids, data (values + state), count, last_step."""
         with self.lock:
             n, cols = self.storage.size, self.storage.columns()
-            return {name: np.array(col[:n]) for name, col in zip(cols._fields, cols)}
+            parts = [[np.array(col[:n])] for col in cols]
+            for chunk in (self.cold.chunks() if self.cold is not None else ()):
+                for part, col in zip(parts, chunk):
+                    part.append(col)
+            return {name: np.concatenate(part) for name, part in zip(cols._fields, parts)}
 
     def import_rows(self, ids, data, count, last_step) -> None:
         """Insert rows as saved (ids unique and new to this table), e.g. from a checkpoint."""
         if len(ids) == 0:
             return
         with self.lock:
-            rows = self._rows(ids)
-            assert rows[0] == self.storage.size - len(ids), "imported ids must be new and unique"
-            cols = self.storage.columns()
-            cols.data[rows] = data
-            cols.count[rows] = count
-            cols.last_step[rows] = last_step
+            self._insert(Columns(ids, data, count, last_step))
+
+    def _insert(self, rows: Columns) -> None:
+        """New RAM rows holding exactly ``rows`` (lock held)."""
+        at = self._rows(rows.ids)
+        assert at[0] == self.storage.size - len(rows.ids), "inserted ids must be new and unique"
+        cols = self.storage.columns()
+        cols.data[at] = rows.data
+        cols.count[at] = rows.count
+        cols.last_step[at] = rows.last_step
 
     def digest_parts(self) -> tuple[int, int]:
         """(sum, xor) of per-row hashes; combine shards with ``combine_digests``."""
         with self.lock:
             cols = self.storage.columns()
-            total, xored = RK.digest_rows(cols.ids, cols.data.view(np.int32), cols.count,
-                                          cols.last_step, self.storage.size)
-        return int(total), int(xored)
+            parts = [RK.digest_rows(cols.ids, cols.data.view(np.int32), cols.count, cols.last_step, self.storage.size)]
+            for c in (self.cold.chunks() if self.cold is not None else ()):
+                parts.append(RK.digest_rows(c.ids, c.data.view(np.int32), c.count, c.last_step, len(c.ids)))
+        return sum(int(t) for t, _ in parts) % 2**64, functools.reduce(operator.xor, (int(x) for _, x in parts))
 
     def digest(self) -> str:
         """Hash of every id, row, optimizer state and metadata; independent of row order."""
@@ -300,6 +377,13 @@ class EmbeddingTable:
             self.index.check(cols.ids, n)
             if self.admission is not None:
                 self.admission.check()
+            if self.cold is not None:
+                cold = 0
+                for chunk in self.cold.chunks():
+                    cold += len(chunk.ids)
+                    assert (self.index.find(cols.ids, chunk.ids) < 0).all(), "a row is in RAM and in the cold tier"
+                    assert np.isfinite(chunk.data).all(), f"table {self.config.name!r} holds a non-finite cold value"
+                assert cold == len(self.cold), "the cold tier's row count disagrees with its rows"
             assert np.isfinite(cols.data[:n]).all(), f"table {self.config.name!r} holds a non-finite value"
 
 

@@ -7,9 +7,10 @@ from cardinal.ps.transport import InProcessTransport
 
 
 def embedded(config: StoreConfig, n_shards: int = 4, concurrent: bool = False,
-             limits: StoreLimits | None = None, *, pull_codec: str = "fp32", push_codec: str = "fp32") -> PSClient:
+             limits: StoreLimits | None = None, *, pull_codec: str = "fp32", push_codec: str = "fp32",
+             tier_dir: str | None = None) -> PSClient:
     """The embedded default: ``n_shards`` stores in this process behind a client."""
-    stores = [ShardStore(config, s, n_shards, limits) for s in range(n_shards)]
+    stores = [ShardStore(config, s, n_shards, limits, tier_dir) for s in range(n_shards)]
     return PSClient(InProcessTransport(stores, concurrent), pull_codec=pull_codec, push_codec=push_codec)
 
 

@@ -7,10 +7,13 @@ After each request that may create rows (training pulls, pushes) the store calls
   ``ttl_seconds`` by this server's clock (Paddle's ``delete_after_unseen_days``), are deleted.
   Wall time maps to steps through the time each step was first seen here, so rows carry no
   clock of their own.
-- **Budget**: when the tables' bytes (rows, index, admission filters: ``EmbeddingTable.nbytes``)
-  pass ``budget``, the lowest-scored rows (``embedding/eviction.py``) are deleted until they are
-  back under LOW_WATER x budget. Each table gives up rows in proportion to its share of the row
+- **Budget**: when the tables' bytes in RAM (rows, index, admission filters:
+  ``EmbeddingTable.nbytes``) pass ``budget``, the lowest-scored rows (``embedding/eviction.py``)
+  leave RAM until it is back under LOW_WATER x budget: to the disk tier when the tables have one
+  (``demote``), else deleted. Each table gives up rows in proportion to its share of the row
   bytes, so a table is never emptied for another's growth.
+- **Disk budget**: when the disk tier's rows pass ``disk_budget``, its lowest-scored rows are
+  deleted down to DISK_LOW_WATER x disk_budget (a scan of the tier: rarer, so a wider margin).
 
 Rows touched in the last ``protect_steps`` steps are never evicted: they may be in flight
 (pulled ahead for the next batch, or held in a worker's cache window). Deletion keeps every
@@ -29,35 +32,49 @@ from cardinal.embedding.eviction import lowest, make_policy
 from cardinal.memory_config import EvictionConfig
 
 LOW_WATER = 0.99  # a budget eviction frees down to this share of the budget
+DISK_LOW_WATER = 0.95  # ... and a disk budget eviction, which scans the whole tier
 log = logging.getLogger(__name__)
 
 
 
 
+_none = np.empty(0, np.int64)
+
+
 class Memory:
-    def __init__(self, config: EvictionConfig, budget: int = 0):
+    def __init__(self, config: EvictionConfig, budget: int = 0, disk_budget: int = 0):
         self.config = config
         self.budget = budget
+        self.disk_budget = disk_budget
         self.policy = make_policy(config.policy, config.decay)
         self.swept = 0  # step // every of the last sweep: sweeps fall on the same steps in a resumed run
         self._step_times: deque[tuple[int, float]] = deque()  # (step, when first seen), steps increasing
         self._lock = threading.Lock()
         self.short = 0  # budget evictions that could not get under the budget (all rows protected)
+        self.failures = 0  # evictions that raised (a disk tier's write, say)
 
     def after(self, tables: dict, step: int) -> None:
         """Sweep and evict as due after a request of ``step``; one thread at a time (others go on)."""
         if not self._lock.acquire(blocking=False):
             return
         try:
-            if self.config.ttl_seconds:
-                self._note_time(step)
-            if (self.config.ttl_steps or self.config.ttl_seconds) and step // self.config.every > self.swept:
-                self.swept = step // self.config.every
-                self.sweep(tables, step)
-            if self.budget and sum(t.nbytes for t in tables.values()) > self.budget:
-                self.fit(tables, step)
+            self._after(tables, step)
+        except Exception as e:  # the request itself went through; the budget is tried again next time
+            self.failures += 1
+            log.warning("eviction failed (%s: %s); rows stay where they are until the next request", type(e).__name__, e)
         finally:
             self._lock.release()
+
+    def _after(self, tables: dict, step: int) -> None:
+        if self.config.ttl_seconds:
+            self._note_time(step)
+        if (self.config.ttl_steps or self.config.ttl_seconds) and step // self.config.every > self.swept:
+            self.swept = step // self.config.every
+            self.sweep(tables, step)
+        if self.budget and sum(t.nbytes for t in tables.values()) > self.budget:
+            self.fit(tables, step)
+        if self.disk_budget and sum(t.cold_bytes for t in tables.values()) > self.disk_budget:
+            self.fit_disk(tables, step)
 
     def sweep(self, tables: dict, step: int) -> None:
         """Delete rows past their time to live."""
@@ -71,6 +88,8 @@ class Memory:
                 continue
             for t in tables.values():
                 t.evict(lambda cols, n, c=cutoff: np.flatnonzero(cols.last_step[:n] < c), reason)
+                if t.cold is not None and len(t.cold):
+                    t.evict_cold(lambda rows, c=cutoff: _none if rows is None else rows.ids[rows.last_step < c], reason)
 
     def fit(self, tables: dict, step: int) -> None:
         """Evict the lowest-scored rows until the tables are under LOW_WATER x budget."""
@@ -82,11 +101,12 @@ class Memory:
             return
         freed = 0
         for name, t in tables.items():
-            if len(t) == 0:
+            if t.storage.size == 0:
                 continue
-            per_row = row_bytes[name] / len(t)
+            per_row = row_bytes[name] / t.storage.size
             k = math.ceil(need * row_bytes[name] / reclaimable / per_row)
-            freed += per_row * t.evict(lambda cols, n, k=k, dim=t.dim: self._victims(cols, n, dim, step, k), "budget")
+            select = lambda cols, n, k=k, dim=t.dim: self._victims(cols, n, dim, step, k)  # noqa: E731
+            freed += per_row * (t.demote(select) if t.cold is not None else t.evict(select, "budget"))
         if total - freed > self.budget:
             if self.short == 0:
                 fixed = total - reclaimable
@@ -95,6 +115,30 @@ class Memory:
                             "ps.memory_budget, or bound the filter with admission.policy = 'bloom'",
                             self.budget, int(total - freed), self.config.protect_steps, fixed)
             self.short += 1
+
+    def fit_disk(self, tables: dict, step: int) -> None:
+        """Delete the disk tier's lowest-scored rows until it is under DISK_LOW_WATER x disk_budget."""
+        cold = {name: t.cold_bytes for name, t in tables.items() if t.cold is not None and len(t.cold)}
+        need = sum(cold.values()) - DISK_LOW_WATER * self.disk_budget
+        for name, nbytes in cold.items():
+            t = tables[name]
+            k = math.ceil(need * nbytes / sum(cold.values()) / (nbytes / len(t.cold)))
+            t.evict_cold(self._lowest_over_chunks(k, t.dim, step), "disk_budget")
+
+    def _lowest_over_chunks(self, k: int, dim: int, step: int):
+        """A selection for ``evict_cold``: the ids of the k lowest scores over every chunk, kept as it scans."""
+        best_ids, best = np.empty(0, np.int64), np.empty(0, np.float64)
+
+        def select(rows):
+            nonlocal best_ids, best
+            if rows is None:
+                return best_ids
+            best_ids = np.concatenate([best_ids, rows.ids])
+            best = np.concatenate([best, self.policy.score(rows, len(rows.ids), dim, step)])
+            keep = lowest(best, k)
+            best_ids, best = best_ids[keep], best[keep]
+            return _none
+        return select
 
     def _victims(self, cols, n, dim, step, k) -> np.ndarray:
         scores = self.policy.score(cols, n, dim, step)

@@ -9,8 +9,11 @@ sighting counted), the byte budget with eviction and time-to-live (``memory.py``
 exactly-once request ids with a bounded window per client (``request_log.py``).
 """
 
+import shutil
+import tempfile
 import threading
 import uuid
+import weakref
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +22,7 @@ import numpy as np
 
 from cardinal.embedding import EmbeddingTable, TableConfig
 from cardinal.embedding.admission import make_filter
+from cardinal.embedding.tiers import RocksTier
 from cardinal.memory_config import AdmissionConfig, EvictionConfig
 from cardinal.optim import make_optimizer
 from cardinal.ps import checkpoint, checkpoint_load, validate
@@ -56,7 +60,12 @@ class StoreConfig:
 
 
 class ShardStore:
-    def __init__(self, config: StoreConfig, shard: int = 0, n_shards: int = 1, limits: StoreLimits | None = None):
+    """``tier_dir``: the directory in which the disk tier makes a directory of its own when
+    ``limits.disk_budget`` is set (the system's temporary directory when None); ``close``, or
+    the store's end, removes it."""
+
+    def __init__(self, config: StoreConfig, shard: int = 0, n_shards: int = 1, limits: StoreLimits | None = None,
+                 tier_dir: str | None = None):
         if not 0 <= shard < n_shards:
             raise ValueError(f"shard must be in [0, {n_shards}), got {shard}")
         self.config = config
@@ -69,15 +78,35 @@ class ShardStore:
         self.log = UpdateLog()  # rows each update of several workers changed (worker caches' invalidations)
         self._admitting = threading.Lock()
         self._pending = 0  # rows admitted, not yet counted in len(table)
-        self.memory = Memory(config.eviction, self.limits.memory_budget)
+        self.memory = Memory(config.eviction, self.limits.memory_budget, self.limits.disk_budget)
+        self._tiers = None
+        if self.limits.disk_budget:
+            if tier_dir:
+                Path(tier_dir).mkdir(parents=True, exist_ok=True)
+            self._tiers = Path(tempfile.mkdtemp(prefix=f"cardinal-tier-{shard}-", dir=tier_dir or None))
+            self._tier_list: list[RocksTier] = []  # every tier made, closed with the store
+            self._tier_files = weakref.finalize(self, _remove_tiers, self._tiers, self._tier_list)
         self.tables = self._fresh_tables()
         self._staged: tuple[str, dict, int] | None = None  # (token, tables, step) of a prepared load
         self._staging_lock = threading.Lock()
 
     def _fresh_tables(self) -> dict[str, EmbeddingTable]:
-        return {t.name: EmbeddingTable(t, make_optimizer(self.config.optimizer),
-                                       admission=make_filter(self.config.admission.get(t.name)))
-                for t in self.config.tables}
+        tables = {}
+        for t in self.config.tables:
+            optimizer = make_optimizer(self.config.optimizer)
+            cold = None
+            if self._tiers is not None:
+                width = t.dim + optimizer.state_width(t.dim)
+                cold = RocksTier(self._tiers / f"{t.name}-shard{self.shard}-{uuid.uuid4().hex[:8]}", width)
+                self._tier_list.append(cold)
+            tables[t.name] = EmbeddingTable(t, optimizer, admission=make_filter(self.config.admission.get(t.name)),
+                                            cold=cold)
+        return tables
+
+    def close(self) -> None:
+        """Remove the disk tier's files (the store's rows go with them)."""
+        if self._tiers is not None:
+            self._tier_files()
 
     # --- requests ----------------------------------------------------------------------
 
@@ -219,6 +248,8 @@ class ShardStore:
             checkpoint_load.load_admission(path, info, self.shard, self.n_shards, fresh)
             token = uuid.uuid4().hex
             with self._staging_lock:
+                if self._staged is not None:
+                    _close_tiers(self._staged[1])
                 self._staged = (token, fresh, info["step"])  # a newer prepare replaces an older one
             return {"token": token, "step": info["step"], "rows": {n: len(t) for n, t in fresh.items()}}
         if phase not in ("commit", "abort"):
@@ -232,8 +263,10 @@ class ShardStore:
             _, fresh, step = self._staged
             self._staged = None
         if phase == "abort":
+            _close_tiers(fresh)
             return {"aborted": True}
-        self.tables, self.step = fresh, step
+        old, self.tables, self.step = self.tables, fresh, step
+        _close_tiers(old)
         self.memory.swept = step // self.memory.config.every
         self.steps.reset(step)
         self.log.reset()
@@ -249,11 +282,14 @@ class ShardStore:
             tables[name] = {"rows": len(t), "bytes": t.nbytes, "dim": t.dim, "optimizer": t.optimizer.name,
                             "admission": t.admission.name if t.admission else "none",
                             "admission_bytes": t.admission.nbytes if t.admission else 0,
-                            "refused": t.refused, "dropped": t.dropped, "evicted": dict(t.evicted)}
+                            "refused": t.refused, "dropped": t.dropped, "evicted": dict(t.evicted),
+                            "ram_rows": t.storage.size, "disk_rows": len(t) - t.storage.size, "disk_bytes": t.cold_bytes,
+                            "faulted": t.faulted, "demoted": t.demoted}
             if digest:
                 tables[name]["digest_parts"] = t.digest_parts()
         return {"shard": self.shard, "n_shards": self.n_shards, "step": self.step, "tables": tables,
                 "bytes": sum(t["bytes"] for t in tables.values()), "memory_budget": self.memory.budget,
+                "disk_bytes": sum(t["disk_bytes"] for t in tables.values()), "disk_budget": self.memory.disk_budget,
                 "clocks": self.steps.clocks(), "clock_base": self.steps.base, "held": self.steps.held()}
 
     def health(self) -> dict:
@@ -263,6 +299,18 @@ class ShardStore:
     def check(self) -> None:
         for t in self.tables.values():
             t.check()
+
+
+def _close_tiers(tables: dict) -> None:
+    for t in tables.values():
+        if t.cold is not None:
+            t.cold.close()
+
+
+def _remove_tiers(path: Path, tiers: list) -> None:
+    for tier in tiers:
+        tier.close()
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def _lr_scale(staleness: int) -> float:

@@ -232,7 +232,12 @@ class PSConfig:
     client_idle_s: float = 600.0  # ...each until silent this long
     memory_budget: int | str = 0  # bytes all tables of one server may take (rows, index, admission filters), an int,
                                   # "8GiB"-style or "50%" of this machine's memory; past it the lowest-scored rows are
-                                  # evicted ([eviction]). Embedded shards share it equally. 0: no budget
+                                  # evicted ([eviction]), or moved to disk with disk_budget. Embedded shards share it
+                                  # equally. 0: no budget
+    disk_budget: int | str = 0    # bytes of rows one server may keep in its disk tier (RocksDB): rows past memory_budget
+                                  # go there and come back when used, bitwise the same run as all in RAM; past it, the
+                                  # disk tier's lowest-scored rows are evicted. 0: no disk tier (needs memory_budget)
+    disk_dir: str = "$CARDINAL_HOME/tiers"  # where disk tiers make their (temporary) directories
 
     def __post_init__(self):
         if self.shards < 1:
@@ -247,6 +252,10 @@ class PSConfig:
         if bool(self.tls_cert) != bool(self.tls_key):
             raise ValueError("ps.tls_cert and ps.tls_key go together")
         self.budget()
+        parse_bytes(self.disk_budget, "ps.disk_budget")
+        if parse_bytes(self.disk_budget, "ps.disk_budget") and not self.budget():
+            raise ValueError("ps.disk_budget needs ps.memory_budget: rows go to disk when RAM is past its budget")
+        object.__setattr__(self, "disk_dir", expand(self.disk_dir))
 
     def budget(self) -> int:
         """ps.memory_budget in bytes (a share of the machine's memory resolved here)."""
@@ -267,7 +276,8 @@ class PSConfig:
 
         return StoreLimits(max_rows=self.max_rows, max_new_rows_per_request=self.max_new_rows_per_request,
                            request_window=self.request_window, max_clients=self.max_clients,
-                           client_idle_s=self.client_idle_s, memory_budget=self.budget() // shares)
+                           client_idle_s=self.client_idle_s, memory_budget=self.budget() // shares,
+                           disk_budget=parse_bytes(self.disk_budget, "ps.disk_budget") // shares)
 
     def token(self) -> str:
         """The job's token: $CARDINAL_TOKEN, else the contents of ps.token_file."""

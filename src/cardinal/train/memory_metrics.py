@@ -1,11 +1,13 @@
 """The servers' memory, summed over shards, for metrics.jsonl and summary.json.
 
-    ps_rows, ps_bytes           rows and bytes of every table on every server
-    ps_bytes_max_shard          the fullest server's bytes (what ps.memory_budget bounds)
+    ps_rows, ps_bytes           rows (all tiers) and bytes in RAM of every table on every server
+    ps_bytes_max_shard          the fullest server's bytes in RAM (what ps.memory_budget bounds)
+    ps_disk_rows, ps_disk_bytes rows and bytes in the disk tiers (ps.disk_budget)
     ps_<table>_rows             per table: rows, ...
     ps_<table>_refused          ... sightings of new ids the admission filter held back (pulls)
     ps_<table>_dropped          ... gradient rows of ids without a row, dropped (pushes)
-    ps_<table>_evicted_<why>    ... rows deleted, by reason: budget, ttl_steps, ttl_seconds
+    ps_<table>_evicted_<why>    ... rows deleted, by reason: budget, disk_budget, ttl_steps, ttl_seconds
+    ps_<table>_faulted, _demoted  ... rows read back from the disk tier, and written out to it
 """
 
 from cardinal.ps import PSClient
@@ -13,12 +15,14 @@ from cardinal.ps import PSClient
 
 def server_metrics(client: PSClient) -> dict:
     shards = client.stats()
-    out = {"ps_rows": 0, "ps_bytes": 0, "ps_bytes_max_shard": max(s["bytes"] for s in shards)}
+    out = {"ps_rows": 0, "ps_bytes": 0, "ps_bytes_max_shard": max(s["bytes"] for s in shards), "ps_disk_rows": 0,
+           "ps_disk_bytes": sum(s["disk_bytes"] for s in shards)}
     for s in shards:
         for name, t in s["tables"].items():
             out["ps_rows"] += t["rows"]
             out["ps_bytes"] += t["bytes"]
-            for key in ("rows", "refused", "dropped"):
+            out["ps_disk_rows"] += t["disk_rows"]
+            for key in ("rows", "refused", "dropped", "faulted", "demoted"):
                 out[f"ps_{name}_{key}"] = out.get(f"ps_{name}_{key}", 0) + t[key]
             for why, n in t["evicted"].items():
                 out[f"ps_{name}_evicted_{why}"] = out.get(f"ps_{name}_evicted_{why}", 0) + n

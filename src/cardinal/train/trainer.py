@@ -214,7 +214,8 @@ class Trainer:
     def _client(recipe: Recipe) -> PSClient:
         ps, codecs = recipe.ps, {"pull_codec": recipe.wire.pull, "push_codec": recipe.wire.push}
         if not ps.servers:
-            return embedded(tables.store_config(recipe), ps.shards, ps.concurrent, ps.store_limits(ps.shards), **codecs)
+            return embedded(tables.store_config(recipe), ps.shards, ps.concurrent, ps.store_limits(ps.shards), **codecs,
+                            tier_dir=ps.disk_dir)
         return PSClient(GrpcTransport(ps.servers, ps.job, ps.token(), timeout=ps.timeout_s, tls_ca=ps.tls_ca or None,
                                       max_message_mb=ps.max_message_mb), **codecs)
 

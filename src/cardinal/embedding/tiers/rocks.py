@@ -1,0 +1,103 @@
+"""The disk tier on RocksDB (through ``rocksdict``), as Paddle's and TorchRec's SSD tables are.
+
+Why RocksDB rather than files of our own: its index and Bloom filters stay on disk, so a tier
+of 100M rows costs a few MB of RAM to find a row in, where an in-RAM id -> offset map of our
+own would cost about 2 GB; and its compaction reclaims the space of rows read back in.
+
+    key    the id, 8 bytes little-endian
+    value  [ values and optimizer state (width x float32) | count uint32 | last_step uint32 ]
+
+Writes skip RocksDB's write-ahead log: the tier is scratch (``base.py``), rebuilt from the last
+checkpoint after a crash, and a failed batch raises before any row leaves RAM. The directory
+is created empty and removed on ``close``.
+"""
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+from rocksdict import Options, Rdict, WriteBatch, WriteOptions
+
+from cardinal.embedding.storage import Columns
+from cardinal.embedding.tiers.base import ColdTier
+from cardinal.failpoints import failpoint
+
+
+class RocksTier(ColdTier):
+    def __init__(self, path: str | Path, width: int):
+        self.path = Path(path)
+        self.width = width
+        if self.path.exists():
+            shutil.rmtree(self.path)  # left by an earlier process: scratch, never read back
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        options = Options(raw_mode=True)
+        options.create_if_missing(True)
+        options.set_write_buffer_size(16 << 20)  # RAM it may hold before writing a file
+        self._db = Rdict(str(self.path), options)
+        self._write = WriteOptions()
+        self._write.disable_wal = True
+        self._n = 0
+
+    def __len__(self) -> int:
+        return self._n
+
+    def put(self, rows: Columns) -> None:
+        n, w = len(rows.ids), self.width
+        if n == 0:
+            return
+        record = np.empty((n, w + 2), np.uint32)
+        record[:, :w] = rows.data.view(np.uint32)
+        record[:, w] = rows.count
+        record[:, w + 1] = rows.last_step
+        keys, values, size = rows.ids.astype("<i8").tobytes(), record.tobytes(), 4 * (w + 2)
+        batch = WriteBatch(raw_mode=True)
+        for i in range(n):
+            batch.put(keys[8 * i:8 * i + 8], values[size * i:size * (i + 1)])
+        failpoint("tier.before_put")
+        self._db.write(batch, self._write)
+        self._n += n
+
+    def get(self, ids):
+        keys = ids.astype("<i8").tobytes()
+        values = self._db[[keys[8 * i:8 * i + 8] for i in range(len(ids))]] if len(ids) else []
+        found = np.array([v is not None for v in values], bool)
+        record = np.frombuffer(b"".join(v for v in values if v is not None), np.uint32).reshape(-1, self.width + 2)
+        return found, self._columns(ids[found], record)
+
+    def delete(self, ids):
+        if len(ids) == 0:
+            return
+        keys = ids.astype("<i8").tobytes()
+        batch = WriteBatch(raw_mode=True)
+        for i in range(len(ids)):
+            batch.delete(keys[8 * i:8 * i + 8])
+        failpoint("tier.before_delete")
+        self._db.write(batch, self._write)
+        self._n -= len(ids)
+
+    def chunks(self, size=1 << 16):
+        it = self._db.iter()
+        it.seek_to_first()
+        keys, values = [], []
+        while it.valid():
+            keys.append(it.key())
+            values.append(it.value())
+            it.next()
+            if len(keys) == size or not it.valid():
+                ids = np.frombuffer(b"".join(keys), "<i8").astype(np.int64)
+                yield self._columns(ids, np.frombuffer(b"".join(values), np.uint32).reshape(-1, self.width + 2))
+                keys, values = [], []
+
+    def _columns(self, ids, record) -> Columns:
+        w = self.width
+        return Columns(ids, np.ascontiguousarray(record[:, :w]).view(np.float32), record[:, w].copy(),
+                       record[:, w + 1].copy())
+
+    def close(self) -> None:
+        if self._db is not None:
+            db, self._db = self._db, None
+            try:
+                db.close()
+            except Exception:  # noqa: BLE001 - scratch: its files go next whether or not they could be flushed
+                pass
+            shutil.rmtree(self.path, ignore_errors=True)
