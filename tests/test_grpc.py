@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from cardinal.embedding import TableConfig
-from cardinal.ps import PSClient, ShardStore, StoreConfig, embedded
+from cardinal.ps import PSClient, ShardStore, StoreConfig, checkpoint, embedded
 from cardinal.ps.server import READY, ServerOptions, ShardServer
 from cardinal.ps.servicer import SERVICE
 from cardinal.ps.routing import route
@@ -365,3 +365,22 @@ def test_a_call_its_caller_abandons_while_sending_is_not_logged_as_a_server_bug(
     assert started.is_set()
     assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == []
     assert any("cancelled by its caller" in r.getMessage() for r in caplog.records)
+
+
+def test_grpc_delta_checkpoint_chains_onto_the_full_one(cluster):
+    c = cluster(2)
+    train(c.client, np.random.default_rng(3))
+    root = c.data_dir / "ckpt"
+    c.client.save(str(root), step=3)
+    for table, dim in (("user", 8), ("item", 4)):  # a few rows change after the save: the delta's rows
+        ids = np.arange(5, dtype=np.int64)
+        c.client.push(table, ids, np.ones((5, dim), np.float32), step=4).wait()
+    c.client.save(str(root), step=4, base=3)
+    assert checkpoint.base_of(root / "step-0000000004") == 3
+    target = embedded(CONFIG, 3)
+    target.load(root / "step-0000000004")
+    want, got = _values(c.client), _values(target)
+    assert all(np.array_equal(want[t], got[t]) for t in want)
+    c.client.pull("user", np.arange(3, dtype=np.int64), step=2).wait()  # an earlier step than the last save:
+    with pytest.raises(Exception, match="save a full one"):              # a delta could miss its rows
+        c.client.save(str(root), step=5, base=4)

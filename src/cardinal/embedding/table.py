@@ -70,7 +70,7 @@ class EmbeddingTable:
         self.storage = storage if storage is not None else MemoryRowStorage(width, capacity)
         assert self.storage.width == width
         self.index = IdIndex(capacity)
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()  # re-entrant: a store holds every table's lock at once to save a shard
         self._backup = np.empty((0, width), np.float32)  # copies of rows a push updates (lock held)
         self.admission = admission
         self.cold = cold
@@ -79,6 +79,7 @@ class EmbeddingTable:
         self.dropped = 0   # gradient rows of ids without a row, dropped (pushes, with a filter)
         self.evicted: dict[str, int] = {}  # rows deleted, by reason
         self.faulted = 0   # rows read back in from the cold tier
+        self.deleted: list[np.ndarray] = []  # ids deleted (not moved between tiers), for delta checkpoints
         self.demoted = 0   # rows written out to it
 
     def __len__(self) -> int:
@@ -87,8 +88,9 @@ class EmbeddingTable:
 
     @property
     def nbytes(self) -> int:
-        """Bytes in RAM: the rows there, the index and the admission filter's state."""
-        return self.storage.nbytes + self.index.nbytes + (self.admission.nbytes if self.admission else 0)
+        """Bytes in RAM: the rows there, the index, the admission filter's state, the cold tier's key filter."""
+        return self.storage.nbytes + self.index.nbytes + (self.admission.nbytes if self.admission else 0) \
+            + (self.cold.ram_bytes if self.cold is not None else 0)
 
     @property
     def cold_bytes(self) -> int:
@@ -294,6 +296,7 @@ class EmbeddingTable:
             if self.cold is not None and len(self.cold):
                 cold = self.cold.get(ids[rows < 0])[1].ids
                 self.cold.delete(cold)
+                self.deleted.append(cold)
                 n += len(cold)
             return n
 
@@ -304,7 +307,7 @@ class EmbeddingTable:
             rows = np.unique(select(cols, self.storage.size))
             self.cold.put(Columns(*(np.array(c[rows]) for c in cols)))  # all or nothing, before RAM lets go
             self.demoted += len(rows)
-            return self._delete(rows)
+            return self._delete(rows, moved=True)
 
     def evict_cold(self, select: Callable[[Columns], np.ndarray], reason: str) -> int:
         """Delete the cold rows whose ids ``select`` names, called on every chunk of the tier in
@@ -313,6 +316,7 @@ class EmbeddingTable:
             dead = [select(chunk) for chunk in self.cold.chunks()] + [select(None)]
             dead = np.unique(np.concatenate(dead))
             self.cold.delete(dead)
+            self.deleted.append(dead)
             self.evicted[reason] = self.evicted.get(reason, 0) + len(dead)
             return len(dead)
 
@@ -324,22 +328,38 @@ class EmbeddingTable:
             self.evicted[reason] = self.evicted.get(reason, 0) + n
             return n
 
-    def _delete(self, rows: np.ndarray) -> int:
+    def _delete(self, rows: np.ndarray, moved: bool = False) -> int:
+        """Delete RAM rows; unless they ``moved`` to the cold tier, their ids are logged as deleted."""
         size = self.storage.size
+        if not moved and len(rows):
+            self.deleted.append(np.unique(self.storage.columns().ids[rows]))
         self.storage.shrink(delete_rows(self.index, self.storage.columns(), size, rows))
         return size - self.storage.size
 
     # --- whole-table views: checkpoints, digests, invariants -------------------------------
 
-    def export(self) -> dict[str, np.ndarray]:
-        """Copies of every row (RAM, then the cold tier): ids, data (values + state), count, last_step."""
+    def export(self, since: int | None = None) -> dict[str, np.ndarray]:
+        """Copies of every row (RAM, then the cold tier): ids, data (values + state), count, last_step;
+        with ``since``, only the rows pulled or pushed at a later step (a delta checkpoint's)."""
         with self.lock:
             n, cols = self.storage.size, self.storage.columns()
-            parts = [[np.array(col[:n])] for col in cols]
+            keep = slice(None) if since is None else np.flatnonzero(cols.last_step[:n] > since)
+            parts = [[np.array(col[:n][keep])] for col in cols]
             for chunk in (self.cold.chunks() if self.cold is not None else ()):
+                keep = slice(None) if since is None else np.flatnonzero(chunk.last_step > since)
                 for part, col in zip(parts, chunk):
-                    part.append(col)
+                    part.append(col[keep])
             return {name: np.concatenate(part) for name, part in zip(cols._fields, parts)}
+
+    def snapshot(self, since: int | None = None) -> dict:
+        """What a checkpoint of this table holds, taken at one moment: ``rows`` (``export(since)``),
+        ``deleted`` (the ids deleted since the previous snapshot, unique; the log starts again),
+        ``admission`` (the filter's description and state, or None)."""
+        with self.lock:
+            deleted = np.unique(np.concatenate(self.deleted)) if self.deleted else np.empty(0, np.int64)
+            self.deleted = []
+            admission = None if self.admission is None else (self.admission.describe(), self.admission.state())
+            return {"rows": self.export(since), "deleted": deleted, "admission": admission}
 
     def import_rows(self, ids, data, count, last_step) -> None:
         """Insert rows as saved (ids unique and new to this table), e.g. from a checkpoint."""

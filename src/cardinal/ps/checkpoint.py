@@ -10,6 +10,11 @@
         commit.json           written last: the checkpoint exists once this file does; lists
                               every manifest and state.json (size, crc32) and checks itself
 
+A delta checkpoint (``base`` = the step of the checkpoint it applies on) holds only the rows
+pulled or pushed after that step, plus ``<table>.deleted.npy``, the ids deleted since; it is
+loaded as its chain, the full checkpoint at its root then every delta in order
+(``checkpoint_load.py``), and older checkpoints are removed only when no kept one needs them.
+
 A save writes each file, fsyncs it and its directory, writes the shard manifest, then
 (once every shard is written) the commit marker; only then are older checkpoints removed.
 A crash at any point leaves the previous committed checkpoint whole, and an uncommitted
@@ -18,6 +23,7 @@ directory is never loaded. Loading (verification first, then a swap) is in
 are JSON.
 """
 
+import json
 import os
 import shutil
 from collections.abc import Iterable
@@ -32,6 +38,7 @@ COMMIT = "commit.json"
 MANIFEST = "manifest.json"
 STATE = "state.json"  # the index of a directory of dense state (train/state_io.py)
 COLUMNS = ("ids", "data", "count", "last_step")
+DELETED = "deleted"  # a delta checkpoint's ids deleted since its base
 
 
 def step_dir(root: str | os.PathLike, step: int) -> Path:
@@ -48,33 +55,41 @@ def admission_file(table: str, key: str) -> str:
 
 # --- saving -------------------------------------------------------------------------------
 
-def save_shard(step_path: Path, shard: int, n_shards: int, step: int, tables: dict) -> dict:
-    """Write one shard's tables (name -> EmbeddingTable) and its manifest; returns the manifest."""
+def save_shard(step_path: Path, shard: int, n_shards: int, step: int, tables: dict, snapshots: dict,
+               base: int | None = None) -> dict:
+    """Write one shard's tables (name -> EmbeddingTable, for their settings; ``snapshots``: name ->
+    ``EmbeddingTable.snapshot``, what to write) and its manifest; returns the manifest. With
+    ``base`` the snapshots hold the rows changed since that step, and the deleted ids are written."""
     out = shard_dir(step_path, shard, n_shards)
     if out.exists():
         shutil.rmtree(out)  # left by a crashed save of this step: it was never committed
     out.mkdir(parents=True)
     manifest = {"format_version": FORMAT_VERSION, "kind": "cardinal.shard", "shard": shard,
                 "n_shards": n_shards, "routing": ROUTING_NAME, "step": step, "tables": {}}
+    if base is not None:
+        manifest["base"] = base
     for name, table in tables.items():
-        arrays = table.export()
+        snap = snapshots[name]
+        arrays = snap["rows"]
         files = {}
         for column in COLUMNS:
             files[column] = write_array(out / f"{name}.{column}.npy", arrays[column])
             failpoint("save.shard_file_written")
+        if base is not None:
+            files[DELETED] = write_array(out / f"{name}.{DELETED}.npy", snap["deleted"])
         manifest["tables"][name] = {"dim": table.dim, "width": table.storage.width, "rows": len(arrays["ids"]),
                                     "init_scale": table.config.init_scale, "seed": table.config.seed,
                                     "optimizer": table.optimizer.describe(), "files": files}
-        if table.admission is not None:
-            state = {key: write_array(out / admission_file(name, key), array)
-                     for key, array in table.admission.state().items()}
-            manifest["tables"][name]["admission"] = {**table.admission.describe(), "files": state}
+        if snap["admission"] is not None:
+            describe, state = snap["admission"]
+            files = {key: write_array(out / admission_file(name, key), array) for key, array in state.items()}
+            manifest["tables"][name]["admission"] = {**describe, "files": files}
     failpoint("save.before_shard_manifest")
     write_json(out / MANIFEST, manifest)
     return manifest
 
 
-def commit(step_path: Path, step: int, n_shards: int, extra: dict | None = None) -> None:
+def commit(step_path: Path, step: int, n_shards: int, extra: dict | None = None, base: int | None = None) -> None:
     """Write the commit marker after checking that every shard's manifest is in place.
 
     The marker lists every other top-level file of the checkpoint with its size and crc32:
@@ -94,6 +109,8 @@ def commit(step_path: Path, step: int, n_shards: int, extra: dict | None = None)
     failpoint("save.before_commit")
     marker = {"format_version": FORMAT_VERSION, "kind": "cardinal.commit", "step": step, "n_shards": n_shards,
               "routing": ROUTING_NAME, "shards": shard_names(n_shards), "files": files, "extra": extra or {}}
+    if base is not None:
+        marker["base"] = base
     write_json(step_path / COMMIT, {**marker, "crc32": crc32_json(marker)})
 
 
@@ -109,11 +126,33 @@ def remove_older(root: str | os.PathLike, keep: int, protect: Iterable[int] = ()
     committed = committed_steps(root)
     if len(committed) <= keep:
         return
-    oldest_kept, protected = committed[-keep], set(protect)
+    oldest_kept, needed = committed[-keep], set(committed[-keep:]) | set(protect)
+    for step in list(needed):  # a kept delta keeps its chain down to its full checkpoint
+        while step in committed and (base := base_of(step_dir(root, step))) is not None and base not in needed:
+            needed.add(base)
+            step = base
     for path in Path(root).glob("step-*"):
         step = _step_of(path)
-        if path.is_dir() and step < oldest_kept and step not in protected:
+        if path.is_dir() and step < oldest_kept and step not in needed:
             shutil.rmtree(path)
+
+
+def deltas_since_full(root: str | os.PathLike, step: int) -> int:
+    """How many deltas lead from the full checkpoint at the root of ``step``'s chain to it (0: full)."""
+    n, path = 0, step_dir(root, step)
+    while (base := base_of(path)) is not None:
+        n, path = n + 1, step_dir(root, base)
+    return n
+
+
+def base_of(step_path: Path) -> int | None:
+    """The step a committed delta checkpoint applies on; None for a full one (or an unreadable marker,
+    which the load will name)."""
+    try:
+        base = json.loads((step_path / COMMIT).read_text()).get("base")
+    except (OSError, ValueError):
+        return None
+    return base if isinstance(base, int) and not isinstance(base, bool) else None
 
 
 # --- finding -----------------------------------------------------------------------------

@@ -9,6 +9,11 @@ A load trusts nothing it reads. In order:
     each array        size and crc32 from its manifest; exact dtype and shape (no broadcasting);
                       unique ids, each routing to the shard that saved it; finite values
     admission state   size and crc32; its dtypes and shapes checked by the filter that loads it
+    a delta           its base: an earlier committed checkpoint in the same directory, read the
+                      same way (``read_chain``); its deleted ids: unique int64
+
+A delta is loaded as its chain: the full checkpoint at its root, then each delta in order
+(its deleted ids removed, its rows put in place of older ones); admission state is the newest's.
 
 Each failure is a ValueError naming the file and what is wrong. Resharding: a store of
 shard s of N keeps, from every saved shard, the rows whose id routes to s under N
@@ -23,8 +28,8 @@ import numpy as np
 
 from cardinal.durable import check_name, crc32_json, load_array, read_json, verify_file
 from cardinal.embedding.hashing import ROUTING_NAME
-from cardinal.ps.checkpoint import (COLUMNS, COMMIT, FORMAT_VERSION, MANIFEST, STATE, admission_file, shard_dir,
-                                    shard_names)
+from cardinal.ps.checkpoint import (COLUMNS, COMMIT, DELETED, FORMAT_VERSION, MANIFEST, STATE, admission_file,
+                                    shard_dir, shard_names, step_dir)
 from cardinal.ps.routing import route
 
 DTYPES = {"ids": np.dtype(np.int64), "data": np.dtype(np.float32), "count": np.dtype(np.uint32),
@@ -49,6 +54,9 @@ def read_commit(step_path: Path) -> dict:
     step, n = info.get("step"), info.get("n_shards")
     if not _is_int(step) or step < 0 or not _is_int(n) or n < 1:
         raise ValueError(f"{marker}: step {step!r} and n_shards {n!r} must be integers >= 0 and >= 1")
+    base = info.get("base")
+    if base is not None and not (_is_int(base) and 0 <= base < step):
+        raise ValueError(f"{marker}: base {base!r} must be the step of an earlier checkpoint (0 <= base < {step})")
     if info.get("shards") != shard_names(n):
         raise ValueError(f"{marker}: shard list {info.get('shards')!r} is not the {n} shards its n_shards says")
     files = info.get("files")
@@ -66,18 +74,33 @@ def read_commit(step_path: Path) -> dict:
     info["manifests"] = {}
     for s, name in enumerate(shard_names(n)):
         path = step_path / name / MANIFEST
-        info["manifests"][name] = _check_manifest(path, read_json(path), s, n, step)
+        info["manifests"][name] = _check_manifest(path, read_json(path), s, n, step, base)
     _check_same_tables(step_path, list(info["manifests"].values()))
     return info
 
 
-def _check_manifest(path: Path, m: dict, shard: int, n_shards: int, step: int) -> dict:
+def read_chain(step_path: Path) -> list[tuple[Path, dict]]:
+    """The checkpoints a load of ``step_path`` reads, oldest first: itself when it is full; else
+    the full checkpoint its bases lead to, then each delta. Every one is ``read_commit``-checked."""
+    chain = [(step_path, read_commit(step_path))]
+    while (base := chain[-1][1].get("base")) is not None:
+        path = step_dir(step_path.parent, base)
+        if not (path / COMMIT).is_file():
+            raise ValueError(f"{chain[-1][0]} is a delta on step {base}, whose committed checkpoint {path} is missing")
+        chain.append((path, read_commit(path)))
+    return chain[::-1]
+
+
+def _check_manifest(path: Path, m: dict, shard: int, n_shards: int, step: int, base: int | None = None) -> dict:
     _expect(path, m, "format_version", FORMAT_VERSION)
     _expect(path, m, "kind", "cardinal.shard")
     _expect(path, m, "shard", shard)
     _expect(path, m, "n_shards", n_shards)
     _expect(path, m, "step", step)
     _expect(path, m, "routing", ROUTING_NAME)
+    if m.get("base") != base:
+        raise ValueError(f"{path}: base is {m.get('base')!r}, its commit marker says {base!r}")
+    columns = (*COLUMNS, DELETED) if base is not None else COLUMNS
     tables = m.get("tables")
     if not isinstance(tables, dict) or not tables:
         raise ValueError(f"{path}: 'tables' must be a non-empty object")
@@ -93,8 +116,8 @@ def _check_manifest(path: Path, m: dict, shard: int, n_shards: int, step: int) -
         if not isinstance(t.get("optimizer"), dict) or not isinstance(t["optimizer"].get("name"), str):
             raise ValueError(f"{where}: 'optimizer' must be an object with a name")
         files = t.get("files")
-        if not isinstance(files, dict) or set(files) != set(COLUMNS):
-            raise ValueError(f"{where}: 'files' must hold exactly {list(COLUMNS)}")
+        if not isinstance(files, dict) or set(files) != set(columns):
+            raise ValueError(f"{where}: 'files' must hold exactly {list(columns)}")
         for column, entry in files.items():
             expected = re.compile(re.escape(f"{name}.{column}.npy"))
             check_name(entry.get("file") if isinstance(entry, dict) else None, where, expected)
@@ -157,6 +180,29 @@ def load_shard_rows(step_path: Path, info: dict, shard: int, n_shards: int, tabl
                 parts[c].append(np.asarray(cols[c][keep]))
         out[name] = {c: np.concatenate(parts[c]) for c in COLUMNS}
     return out
+
+
+def load_chain_rows(chain: list[tuple[Path, dict]], shard: int, n_shards: int, tables: dict) -> dict:
+    """``load_shard_rows`` of a ``read_chain``: the full checkpoint's rows with every delta applied."""
+    rows = load_shard_rows(*chain[0], shard, n_shards, tables)
+    for step_path, info in chain[1:]:
+        delta = load_shard_rows(step_path, info, shard, n_shards, tables)
+        for name in tables:
+            deleted = [_read_deleted(shard_dir(step_path, m["shard"], m["n_shards"]), m, name)
+                       for m in info["manifests"].values()]
+            gone = np.isin(rows[name]["ids"], np.concatenate([*deleted, delta[name]["ids"]]))
+            rows[name] = {c: np.concatenate([rows[name][c][~gone], delta[name][c]]) for c in COLUMNS}
+    return rows
+
+
+def _read_deleted(base: Path, manifest: dict, name: str) -> np.ndarray:
+    entry = manifest["tables"][name]["files"][DELETED]
+    path = base / entry["file"]
+    verify_file(path, entry)
+    ids = np.asarray(load_array(path, mmap=False))
+    if ids.dtype != np.int64 or ids.ndim != 1 or len(np.unique(ids)) != len(ids):
+        raise ValueError(f"checkpoint file {path}: holds {ids.dtype} {ids.shape}, its manifest needs unique int64 ids")
+    return ids
 
 
 def load_admission(step_path: Path, info: dict, shard: int, n_shards: int, tables: dict) -> None:

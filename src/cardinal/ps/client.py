@@ -176,22 +176,25 @@ class PSClient:
         return Resending(send, self.retries)
 
     def save(self, root: str, step: int, *, keep: int = 1, extra: dict | None = None,
-             before_commit=None, timeout: float | None = None, protect: Iterable[int] = ()) -> Path:
+             before_commit=None, timeout: float | None = None, protect: Iterable[int] = (),
+             base: int | None = None) -> Path:
         """Save every shard, commit, then remove all but the newest ``keep`` checkpoints and
-        those of the steps in ``protect`` (the best checkpoint, which the trainer keeps).
+        those of the steps in ``protect`` (the best checkpoint, which the trainer keeps), and any
+        checkpoint a kept delta needs. ``base``: a delta checkpoint on that step's (committed, in
+        ``root``, and the step every shard saved or loaded last).
 
         ``before_commit(step_path)`` writes anything else that belongs to the checkpoint
         (the trainer's dense state): it is committed, or lost, with the shards.
         """
         if keep < 1:
             raise ValueError(f"keep must be >= 1, got {keep}")
-        handles = [self.transport.save(s, str(root), step) for s in range(self.n_shards)]
+        handles = [self.transport.save(s, str(root), step, base) for s in range(self.n_shards)]
         for h in handles:
             h.wait(timeout)
         path = checkpoint.step_dir(root, step)
         if before_commit is not None:
             before_commit(path)
-        checkpoint.commit(path, step, self.n_shards, extra)
+        checkpoint.commit(path, step, self.n_shards, extra, base)
         checkpoint.remove_older(root, keep, protect)
         return path
 
@@ -205,7 +208,7 @@ class PSClient:
             if found is None:
                 raise ValueError(f"no committed checkpoint in {path}")
             path = found
-        info = checkpoint_load.read_commit(path)  # the commit and manifests, checked before any shard works
+        info = checkpoint_load.read_chain(path)[-1][1]  # commits and manifests, checked before any shard works
         handles = [self.transport.load(s, str(path), "prepare") for s in range(self.n_shards)]
         prepared, failed = {}, []
         for s, h in enumerate(handles):

@@ -165,7 +165,8 @@ class ShardServicer:
 
     def _save(self, header, payload):
         root = self._inside(wire.field(header, "root", str))
-        manifest = self.store.save(str(root), wire.field(header, "step", int))
+        base = wire.field(header, "base", int) if "base" in header else None
+        manifest = self.store.save(str(root), wire.field(header, "step", int), base)
         return {"rows": {t: m["rows"] for t, m in manifest["tables"].items()}}, []
 
     def _load(self, header, payload):

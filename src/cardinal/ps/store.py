@@ -9,6 +9,7 @@ sighting counted), the byte budget with eviction and time-to-live (``memory.py``
 exactly-once request ids with a bounded window per client (``request_log.py``).
 """
 
+import contextlib
 import shutil
 import tempfile
 import threading
@@ -88,6 +89,8 @@ class ShardStore:
             self._tier_files = weakref.finalize(self, _remove_tiers, self._tiers, self._tier_list)
         self.tables = self._fresh_tables()
         self._staged: tuple[str, dict, int] | None = None  # (token, tables, step) of a prepared load
+        self._saved: int | None = None  # the step last saved or loaded: what a delta checkpoint may apply on
+        self._stepped_back = False  # a request of a step <= _saved came since: a delta would miss its rows
         self._staging_lock = threading.Lock()
 
     def _fresh_tables(self) -> dict[str, EmbeddingTable]:
@@ -123,6 +126,7 @@ class ShardStore:
                                  lambda: t.pull(ids, create=create, step=step, admit=self._admit),
                                  lambda: t.pull(ids, create=False))
         if create:
+            self._note_step(step)
             self.memory.after(self.tables, step)
         return rows
 
@@ -157,8 +161,13 @@ class ShardStore:
         self.requests.run(request_id, fingerprint, lambda: self._apply_push(table, ids, grads, step, kind, origin, counts),
                           lambda: None)
         self.step = max(self.step, step)
+        self._note_step(step)
         self.memory.after(self.tables, step)
         return reply()
+
+    def _note_step(self, step: int) -> None:
+        if self._saved is not None and step <= self._saved:
+            self._stepped_back = True
 
     def _push_reply(self, table: str, origin: Origin) -> dict:
         clock = self.steps.clock(table, origin.workers)  # first: every update of steps <= clock is logged by now
@@ -216,13 +225,31 @@ class ShardStore:
         validate.check_ids(ids)
         validate.check_routing(ids, self.shard, self.n_shards)
 
-    def save(self, root: str, step: int) -> dict:
-        """Write this shard's part of checkpoint ``step`` under ``root`` (not committed yet)."""
+    def save(self, root: str, step: int, base: int | None = None) -> dict:
+        """Write this shard's part of checkpoint ``step`` under ``root`` (not committed yet).
+
+        With ``base``, a delta: the rows pulled or pushed after step ``base`` and the ids deleted
+        since this shard's previous save, which must have been of step ``base`` (the checkpoint
+        the delta applies on). Every table is read under one fence (all their locks at once), so
+        rows, optimizer state and filter counters of the shard come from one moment."""
         validate.check_step(step)
+        if base is not None:
+            validate.check_step(base)
+            if base != self._saved or base >= step:
+                raise ValueError(f"a delta checkpoint of step {step} on step {base}: shard {self.shard} last saved "
+                                 f"or loaded step {self._saved}, the only base it can save a delta on; save a full one")
+            if self._stepped_back:
+                raise ValueError(f"a delta checkpoint of step {step} on step {base}: shard {self.shard} has since "
+                                 f"changed rows at a step <= {base}, which a delta cannot find; save a full one")
         path = checkpoint.step_dir(root, step)
         if (path / checkpoint.COMMIT).exists():
             raise ValueError(f"a committed checkpoint for step {step} already exists in {root}")
-        return checkpoint.save_shard(path, self.shard, self.n_shards, step, self.tables)
+        with contextlib.ExitStack() as fence:
+            for t in self.tables.values():
+                fence.enter_context(t.lock)
+            snapshots = {name: t.snapshot(base) for name, t in self.tables.items()}
+        self._saved, self._stepped_back = step, False
+        return checkpoint.save_shard(path, self.shard, self.n_shards, step, self.tables, snapshots, base)
 
     def load(self, step_path: str, phase: str = "load", token: str | None = None) -> dict:
         """Load a committed checkpoint (of any shard count), all or nothing, in phases:
@@ -239,13 +266,17 @@ class ShardStore:
         if phase == "load":
             return self.load(step_path, "commit", self.load(step_path, "prepare")["token"])
         if phase == "prepare":
-            path = Path(step_path)
-            info = checkpoint_load.read_commit(path)
+            chain = checkpoint_load.read_chain(Path(step_path))  # a delta: its full checkpoint, then each delta
+            path, info = chain[-1]
             fresh = self._fresh_tables()
-            rows = checkpoint_load.load_shard_rows(path, info, self.shard, self.n_shards, fresh)
-            for name, columns in rows.items():
-                fresh[name].import_rows(**columns)
-            checkpoint_load.load_admission(path, info, self.shard, self.n_shards, fresh)
+            try:
+                rows = checkpoint_load.load_chain_rows(chain, self.shard, self.n_shards, fresh)
+                for name, columns in rows.items():
+                    fresh[name].import_rows(**columns)
+                checkpoint_load.load_admission(path, info, self.shard, self.n_shards, fresh)
+            except BaseException:
+                _close_tiers(fresh)
+                raise
             token = uuid.uuid4().hex
             with self._staging_lock:
                 if self._staged is not None:
@@ -265,7 +296,7 @@ class ShardStore:
         if phase == "abort":
             _close_tiers(fresh)
             return {"aborted": True}
-        old, self.tables, self.step = self.tables, fresh, step
+        old, self.tables, self.step, self._saved, self._stepped_back = self.tables, fresh, step, step, False
         _close_tiers(old)
         self.memory.swept = step // self.memory.config.every
         self.steps.reset(step)

@@ -320,7 +320,10 @@ class TrainConfig:
                                       # a run always saves at its end and on SIGINT / SIGTERM. A save is a
                                       # barrier (no pull ahead), so in async mode the steps it falls on change
                                       # the numbers: set 0 for runs that must repeat bit for bit
-    keep_checkpoints: int = 1     # the newest this many are kept; the best one is kept besides
+    keep_checkpoints: int = 1     # the newest this many are kept; the best one is kept besides (and every
+                                  # checkpoint a kept delta applies on)
+    full_every: int = 1           # one checkpoint in this many is full; the others are deltas: the rows pulled or
+                                  # pushed since the previous checkpoint and the ids deleted since (1: all full)
     run_dir: str = "runs"         # the folder that holds one directory per run
     seed: int = 0                 # torch's seed (dense weights) and the data order where it is shuffled
     # One thread budget for the worker (train/threads.py): torch's intra-op threads, Cardinal's
@@ -338,8 +341,8 @@ class TrainConfig:
     def __post_init__(self):
         if self.epochs < 1 or self.steps < 0 or self.eval_every < 0 or self.checkpoint_every < 0:
             raise ValueError("train.epochs must be >= 1; steps, eval_every, checkpoint_every >= 0")
-        if self.keep_checkpoints < 1 or self.log_every < 1:
-            raise ValueError("train.keep_checkpoints and train.log_every must be >= 1")
+        if self.keep_checkpoints < 1 or self.log_every < 1 or self.full_every < 1:
+            raise ValueError("train.keep_checkpoints, train.log_every and train.full_every must be >= 1")
         if not 0 <= self.checkpoint_minutes < float("inf"):
             raise ValueError(f"train.checkpoint_minutes must be >= 0 (0: no checkpoints by time), "
                              f"got {self.checkpoint_minutes}")

@@ -525,7 +525,8 @@ class Trainer:
                      **(self.baseline.state() if self.baseline is not None else {})}
             keep = self.recipe.train.keep_checkpoints
             protect = {s for s in (self._kept_best, self.step if is_best else None) if s is not None}
-            self.client.save(str(root), self.step, keep=keep, extra=position, protect=protect,
+            base = self._delta_base(root)
+            self.client.save(str(root), self.step, keep=keep, extra=position, protect=protect, base=base,
                              before_commit=lambda path: save_tree(path / "dense", dense))
             if is_best:
                 write_marker(root, self.best)
@@ -538,6 +539,14 @@ class Trainer:
         for callback in self.callbacks:
             callback.on_checkpoint(self, self.step, checkpoint.step_dir(root, self.step), is_best)
         return self.step
+
+    def _delta_base(self, root: Path) -> int | None:
+        """The step this save is a delta on (the previous checkpoint, while its chain is shorter than
+        train.full_every - 1), or None for a full one."""
+        prev = self._saved
+        if prev is None or self.recipe.train.full_every == 1 or not (checkpoint.step_dir(root, prev) / checkpoint.COMMIT).is_file():
+            return None
+        return prev if checkpoint.deltas_since_full(root, prev) + 1 < self.recipe.train.full_every else None
 
     def _mark_best(self) -> None:
         root = (self.run_dir / "checkpoints").resolve()

@@ -46,6 +46,11 @@ class ColdTier(ABC):
         """Bytes of the rows held (id, values and state, count, last step); what ps.disk_budget bounds."""
         return len(self) * (8 + 4 * self.width + 8)
 
+    @property
+    def ram_bytes(self) -> int:
+        """Bytes the tier keeps in RAM (counted in the RAM budget)."""
+        return 0
+
     def take(self, ids: np.ndarray) -> Columns:
         """The rows of those unique ``ids`` that are here, removed from the tier."""
         found, rows = self.get(ids)

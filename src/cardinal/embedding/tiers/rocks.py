@@ -16,10 +16,11 @@ import shutil
 from pathlib import Path
 
 import numpy as np
-from rocksdict import Options, Rdict, WriteBatch, WriteOptions
+from rocksdict import BlockBasedOptions, Cache, Options, Rdict, WriteBatch, WriteOptions
 
 from cardinal.embedding.storage import Columns
 from cardinal.embedding.tiers.base import ColdTier
+from cardinal.embedding.tiers.membership import KeyFilter
 from cardinal.failpoints import failpoint
 
 
@@ -33,10 +34,17 @@ class RocksTier(ColdTier):
         options = Options(raw_mode=True)
         options.create_if_missing(True)
         options.set_write_buffer_size(16 << 20)  # RAM it may hold before writing a file
+        table = BlockBasedOptions()
+        table.set_bloom_filter(10, False)  # most lookups are of ids not on disk: answered from the filter
+        table.set_block_cache(Cache(8 << 20))
+        table.set_cache_index_and_filter_blocks(True)  # ... which count against that cache, not beside it
+        table.set_pin_l0_filter_and_index_blocks_in_cache(True)
+        options.set_block_based_table_factory(table)
         self._db = Rdict(str(self.path), options)
         self._write = WriteOptions()
         self._write.disable_wal = True
         self._n = 0
+        self.keys = KeyFilter()  # which ids may be here: lookups of the others never reach RocksDB
 
     def __len__(self) -> int:
         return self._n
@@ -56,11 +64,21 @@ class RocksTier(ColdTier):
         failpoint("tier.before_put")
         self._db.write(batch, self._write)
         self._n += n
+        if self.keys.needs_rebuild(self._n):
+            self.keys.rebuild(self._n, (c.ids for c in self.chunks()))
+        else:
+            self.keys.add(rows.ids)
+
+    @property
+    def ram_bytes(self) -> int:
+        return self.keys.nbytes
 
     def get(self, ids):
-        keys = ids.astype("<i8").tobytes()
-        values = self._db[[keys[8 * i:8 * i + 8] for i in range(len(ids))]] if len(ids) else []
-        found = np.array([v is not None for v in values], bool)
+        found = self.keys.may_have(ids)
+        maybe = np.flatnonzero(found)
+        keys, get = ids[maybe].astype("<i8").tobytes(), self._db.get  # one get a key: faster than its multi-get
+        values = [get(keys[8 * i:8 * i + 8]) for i in range(len(maybe))]
+        found[maybe] = [v is not None for v in values]
         record = np.frombuffer(b"".join(v for v in values if v is not None), np.uint32).reshape(-1, self.width + 2)
         return found, self._columns(ids[found], record)
 
@@ -74,6 +92,7 @@ class RocksTier(ColdTier):
         failpoint("tier.before_delete")
         self._db.write(batch, self._write)
         self._n -= len(ids)
+        self.keys.stale += len(ids)
 
     def chunks(self, size=1 << 16):
         it = self._db.iter()

@@ -77,7 +77,8 @@ class Transport(ABC):
         updates per gradient row, or None (one each)."""
 
     @abstractmethod
-    def save(self, shard: int, root: str, step: int) -> Handle: ...
+    def save(self, shard: int, root: str, step: int, base: int | None = None) -> Handle:
+        """``ShardStore.save``: a full checkpoint, or with ``base`` a delta on that step's."""
 
     @abstractmethod
     def load(self, shard: int, step_path: str, phase: str = "load", token: str | None = None) -> Handle:

@@ -72,8 +72,8 @@ class FaultyTransport(Transport):
             shard, table, ids, grads, step=step, kind=kind, request_id=request_id, origin=origin, codec=codec,
             counts=counts))
 
-    def save(self, shard, root, step):
-        return self.inner.save(shard, root, step)
+    def save(self, shard, root, step, base=None):
+        return self.inner.save(shard, root, step, base)
 
     def load(self, shard, step_path, phase="load", token=None):
         return self.inner.load(shard, step_path, phase, token)

@@ -223,8 +223,9 @@ class GrpcTransport(Transport):
             parts.append(self._call(shard, "Push", header, ids[c], g, *extra))
         return _Mapped(parts, _push_reply)
 
-    def save(self, shard, root, step):
-        return _Mapped([self._call(shard, "Save", {"root": str(root), "step": int(step)})], lambda r: r[0][0])
+    def save(self, shard, root, step, base=None):
+        header = {"root": str(root), "step": int(step), **({} if base is None else {"base": int(base)})}
+        return _Mapped([self._call(shard, "Save", header)], lambda r: r[0][0])
 
     def load(self, shard, step_path, phase="load", token=None):
         return _Mapped([self._call(shard, "Load", {"path": str(step_path), "phase": phase, "token": token})],

@@ -52,8 +52,8 @@ class InProcessTransport(Transport):
         return self._call(shard, "push", table, ids, grads, step=step, kind=kind, request_id=request_id,
                           origin=origin, counts=counts)
 
-    def save(self, shard, root, step):
-        return self._call(shard, "save", root, step)
+    def save(self, shard, root, step, base=None):
+        return self._call(shard, "save", root, step, base)
 
     def load(self, shard, step_path, phase="load", token=None):
         return self._call(shard, "load", step_path, phase, token)

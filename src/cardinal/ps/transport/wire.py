@@ -52,7 +52,7 @@ SCHEMAS: dict[str, dict[str, type]] = {
     "Pull": {**_TARGET, **_ARRAYS, "create": bool, "codec": str},
     "Push": {**_TARGET, **_ARRAYS, "grads_bytes": int, "dim": int, "dtype": str, "codec": str, "kind": str,
              **ORIGIN, "counts_bytes": int},
-    "Save": {**_TARGET, "root": str, "step": int},
+    "Save": {**_TARGET, "root": str, "step": int, "base": int},
     "Load": {**_TARGET, "path": str, "phase": str, "token": str},
     "Stats": {**_TARGET, "digest": bool, "check": bool},
 }
