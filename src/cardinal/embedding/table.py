@@ -78,7 +78,8 @@ class EmbeddingTable:
         self.refused = 0   # sightings of ids the filter did not admit (pulls)
         self.dropped = 0   # gradient rows of ids without a row, dropped (pushes, with a filter)
         self.evicted: dict[str, int] = {}  # rows deleted, by reason
-        self.faulted = 0   # rows read back in from the cold tier
+        self.faulted = 0   # rows read back in from the cold tier...
+        self.requested = 0  # ... of the ids training requests asked for while it held rows
         self.deleted: list[np.ndarray] = []  # ids deleted (not moved between tiers), for delta checkpoints
         self.demoted = 0   # rows written out to it
 
@@ -153,6 +154,7 @@ class EmbeddingTable:
         """Move the rows of ``ids`` that are in the cold tier into RAM, exactly as they left (lock held)."""
         if self.cold is None or len(self.cold) == 0:
             return
+        self.requested += len(ids)
         absent = ids[self.index.find(self.storage.columns().ids, ids) < 0]
         if len(absent) == 0:
             return

@@ -315,7 +315,7 @@ class ShardStore:
                             "admission_bytes": t.admission.nbytes if t.admission else 0,
                             "refused": t.refused, "dropped": t.dropped, "evicted": dict(t.evicted),
                             "ram_rows": t.storage.size, "disk_rows": len(t) - t.storage.size, "disk_bytes": t.cold_bytes,
-                            "faulted": t.faulted, "demoted": t.demoted}
+                            "faulted": t.faulted, "demoted": t.demoted, "requested": t.requested}
             if digest:
                 tables[name]["digest_parts"] = t.digest_parts()
         return {"shard": self.shard, "n_shards": self.n_shards, "step": self.step, "tables": tables,

@@ -8,6 +8,7 @@
     ps_<table>_dropped          ... gradient rows of ids without a row, dropped (pushes)
     ps_<table>_evicted_<why>    ... rows deleted, by reason: budget, disk_budget, ttl_steps, ttl_seconds
     ps_<table>_faulted, _demoted  ... rows read back from the disk tier, and written out to it
+    ps_<table>_ram_hit_rate     ... the share of the ids training asked for that were in RAM (with a disk tier)
 """
 
 from cardinal.ps import PSClient
@@ -24,6 +25,11 @@ def server_metrics(client: PSClient) -> dict:
             out["ps_disk_rows"] += t["disk_rows"]
             for key in ("rows", "refused", "dropped", "faulted", "demoted"):
                 out[f"ps_{name}_{key}"] = out.get(f"ps_{name}_{key}", 0) + t[key]
+            out[f"ps_{name}_requested"] = out.get(f"ps_{name}_requested", 0) + t["requested"]
             for why, n in t["evicted"].items():
                 out[f"ps_{name}_evicted_{why}"] = out.get(f"ps_{name}_evicted_{why}", 0) + n
+    for name in shards[0]["tables"]:
+        requested = out.pop(f"ps_{name}_requested")
+        if requested:
+            out[f"ps_{name}_ram_hit_rate"] = 1 - out[f"ps_{name}_faulted"] / requested
     return out
