@@ -142,16 +142,21 @@ def test_raise_failpoint_keeps_previous_checkpoint(tmp_path, rng, monkeypatch):
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("point, survivor", [
-    ("save.shard_file_written", 1),
-    ("save.before_shard_manifest", 1),
-    ("save.before_commit", 1),
-    ("save.before_cleanup", 2),
+@pytest.mark.parametrize("point, survivor, tiers", [
+    ("save.shard_file_written", 1, False),
+    ("save.before_shard_manifest", 1, False),
+    ("save.before_commit", 1, False),
+    ("save.before_cleanup", 2, False),
+    ("tier.before_put", 1, True),            # a disk tier's write while training step 2
+    ("tier.before_delete", 1, True),
+    ("save.shard_file_written", 1, True),    # step 2 is a delta on step 1
+    ("save.before_commit", 1, True),
+    ("save.before_cleanup", 2, True),
 ])
-def test_crash_at_each_step_of_a_save_leaves_a_loadable_checkpoint(tmp_path, point, survivor):
+def test_crash_at_each_step_of_a_save_leaves_a_loadable_checkpoint(tmp_path, point, survivor, tiers):
     script = Path(__file__).with_name("save_crash.py")
     env = {**__import__("os").environ, "SECOND_SAVE_FAILPOINTS": f"{point}=exit"}
-    proc = subprocess.run([sys.executable, str(script), str(tmp_path), "2"], env=env,
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path), "2", *(["tiers"] if tiers else [])], env=env,
                           capture_output=True, text=True, timeout=100)
     assert proc.returncode == failpoints.EXIT_CODE, proc.stdout + proc.stderr
     assert "saved" not in proc.stdout
