@@ -68,12 +68,28 @@ def test_a_chain_of_deltas_loads_back_every_row_and_deletion(tmp_path, n_after):
         t.check()
     for table in ("user", "item"):
         assert everything(loaded, table) == everything([s], table)
+    # a delta saved on the loaded chain records only what changed after it
+    for t in (s, *loaded):
+        step(t, 5, everyone[7000:7010] if t is s else everyone[7000:7010][route(everyone[7000:7010], n_after) == t.shard])
+        t.tables["user"].delete(everyone[8000:8005] if t is s else everyone[8000:8005][route(everyone[8000:8005], n_after) == t.shard])
+    for t in loaded:
+        t.save(str(tmp_path / "again"), 5, base=4)
+    import shutil
+    shutil.copytree(last, tmp_path / "again" / last.name)  # the chain the new delta applies on
+    for k in (2, 3):
+        shutil.copytree(checkpoint.step_dir(tmp_path, k), checkpoint.step_dir(tmp_path / "again", k))
+    checkpoint.commit(checkpoint.step_dir(tmp_path / "again", 5), 5, n_after, base=4)
+    again = [store(k, 2) for k in range(2)]
+    for t in again:
+        t.load(str(checkpoint.step_dir(tmp_path / "again", 5)))
+    for table in ("user", "item"):
+        assert everything(again, table) == everything([s], table)
     # the count filter's counters are the newest checkpoint's: the second sighting admits
     probe = np.array([10**15 + 7], np.int64)
-    s.pull("user", probe, step=5)
+    s.pull("user", probe, step=6)
     mine = [t for t in loaded if route(probe, n_after)[0] == t.shard][0]
-    mine.pull("user", probe, step=5)
-    assert s.pull("user", probe, step=6).any() and mine.pull("user", probe, step=6).any()
+    mine.pull("user", probe, step=6)
+    assert s.pull("user", probe, step=7).any() and mine.pull("user", probe, step=7).any()
 
 
 def test_a_delta_needs_the_previous_save_as_its_base(tmp_path):

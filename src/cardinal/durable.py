@@ -65,6 +65,29 @@ def write_array(path: Path, array: np.ndarray) -> dict:
     return {"file": path.name, "bytes": writer.size, "crc32": writer.crc}
 
 
+class ArrayWriter:
+    """One ``.npy`` file written a block of rows at a time (a table larger than RAM is never whole in
+    memory): its shape is given up front, for the header; ``close`` checks that every row came and
+    returns the entry ``write_array`` would (the same bytes as writing the whole array at once)."""
+
+    def __init__(self, path: Path, dtype, shape: tuple[int, ...]):
+        self.path, self.dtype, self.shape, self.left = path, np.dtype(dtype), shape, shape[0]
+        self.writer = _ChecksumWriter(path)
+        header = {"descr": np.lib.format.dtype_to_descr(self.dtype), "fortran_order": False, "shape": shape}
+        np.lib.format.write_array_header_1_0(self.writer, header)
+
+    def write(self, rows: np.ndarray) -> None:
+        assert rows.dtype == self.dtype and rows.shape[1:] == self.shape[1:] and len(rows) <= self.left
+        self.writer.write(np.ascontiguousarray(rows))
+        self.left -= len(rows)
+
+    def close(self) -> dict:
+        self.writer.close()
+        assert self.left == 0, f"{self.path}: {self.left} rows of {self.shape[0]} never written"
+        fsync_dir(self.path.parent)
+        return {"file": self.path.name, "bytes": self.writer.size, "crc32": self.writer.crc}
+
+
 def write_json(path: Path, obj: dict) -> None:
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w") as f:

@@ -290,15 +290,17 @@ class EmbeddingTable:
 
     # --- deletion ----------------------------------------------------------------------------
 
-    def delete(self, ids: np.ndarray) -> int:
-        """Delete the rows of those unique ``ids`` that have one, in any tier; returns how many."""
+    def delete(self, ids: np.ndarray, log: bool = True) -> int:
+        """Delete the rows of those unique ``ids`` that have one, in any tier; returns how many.
+        ``log=False``: not a change a delta checkpoint records (a load replacing rows)."""
         with self.lock:
             rows = self.index.find(self.storage.columns().ids, ids)
-            n = self._delete(rows[rows >= 0])
+            n = self._delete(rows[rows >= 0], moved=not log)
             if self.cold is not None and len(self.cold):
                 cold = self.cold.get(ids[rows < 0])[1].ids
                 self.cold.delete(cold)
-                self.deleted.append(cold)
+                if log:
+                    self.deleted.append(cold)
                 n += len(cold)
             return n
 
@@ -331,7 +333,8 @@ class EmbeddingTable:
             return n
 
     def _delete(self, rows: np.ndarray, moved: bool = False) -> int:
-        """Delete RAM rows; unless they ``moved`` to the cold tier, their ids are logged as deleted."""
+        """Delete RAM rows; unless they ``moved`` (to the cold tier, or are being replaced), their ids
+        are logged as deleted."""
         size = self.storage.size
         if not moved and len(rows):
             self.deleted.append(np.unique(self.storage.columns().ids[rows]))
@@ -353,21 +356,34 @@ class EmbeddingTable:
                     part.append(col[keep])
             return {name: np.concatenate(part) for name, part in zip(cols._fields, parts)}
 
+    def row_chunks(self, size: int = 1 << 20):
+        """Every row, ``size`` at a time (RAM, then the cold tier), as ``Columns`` of copies; the
+        caller holds the lock throughout (a checkpoint streams a table larger than RAM this way)."""
+        n, cols = self.storage.size, self.storage.columns()
+        for lo in range(0, n, size):
+            yield Columns(*(np.array(c[lo:min(n, lo + size)]) for c in cols))
+        yield from (self.cold.chunks() if self.cold is not None else ())
+
     def snapshot(self, since: int | None = None) -> dict:
-        """What a checkpoint of this table holds, taken at one moment: ``rows`` (``export(since)``),
+        """What a checkpoint of this table holds besides a full one's rows (``row_chunks``, read under
+        the same hold of the lock): a delta's ``rows`` (``export(since)``; None without ``since``),
         ``deleted`` (the ids deleted since the previous snapshot, unique; the log starts again),
         ``admission`` (the filter's description and state, or None)."""
         with self.lock:
             deleted = np.unique(np.concatenate(self.deleted)) if self.deleted else np.empty(0, np.int64)
             self.deleted = []
             admission = None if self.admission is None else (self.admission.describe(), self.admission.state())
-            return {"rows": self.export(since), "deleted": deleted, "admission": admission}
+            rows = None if since is None else self.export(since)
+            return {"rows": rows, "deleted": deleted, "admission": admission}
 
     def import_rows(self, ids, data, count, last_step) -> None:
-        """Insert rows as saved (ids unique and new to this table), e.g. from a checkpoint."""
+        """Insert rows as saved, e.g. from a checkpoint; ids must be unique and new to this table
+        (in any tier), else ValueError and nothing is inserted."""
         if len(ids) == 0:
             return
         with self.lock:
+            if len(unique_inverse(ids)[0]) != len(ids) or self.has(ids).any():
+                raise ValueError("holds duplicate ids (an id given twice, or one the table already holds)")
             self._insert(Columns(ids, data, count, last_step))
 
     def _insert(self, rows: Columns) -> None:

@@ -29,7 +29,9 @@ import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
-from cardinal.durable import crc32_json, file_entry, write_array, write_json
+import numpy as np
+
+from cardinal.durable import ArrayWriter, crc32_json, file_entry, write_array, write_json
 from cardinal.embedding.hashing import ROUTING_NAME
 from cardinal.failpoints import failpoint
 
@@ -70,14 +72,16 @@ def save_shard(step_path: Path, shard: int, n_shards: int, step: int, tables: di
         manifest["base"] = base
     for name, table in tables.items():
         snap = snapshots[name]
-        arrays = snap["rows"]
-        files = {}
-        for column in COLUMNS:
-            files[column] = write_array(out / f"{name}.{column}.npy", arrays[column])
-            failpoint("save.shard_file_written")
+        if snap["rows"] is None:  # a full checkpoint: streamed, block by block, from every tier
+            files, n = _write_chunks(out, name, table), len(table)
+        else:
+            files, n = {}, len(snap["rows"]["ids"])
+            for column in COLUMNS:
+                files[column] = write_array(out / f"{name}.{column}.npy", snap["rows"][column])
+                failpoint("save.shard_file_written")
         if base is not None:
             files[DELETED] = write_array(out / f"{name}.{DELETED}.npy", snap["deleted"])
-        manifest["tables"][name] = {"dim": table.dim, "width": table.storage.width, "rows": len(arrays["ids"]),
+        manifest["tables"][name] = {"dim": table.dim, "width": table.storage.width, "rows": n,
                                     "init_scale": table.config.init_scale, "seed": table.config.seed,
                                     "optimizer": table.optimizer.describe(), "files": files}
         if snap["admission"] is not None:
@@ -87,6 +91,22 @@ def save_shard(step_path: Path, shard: int, n_shards: int, step: int, tables: di
     failpoint("save.before_shard_manifest")
     write_json(out / MANIFEST, manifest)
     return manifest
+
+
+def _write_chunks(out: Path, name: str, table) -> dict:
+    """A table's four column files, written from ``table.row_chunks()`` (its lock held by the caller)."""
+    n, width = len(table), table.storage.width
+    shapes = {"ids": ((n,), np.int64), "data": ((n, width), np.float32), "count": ((n,), np.uint32),
+              "last_step": ((n,), np.uint32)}
+    writers = {c: ArrayWriter(out / f"{name}.{c}.npy", dtype, shape) for c, (shape, dtype) in shapes.items()}
+    for chunk in table.row_chunks():
+        for column in COLUMNS:
+            writers[column].write(getattr(chunk, column))
+    files = {}
+    for column in COLUMNS:
+        files[column] = writers[column].close()
+        failpoint("save.shard_file_written")
+    return files
 
 
 def commit(step_path: Path, step: int, n_shards: int, extra: dict | None = None, base: int | None = None) -> None:

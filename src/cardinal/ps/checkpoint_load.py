@@ -28,6 +28,7 @@ import numpy as np
 
 from cardinal.durable import check_name, crc32_json, load_array, read_json, verify_file
 from cardinal.embedding.hashing import ROUTING_NAME
+from cardinal.embedding.storage import Columns
 from cardinal.ps.checkpoint import (COLUMNS, COMMIT, DELETED, FORMAT_VERSION, MANIFEST, STATE, admission_file,
                                     shard_dir, shard_names, step_dir)
 from cardinal.ps.routing import route
@@ -164,35 +165,43 @@ def check_compatible(step_path: Path, info: dict, tables: dict) -> None:
 
 
 def load_shard_rows(step_path: Path, info: dict, shard: int, n_shards: int, tables: dict) -> dict:
-    """Rows for shard ``shard`` of ``n_shards``: {table: {column: array}}, from ``read_commit``'s
-    ``info``; every array read is verified and checked first. ``tables``: name -> EmbeddingTable."""
+    """Rows for shard ``shard`` of ``n_shards``, whole: {table: {column: array}} (``table_chunks``,
+    concatenated: for tables that fit in memory). ``tables``: name -> EmbeddingTable."""
     check_compatible(step_path, info, tables)
-    same_layout = info["n_shards"] == n_shards
     out = {}
     for name in tables:
-        parts = {c: [] for c in COLUMNS}
-        for m in info["manifests"].values():
-            if same_layout and m["shard"] != shard:
-                continue
-            cols = _read_table(shard_dir(step_path, m["shard"], m["n_shards"]), m, name)
-            keep = slice(None) if same_layout else route(cols["ids"], n_shards) == shard
-            for c in COLUMNS:
-                parts[c].append(np.asarray(cols[c][keep]))
-        out[name] = {c: np.concatenate(parts[c]) for c in COLUMNS}
+        chunks = [rows for _, rows in table_chunks(step_path, info, shard, n_shards, name)]
+        out[name] = {c: np.concatenate([getattr(rows, c) for rows in chunks]) for c in COLUMNS}
     return out
 
 
-def load_chain_rows(chain: list[tuple[Path, dict]], shard: int, n_shards: int, tables: dict) -> dict:
-    """``load_shard_rows`` of a ``read_chain``: the full checkpoint's rows with every delta applied."""
-    rows = load_shard_rows(*chain[0], shard, n_shards, tables)
-    for step_path, info in chain[1:]:
-        delta = load_shard_rows(step_path, info, shard, n_shards, tables)
-        for name in tables:
-            deleted = [_read_deleted(shard_dir(step_path, m["shard"], m["n_shards"]), m, name)
-                       for m in info["manifests"].values()]
-            gone = np.isin(rows[name]["ids"], np.concatenate([*deleted, delta[name]["ids"]]))
-            rows[name] = {c: np.concatenate([rows[name][c][~gone], delta[name][c]]) for c in COLUMNS}
-    return rows
+def table_chunks(step_path: Path, info: dict, shard: int, n_shards: int, name: str, size: int = 1 << 20):
+    """(ids file, ``Columns``) of the rows of table ``name`` for shard ``shard`` of ``n_shards``, a
+    block of at most ``size`` saved rows at a time (a table larger than RAM is never whole in
+    memory); each saved file verified and its dtype and shape checked before its first block, each
+    block's ids checked to route to the shard that saved them and its values to be finite. Ids
+    unique within a file are checked by the table they go into (``import_rows``)."""
+    same_layout = info["n_shards"] == n_shards
+    for m in info["manifests"].values():
+        if same_layout and m["shard"] != shard:
+            continue
+        base = shard_dir(step_path, m["shard"], m["n_shards"])
+        cols = _open_table(base, m, name)
+        where = base / m["tables"][name]["files"]["ids"]["file"]
+        for lo in range(0, len(cols["ids"]), size):
+            rows = Columns(*(np.array(cols[c][lo:lo + size]) for c in COLUMNS))
+            _check_block(base, m, name, rows, lo)
+            if not same_layout:
+                keep = route(rows.ids, n_shards) == shard
+                rows = Columns(*(c[keep] for c in rows))
+            yield where, rows
+
+
+def deleted_ids(step_path: Path, info: dict, shard: int, n_shards: int, name: str) -> np.ndarray:
+    """A delta's ids of table ``name`` deleted since its base, those that route to ``shard``."""
+    ids = np.concatenate([_read_deleted(shard_dir(step_path, m["shard"], m["n_shards"]), m, name)
+                          for m in info["manifests"].values()])
+    return ids[route(ids, n_shards) == shard]
 
 
 def _read_deleted(base: Path, manifest: dict, name: str) -> np.ndarray:
@@ -233,8 +242,9 @@ def load_admission(step_path: Path, info: dict, shard: int, n_shards: int, table
             raise ValueError(f"checkpoint {step_path.name}, table {name!r}: admission state: {e}") from None
 
 
-def _read_table(base: Path, manifest: dict, name: str) -> dict:
-    """One saved shard's columns of table ``name``, each file verified and checked."""
+def _open_table(base: Path, manifest: dict, name: str) -> dict:
+    """One saved shard's columns of table ``name`` (memory-mapped), each file verified first and its
+    dtype and shape checked."""
     entry = manifest["tables"][name]
     n, width = entry["rows"], entry["width"]
     shapes = {"ids": (n,), "data": (n, width), "count": (n,), "last_step": (n,)}
@@ -246,20 +256,21 @@ def _read_table(base: Path, manifest: dict, name: str) -> dict:
         if array.dtype != DTYPES[c] or array.shape != shapes[c]:
             raise ValueError(f"checkpoint file {path}: holds {array.dtype} {array.shape}, "
                              f"its manifest needs {DTYPES[c]} {shapes[c]}")
-        cols[c] = np.asarray(array)
-    ids = cols["ids"]
-    if len(np.unique(ids)) != len(ids):
-        raise ValueError(f"checkpoint file {base / entry['files']['ids']['file']}: holds duplicate ids")
-    wrong = np.flatnonzero(route(ids, manifest["n_shards"]) != manifest["shard"])
-    if len(wrong):
-        raise ValueError(f"checkpoint file {base / entry['files']['ids']['file']}: {len(wrong)} ids (e.g. "
-                         f"{ids[wrong[0]]}) do not route to shard {manifest['shard']} of {manifest['n_shards']}, "
-                         f"which saved them (a file from another shard?)")
-    if not np.isfinite(cols["data"]).all():
-        bad = int(np.flatnonzero(~np.isfinite(cols["data"]).all(axis=1))[0])
-        raise ValueError(f"checkpoint file {base / entry['files']['data']['file']}: row {bad} "
-                         f"(id {ids[bad]}) holds NaN or Inf")
+        cols[c] = array
     return cols
+
+
+def _check_block(base: Path, manifest: dict, name: str, rows: Columns, offset: int) -> None:
+    files = manifest["tables"][name]["files"]
+    wrong = np.flatnonzero(route(rows.ids, manifest["n_shards"]) != manifest["shard"])
+    if len(wrong):
+        raise ValueError(f"checkpoint file {base / files['ids']['file']}: ids (e.g. {rows.ids[wrong[0]]}) do not "
+                         f"route to shard {manifest['shard']} of {manifest['n_shards']}, which saved them "
+                         f"(a file from another shard?)")
+    if not np.isfinite(rows.data).all():
+        bad = int(np.flatnonzero(~np.isfinite(rows.data).all(axis=1))[0])
+        raise ValueError(f"checkpoint file {base / files['data']['file']}: row {offset + bad} "
+                         f"(id {rows.ids[bad]}) holds NaN or Inf")
 
 
 def _expect(path: Path, obj: dict, key: str, value) -> None:

@@ -76,6 +76,16 @@ class Memory:
         if self.disk_budget and sum(t.cold_bytes for t in tables.values()) > self.disk_budget:
             self.fit_disk(tables, step)
 
+    def hold(self, tables: dict, step: int) -> None:
+        """A load's RAM budget: rows past it move to the disk tier as they arrive (nothing is in flight
+        then, so none is protected). Only moved, never deleted: what the run would delete, its next
+        request deletes, as the run that saved the checkpoint and went on did."""
+        if not self.disk_budget:
+            return
+        with self._lock:
+            if self.budget and sum(t.nbytes for t in tables.values()) > self.budget:
+                self.fit(tables, step, protect=False)
+
     def sweep(self, tables: dict, step: int) -> None:
         """Delete rows past their time to live."""
         cutoffs = []
@@ -91,7 +101,7 @@ class Memory:
                 if t.cold is not None and len(t.cold):
                     t.evict_cold(lambda rows, c=cutoff: _none if rows is None else rows.ids[rows.last_step < c], reason)
 
-    def fit(self, tables: dict, step: int) -> None:
+    def fit(self, tables: dict, step: int, protect: bool = True) -> None:
         """Evict the lowest-scored rows until the tables are under LOW_WATER x budget."""
         total = sum(t.nbytes for t in tables.values())
         need = total - LOW_WATER * self.budget
@@ -105,7 +115,7 @@ class Memory:
                 continue
             per_row = row_bytes[name] / t.storage.size
             k = math.ceil(need * row_bytes[name] / reclaimable / per_row)
-            select = lambda cols, n, k=k, dim=t.dim: self._victims(cols, n, dim, step, k)  # noqa: E731
+            select = lambda cols, n, k=k, dim=t.dim: self._victims(cols, n, dim, step, k, protect)  # noqa: E731
             freed += per_row * (t.demote(select) if t.cold is not None else t.evict(select, "budget"))
         if total - freed > self.budget:
             if self.short == 0:
@@ -140,9 +150,10 @@ class Memory:
             return _none
         return select
 
-    def _victims(self, cols, n, dim, step, k) -> np.ndarray:
+    def _victims(self, cols, n, dim, step, k, protect=True) -> np.ndarray:
         scores = self.policy.score(cols, n, dim, step)
-        scores[cols.last_step[:n].astype(np.int64) >= step - self.config.protect_steps] = np.inf
+        if protect:
+            scores[cols.last_step[:n].astype(np.int64) >= step - self.config.protect_steps] = np.inf
         return lowest(scores, k)
 
     def _note_time(self, step: int) -> None:

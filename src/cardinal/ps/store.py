@@ -244,12 +244,12 @@ class ShardStore:
         path = checkpoint.step_dir(root, step)
         if (path / checkpoint.COMMIT).exists():
             raise ValueError(f"a committed checkpoint for step {step} already exists in {root}")
-        with contextlib.ExitStack() as fence:
+        with contextlib.ExitStack() as fence:  # held while a full checkpoint streams its rows out
             for t in self.tables.values():
                 fence.enter_context(t.lock)
             snapshots = {name: t.snapshot(base) for name, t in self.tables.items()}
-        self._saved, self._stepped_back = step, False
-        return checkpoint.save_shard(path, self.shard, self.n_shards, step, self.tables, snapshots, base)
+            self._saved, self._stepped_back = step, False
+            return checkpoint.save_shard(path, self.shard, self.n_shards, step, self.tables, snapshots, base)
 
     def load(self, step_path: str, phase: str = "load", token: str | None = None) -> dict:
         """Load a committed checkpoint (of any shard count), all or nothing, in phases:
@@ -270,9 +270,8 @@ class ShardStore:
             path, info = chain[-1]
             fresh = self._fresh_tables()
             try:
-                rows = checkpoint_load.load_chain_rows(chain, self.shard, self.n_shards, fresh)
-                for name, columns in rows.items():
-                    fresh[name].import_rows(**columns)
+                for k, link in enumerate(chain):
+                    self._load_rows(*link, fresh, delta=k > 0)
                 checkpoint_load.load_admission(path, info, self.shard, self.n_shards, fresh)
             except BaseException:
                 _close_tiers(fresh)
@@ -302,6 +301,23 @@ class ShardStore:
         self.steps.reset(step)
         self.log.reset()
         return {"step": step, "rows": {n: len(t) for n, t in fresh.items()}}
+
+    def _load_rows(self, step_path: Path, info: dict, tables: dict, delta: bool) -> None:
+        """One checkpoint's rows into ``tables`` (staged), block by block, the memory budget held as
+        they arrive (rows past it go to the disk tier); a delta's deleted ids go first, and its rows
+        replace the ones older checkpoints gave."""
+        checkpoint_load.check_compatible(step_path, info, tables)
+        for name, t in tables.items():
+            if delta:  # deletions the chain records are not changes since the checkpoint: not logged
+                t.delete(checkpoint_load.deleted_ids(step_path, info, self.shard, self.n_shards, name), log=False)
+            for where, rows in checkpoint_load.table_chunks(step_path, info, self.shard, self.n_shards, name):
+                if delta:
+                    t.delete(rows.ids, log=False)
+                try:
+                    t.import_rows(*rows)
+                except ValueError as e:
+                    raise ValueError(f"checkpoint file {where}: {e}") from None
+                self.memory.hold(tables, info["step"])
 
     def stats(self, digest: bool = False, check: bool = False) -> dict:
         """Rows and bytes per table; with ``digest`` each table's digest, and with ``check``
