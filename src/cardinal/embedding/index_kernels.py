@@ -109,6 +109,18 @@ def insert_new(tags, slots, sub_off, sub_cap, sub_size, keys, rows, lo, hi):
         sub_size[sub] += 1
 
 
+@nb.njit(inline="always")
+def _slot_of(tags, slots, ids, off, mask, h, tag, key):
+    """The slot (within its sub-table) of a key that must be present."""
+    s = h & mask
+    while True:
+        pos = off + np.int64(s)
+        assert tags[pos] != 0  # the key must be present
+        if tags[pos] == tag and ids[slots[pos]] == key:
+            return s
+        s = (s + U64(1)) & mask
+
+
 @nb.njit(nogil=True, cache=True)
 def remove(tags, slots, sub_off, sub_cap, sub_size, ids, keys, lo, hi):
     """Remove keys[i] for the keys in sub-tables [lo, hi) (present and unique).
@@ -120,20 +132,12 @@ def remove(tags, slots, sub_off, sub_cap, sub_size, ids, keys, lo, hi):
     keys,  # (n,) int64
     """
     for i in range(keys.shape[0]):
-        key = keys[i]
-        h = index_hash(key)
+        h = index_hash(keys[i])
         sub, tag = _split(h)
         if not lo <= sub < hi:
             continue
-        off = sub_off[sub]
-        mask = U64(sub_cap[sub] - 1)
-        hole = h & mask
-        while True:
-            t = tags[off + np.int64(hole)]
-            assert t != 0  # the key must be present
-            if t == tag and ids[slots[off + np.int64(hole)]] == key:
-                break
-            hole = (hole + U64(1)) & mask
+        off, mask = sub_off[sub], U64(sub_cap[sub] - 1)
+        hole = _slot_of(tags, slots, ids, off, mask, h, tag, keys[i])
         j = hole
         while True:
             j = (j + U64(1)) & mask
@@ -157,21 +161,12 @@ def relink(tags, slots, sub_off, sub_cap, ids, keys, rows, lo, hi):
     keys, rows,  # (n,) int64
     """
     for i in range(keys.shape[0]):
-        key = keys[i]
-        h = index_hash(key)
+        h = index_hash(keys[i])
         sub, tag = _split(h)
         if not lo <= sub < hi:
             continue
-        off = sub_off[sub]
-        mask = U64(sub_cap[sub] - 1)
-        s = h & mask
-        while True:
-            pos = off + np.int64(s)
-            assert tags[pos] != 0  # the key must be present
-            if tags[pos] == tag and ids[slots[pos]] == key:
-                slots[pos] = rows[i]
-                break
-            s = (s + U64(1)) & mask
+        off, mask = sub_off[sub], U64(sub_cap[sub] - 1)
+        slots[off + np.int64(_slot_of(tags, slots, ids, off, mask, h, tag, keys[i]))] = rows[i]
 
 
 @nb.njit(nogil=True, cache=True)

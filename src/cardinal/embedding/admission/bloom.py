@@ -27,6 +27,23 @@ def _position(h1, h2, k, m):
     return np.int64((h1 + U64(k) * h2) % U64(m))
 
 
+@nb.njit(inline="always")
+def _hashes(key, seed):
+    h1 = index_hash(U64(key) ^ U64(seed))
+    return h1, index_hash(h1) | U64(1)
+
+
+@nb.njit(inline="always")
+def _low(counters, h1, h2):
+    """The smallest of a key's K_HASHES counters: its count."""
+    low = 255
+    for k in range(K_HASHES):
+        c = counters[_position(h1, h2, k, counters.shape[0])]
+        if c < low:
+            low = c
+    return low
+
+
 @nb.njit(nogil=True, cache=True)
 def estimate(counters, keys, seed, out):
     """out[i] = min of keys[i]'s K_HASHES counters.
@@ -34,34 +51,21 @@ def estimate(counters, keys, seed, out):
     counters,  # (m,) uint8
     keys, out,  # (n,) int64, (n,) int64
     """
-    m = counters.shape[0]
     for i in range(keys.shape[0]):
-        h1 = index_hash(U64(keys[i]) ^ U64(seed))
-        h2 = index_hash(h1) | U64(1)
-        low = 255
-        for k in range(K_HASHES):
-            c = counters[_position(h1, h2, k, m)]
-            if c < low:
-                low = c
-        out[i] = low
+        h1, h2 = _hashes(keys[i], seed)
+        out[i] = _low(counters, h1, h2)
 
 
 @nb.njit(nogil=True, cache=True)
 def add(counters, keys, seed):
     """One sighting of each of keys (n,) int64: raise the counters at their minimum (saturating)."""
-    m = counters.shape[0]
     for i in range(keys.shape[0]):
-        h1 = index_hash(U64(keys[i]) ^ U64(seed))
-        h2 = index_hash(h1) | U64(1)
-        low = 255
-        for k in range(K_HASHES):
-            c = counters[_position(h1, h2, k, m)]
-            if c < low:
-                low = c
+        h1, h2 = _hashes(keys[i], seed)
+        low = _low(counters, h1, h2)
         if low == 255:
             continue
         for k in range(K_HASHES):
-            p = _position(h1, h2, k, m)
+            p = _position(h1, h2, k, counters.shape[0])
             if counters[p] == low:
                 counters[p] = low + 1
 
