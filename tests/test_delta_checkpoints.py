@@ -3,6 +3,7 @@ since; loaded as a chain (full, then each delta), all or nothing, into any shard
 checkpoints keep their chain."""
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -11,7 +12,7 @@ from test_train import same, state
 
 from cardinal.embedding import TableConfig
 from cardinal.memory_config import AdmissionConfig
-from cardinal.ps import ShardStore, StoreConfig, StoreLimits, checkpoint
+from cardinal.ps import ShardStore, StoreConfig, checkpoint
 from cardinal.ps.routing import route
 from cardinal.train import Trainer
 
@@ -74,7 +75,6 @@ def test_a_chain_of_deltas_loads_back_every_row_and_deletion(tmp_path, n_after):
         t.tables["user"].delete(everyone[8000:8005] if t is s else everyone[8000:8005][route(everyone[8000:8005], n_after) == t.shard])
     for t in loaded:
         t.save(str(tmp_path / "again"), 5, base=4)
-    import shutil
     shutil.copytree(last, tmp_path / "again" / last.name)  # the chain the new delta applies on
     for k in (2, 3):
         shutil.copytree(checkpoint.step_dir(tmp_path, k), checkpoint.step_dir(tmp_path / "again", k))
@@ -117,7 +117,6 @@ def test_a_missing_or_edited_link_is_refused_and_changes_nothing(tmp_path):
     deleted.write_bytes(deleted.read_bytes()[:-8] + np.int64(5).tobytes())
     with pytest.raises(ValueError, match="user.deleted.npy"):
         target.load(str(last))
-    import shutil
     shutil.rmtree(checkpoint.step_dir(tmp_path, 1))
     with pytest.raises(ValueError, match="delta on step 1.*missing"):
         target.load(str(last))

@@ -34,11 +34,7 @@ from cardinal.memory_config import EvictionConfig
 LOW_WATER = 0.99  # a budget eviction frees down to this share of the budget
 DISK_LOW_WATER = 0.95  # ... and a disk budget eviction, which scans the whole tier
 log = logging.getLogger(__name__)
-
-
-
-
-_none = np.empty(0, np.int64)
+_EMPTY = np.empty(0, np.int64)
 
 
 class Memory:
@@ -99,7 +95,7 @@ class Memory:
             for t in tables.values():
                 t.evict(lambda cols, n, c=cutoff: np.flatnonzero(cols.last_step[:n] < c), reason)
                 if t.cold is not None and len(t.cold):
-                    t.evict_cold(lambda rows, c=cutoff: _none if rows is None else rows.ids[rows.last_step < c], reason)
+                    t.evict_cold(lambda rows, c=cutoff: _EMPTY if rows is None else rows.ids[rows.last_step < c], reason)
 
     def fit(self, tables: dict, step: int, protect: bool = True) -> None:
         """Evict the lowest-scored rows until the tables are under LOW_WATER x budget."""
@@ -147,7 +143,7 @@ class Memory:
             best = np.concatenate([best, self.policy.score(rows, len(rows.ids), dim, step)])
             keep = lowest(best, k)
             best_ids, best = best_ids[keep], best[keep]
-            return _none
+            return _EMPTY
         return select
 
     def _victims(self, cols, n, dim, step, k, protect=True) -> np.ndarray:
