@@ -346,14 +346,15 @@ def test_a_call_its_caller_abandons_while_sending_is_not_logged_as_a_server_bug(
 
     def slow_message():  # the caller gives up (its deadline) before its message is sent
         started.set()
-        time.sleep(4.0)
+        time.sleep(8.0)
         yield _pull_message(np.arange(1, dtype=np.int64), table="t")
 
     try:
         with grpc.insecure_channel(f"127.0.0.1:{server.port}") as ch, caplog.at_level("DEBUG", "cardinal.ps.servicer"):
             call = ch.stream_unary(f"/{SERVICE}/Pull").future(
                 slow_message(), metadata=(("x-cardinal-job", JOB), ("x-cardinal-token", TOKEN)),
-                timeout=1.5)  # room for a loaded machine to start the handler before the deadline cancels the call
+                timeout=4.0)  # room for a loaded machine to start the handler before the deadline cancels the call
+            # (1.5 s was once too little in a full CI run: the handler never started, so nothing was logged)
             with pytest.raises(grpc.RpcError):
                 call.result()
             deadline = time.monotonic() + 10
