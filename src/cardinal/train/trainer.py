@@ -320,6 +320,8 @@ class Trainer:
                     if w.world > 1:  # each worker's loss is its share of the global batch's mean
                         count /= w.world
                     rate = seen / train_time
+                    if final_step:  # its pushes leave from a thread: counted once sent, so the line matches the summary
+                        self._flush()
                     wire = wire_metrics.per_sample(self.client, w, samples)  # every worker: a sum over them
                     if w.leader:
                         self.metrics.write({"step": self.step, "epoch": self.epoch, "loss": loss_sum / count,
