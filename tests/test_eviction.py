@@ -29,11 +29,12 @@ def test_policies_score_as_their_references():
     n, dim = 50, 3
     cols = Columns(np.arange(n, dtype=np.int64), rng.normal(size=(n, dim + 2)).astype(np.float32),
                    rng.integers(0, 9, n).astype(np.uint32), rng.integers(0, 20, n).astype(np.uint32))
-    assert np.array_equal(LRU().score(cols, n, dim, 20), cols.last_step.astype(float))
-    assert np.array_equal(LFU().score(cols, n, dim, 20), cols.count.astype(float))
-    assert np.allclose(L2().score(cols, n, dim, 20), np.linalg.norm(cols.data[:, :dim].astype(float), axis=1))
+    dim_values = lambda data: data[:, :dim]  # noqa: E731  (fp32 rows: the values are the first dim words)
+    assert np.array_equal(LRU().score(cols, n, dim_values, 20), cols.last_step.astype(float))
+    assert np.array_equal(LFU().score(cols, n, dim_values, 20), cols.count.astype(float))
+    assert np.allclose(L2().score(cols, n, dim_values, 20), np.linalg.norm(cols.data[:, :dim].astype(float), axis=1))
     want = [np.log(1 + c) + (20 - s) * np.log(0.9) for c, s in zip(cols.count, cols.last_step)]
-    assert np.allclose(Decayed(0.9).score(cols, n, dim, 20), want)
+    assert np.allclose(Decayed(0.9).score(cols, n, dim_values, 20), want)
 
 
 def test_lowest_takes_the_k_lowest_finite_scores():

@@ -11,6 +11,7 @@ rows [0, n); who is evicted, and when, is the store's business (``ps/memory.py``
 """
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import ClassVar
 
 import numpy as np
@@ -22,30 +23,31 @@ class EvictionPolicy(ABC):
     name: ClassVar[str]
 
     @abstractmethod
-    def score(self, cols: Columns, n: int, dim: int, step: int) -> np.ndarray:
-        """(n,) float64: the worth of each live row; the lowest are evicted first."""
+    def score(self, cols: Columns, n: int, values: Callable[[np.ndarray], np.ndarray], step: int) -> np.ndarray:
+        """(n,) float64: the worth of each live row; the lowest are evicted first. ``values(data)``
+        decodes the values of stored rows (``formats/``)."""
 
 
 class LRU(EvictionPolicy):
     name = "lru"
 
-    def score(self, cols, n, dim, step):
+    def score(self, cols, n, values, step):
         return cols.last_step[:n].astype(np.float64)
 
 
 class LFU(EvictionPolicy):
     name = "lfu"
 
-    def score(self, cols, n, dim, step):
+    def score(self, cols, n, values, step):
         return cols.count[:n].astype(np.float64)
 
 
 class L2(EvictionPolicy):
     name = "l2"
 
-    def score(self, cols, n, dim, step):
-        values = cols.data[:n, :dim]
-        return np.sqrt(np.einsum("ij,ij->i", values, values, dtype=np.float64))
+    def score(self, cols, n, values, step):
+        v = values(cols.data[:n])
+        return np.sqrt(np.einsum("ij,ij->i", v, v, dtype=np.float64))
 
 
 class Decayed(EvictionPolicy):
@@ -55,7 +57,7 @@ class Decayed(EvictionPolicy):
         assert 0 < decay <= 1
         self.decay = decay
 
-    def score(self, cols, n, dim, step):
+    def score(self, cols, n, values, step):
         age = np.maximum(np.int64(step) - cols.last_step[:n].astype(np.int64), 0)
         return np.log1p(cols.count[:n].astype(np.float64)) + age * np.log(self.decay)
 

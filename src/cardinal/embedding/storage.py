@@ -1,11 +1,12 @@
 """Where a table's rows live: one strategy behind a small interface.
 
-A ``RowStorage`` keeps, per row (rows [0, size) are the live ones, ``compaction.py``): the id, a float32 vector of values then optimizer state,
+A ``RowStorage`` keeps, per row (rows [0, size) are the live ones, ``compaction.py``): the id, float32
+words of values (as the table's row format stores them, ``formats/``) then optimizer state,
 and the metadata later parts admit and evict on (times seen, last step touched). Kernels
 work on its ``columns()``, plain arrays valid until the next ``reserve``.
 
 ``MemoryRowStorage`` keeps them in arenas that grow without copying (``arena.py``).
-Later tiers (disk, quantized rows) implement the same interface.
+The disk tier (``tiers/``) holds the same columns.
 """
 
 from abc import ABC, abstractmethod
@@ -18,7 +19,7 @@ from cardinal.embedding.arena import Arena
 
 class Columns(NamedTuple):
     ids: np.ndarray        # (capacity,) int64
-    data: np.ndarray       # (capacity, width) float32: values then optimizer state
+    data: np.ndarray       # (capacity, width) float32 words: encoded values, then optimizer state
     count: np.ndarray      # (capacity,) uint32: times pulled for training
     last_step: np.ndarray  # (capacity,) uint32: last step that pulled or pushed the row
 

@@ -10,7 +10,9 @@ until it has been seen often enough: until then it reads zeros and its gradients
 dropped. Rows can be deleted (``delete``, ``evict``); the live rows stay 0..size-1
 (``compaction.py``). With a cold tier (``tiers/``) rows may also live off the RAM columns: a
 training request moves the rows it needs back in first, so every update happens in RAM and a
-run gives the same bits whichever tier held a row in between (``demote`` moves rows out). A lookup-only pull (``create=False``) never inserts and
+run gives the same bits whichever tier held a row in between (``demote`` moves rows out). Values
+may be stored at lower precision (``formats/``: fp16, bf16, int8): pulls decode, pushes run the
+optimizer on decoded float32 rows and encode them back. A lookup-only pull (``create=False``) never inserts and
 returns zeros for unknown ids. Callers validate requests (``ps/validate.py``); the table
 asserts only its invariants. One lock per table: kernels release the GIL, so different
 tables (and shards) update in parallel threads.
@@ -24,11 +26,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cardinal.embedding import parallel
+from cardinal.embedding import formats, parallel
 from cardinal.embedding import row_kernels as RK
 from cardinal.embedding.admission import AdmissionFilter
 from cardinal.embedding.compaction import delete_rows
 from cardinal.embedding.dedup import segment_max, segment_sum, unique_inverse
+from cardinal.embedding.formats.rounding import INIT_STEP
 from cardinal.embedding.hashing import init_rows
 from cardinal.embedding.index import IdIndex
 from cardinal.embedding.storage import Columns, MemoryRowStorage, RowStorage
@@ -49,6 +52,7 @@ class TableConfig:
     dim: int
     init_scale: float = 0.01  # new rows are uniform in [-init_scale, init_scale)
     seed: int = 0
+    storage: str = "fp32"     # how values are stored (``formats/``): fp32, fp16, bf16, int8
 
     def __post_init__(self):
         if not self.name or not self.name.replace("_", "").replace("-", "").isalnum():
@@ -57,6 +61,14 @@ class TableConfig:
             raise ValueError(f"table {self.name!r}: dim must be a positive integer, got {self.dim!r}")
         if not (np.isfinite(self.init_scale) and self.init_scale >= 0):
             raise ValueError(f"table {self.name!r}: init_scale must be finite and >= 0")
+        if self.storage not in formats.FORMATS:
+            raise ValueError(f"table {self.name!r}: storage must be one of {list(formats.FORMATS)}, "
+                             f"got {self.storage!r}")
+
+
+def stored_width(config: TableConfig, optimizer: SparseOptimizer) -> int:
+    """float32 words a stored row takes: its encoded values, then the optimizer's state."""
+    return formats.get(config.storage).value_words(config.dim) + optimizer.state_width(config.dim)
 
 
 class EmbeddingTable:
@@ -66,7 +78,8 @@ class EmbeddingTable:
         self.config = config
         self.dim = config.dim
         self.optimizer = optimizer
-        width = self.dim + optimizer.state_width(self.dim)
+        self.format = formats.get(config.storage)
+        width = stored_width(config, optimizer)
         self.storage = storage if storage is not None else MemoryRowStorage(width, capacity)
         assert self.storage.width == width
         self.index = IdIndex(capacity)
@@ -136,7 +149,7 @@ class EmbeddingTable:
                     self.refused += len(unique) - len(admitted)
                     rows[missing] = self.index.find(self.storage.columns().ids, new_ids)
                 part = np.empty((len(missing), self.dim), np.float32)
-                RK.gather(self.storage.columns().data, rows[missing], self.dim, part)
+                self.format.decode(self.storage.columns().data, rows[missing], self.dim, part)
                 out[missing] = part
             cols = self.storage.columns()
             RK.touch(cols.count, cols.last_step, rows, step, True)
@@ -170,12 +183,17 @@ class EmbeddingTable:
         if self.cold is None or len(self.cold) == 0 or len(missing) == 0:
             return
         found, cold = self.cold.get(ids[missing])
-        out[missing[found]] = cold.data[:, :self.dim]
+        out[missing[found]] = self.format.values(cold.data, self.dim)
 
     def _lookup(self, ids, rows, out, step, seen) -> None:
         """The fast path of a pull, in parallel by sub-table (lock held). The arena views are
         locals: they are gone before anything may grow the arenas."""
         cols, ix = self.storage.columns(), self.index
+        if not self.format.exact:  # find, then decode (pulls count sightings after: ``seen`` is False)
+            assert not seen
+            rows[:] = ix.find(cols.ids, ids)
+            self.format.decode(cols.data, rows, self.dim, out)
+            return
         tags, slots = ix.tags.array, ix.slots.array
         parallel.over_subs(len(ids), lambda lo, hi: RK.lookup(
             tags, slots, ix.sub_off, ix.sub_cap, cols.ids, cols.data, cols.count, cols.last_step,
@@ -222,26 +240,26 @@ class EmbeddingTable:
                 if merged is not None:
                     merged = merged[present]  # read by `update` when it runs
                 missing = missing[:0]
+            stored = self._coded(update, unique, step)  # on stored rows: decoded, updated, encoded back
             fresh, release = None, None
             if len(missing):
-                fresh = self._fresh(unique[missing])
-                local = np.arange(len(missing), dtype=np.int64)
-                update(fresh, local, summed[missing], missing)
-                bad = RK.first_nonfinite(fresh.view(np.int32), local, 0, len(missing))
+                fresh = self._stored(self._fresh(unique[missing]), unique[missing], step, update, summed[missing],
+                                     missing)
+                bad = self.format.first_nonfinite(fresh, np.arange(len(missing)), 0, len(missing), self.dim)
                 if bad >= 0:
                     raise self._non_finite(kind, unique[missing[bad]])
                 release = admit(len(missing)) if admit is not None else None
             try:
                 if len(missing):
                     present = np.flatnonzero(rows >= 0)
-                    self._update_in_place(cols.data, rows[present], summed[present], update, kind, unique[present],
+                    self._update_in_place(cols.data, rows[present], summed[present], stored, kind, unique[present],
                                           present)
                     cols = None  # the arenas may grow now: no view of them may be held (arena.py)
                     rows[missing] = self._rows(unique[missing])
                     cols = self.storage.columns()
                     RK.restore_rows(cols.data, rows[missing], len(missing), fresh)  # the tried rows, written
                 else:
-                    self._update_in_place(cols.data, rows, summed, update, kind, unique)
+                    self._update_in_place(cols.data, rows, summed, stored, kind, unique)
             finally:
                 if release is not None:
                     release()
@@ -258,14 +276,37 @@ class EmbeddingTable:
             hi = min(lo + block, len(rows))
             RK.copy_rows(data, rows, lo, hi, self._backup)
             update(data, rows[lo:hi], summed[lo:hi], slice(lo, hi) if at is None else at[lo:hi])
-            bad = RK.first_nonfinite(data.view(np.int32), rows, lo, hi)
+            bad = self.format.first_nonfinite(data, rows, lo, hi, self.dim)
             if bad >= 0:
                 RK.restore_rows(data, rows, hi, self._backup)
                 raise self._non_finite(kind, ids[bad])
 
+    def _coded(self, update, ids: np.ndarray, step: int):
+        """``update`` (of working rows) as an update of stored rows; itself for fp32. ``ids``: the
+        push's unique ids, which ``update``'s positions ``at`` index."""
+        if self.format.exact:
+            return update
+
+        def coded(data, rows, g, at):
+            work = self.format.working(data, rows, self.dim)
+            update(work, np.arange(len(rows), dtype=np.int64), g, at)
+            self.format.store(data, rows, work, self.dim, ids[at], step)
+        return coded
+
+    def _stored(self, work: np.ndarray, ids: np.ndarray, step: int, update=None, g=None, at=None) -> np.ndarray:
+        """Working rows (after ``update(work, all, g, at)`` if given) in the stored form, not stored."""
+        local = np.arange(len(ids), dtype=np.int64)
+        if update is not None:
+            update(work, local, g, at)
+        if self.format.exact:
+            return work
+        out = np.zeros((len(ids), self.storage.width), np.float32)
+        self.format.store(out, local, work, self.dim, ids, step)
+        return out
+
     def _fresh(self, ids: np.ndarray) -> np.ndarray:
-        """The rows new ``ids`` would start as (values and optimizer state), not stored."""
-        fresh = np.zeros((len(ids), self.storage.width), np.float32)
+        """The working rows (float32 values, then optimizer state) new ``ids`` would start as, not stored."""
+        fresh = np.zeros((len(ids), self.dim + self.optimizer.state_width(self.dim)), np.float32)
         init_rows(ids, fresh, 0, len(ids), self.dim, np.int64(self.config.seed), np.float32(self.config.init_scale))
         self.optimizer.init_state(fresh, 0, len(ids), self.dim)
         return fresh
@@ -281,11 +322,13 @@ class EmbeddingTable:
         self.storage.reserve(n + len(ids))
         cols = self.storage.columns()
         rows, n_new = self.index.find_or_insert(cols.ids, n, ids)
-        if n_new > n:
+        if n_new > n and self.format.exact:
             seed, scale = np.int64(self.config.seed), np.float32(self.config.init_scale)
             parallel.over_rows(n, n_new, lambda lo, hi: init_rows(cols.ids, cols.data, lo, hi, self.dim, seed, scale))
             self.optimizer.init_state(cols.data, n, n_new, self.dim)
-            self.storage.size = n_new
+        elif n_new > n:
+            cols.data[n:n_new] = self._stored(self._fresh(cols.ids[n:n_new]), cols.ids[n:n_new], INIT_STEP)
+        self.storage.size = n_new
         return rows
 
     # --- deletion ----------------------------------------------------------------------------
@@ -342,6 +385,10 @@ class EmbeddingTable:
         return size - self.storage.size
 
     # --- whole-table views: checkpoints, digests, invariants -------------------------------
+
+    def values(self, data: np.ndarray) -> np.ndarray:
+        """(n, dim) float32: the values of stored rows ``data`` (n, width), decoded (``formats/``)."""
+        return self.format.values(data, self.dim)
 
     def export(self, since: int | None = None) -> dict[str, np.ndarray]:
         """Copies of every row (RAM, then the cold tier): ids, data (values + state), count, last_step;
@@ -420,9 +467,10 @@ class EmbeddingTable:
                 for chunk in self.cold.chunks():
                     cold += len(chunk.ids)
                     assert (self.index.find(cols.ids, chunk.ids) < 0).all(), "a row is in RAM and in the cold tier"
-                    assert np.isfinite(chunk.data).all(), f"table {self.config.name!r} holds a non-finite cold value"
+                    assert self.format.all_finite(chunk.data, self.dim), \
+                        f"table {self.config.name!r} holds a non-finite cold value"
                 assert cold == len(self.cold), "the cold tier's row count disagrees with its rows"
-            assert np.isfinite(cols.data[:n]).all(), f"table {self.config.name!r} holds a non-finite value"
+            assert self.format.all_finite(cols.data[:n], self.dim), f"table {self.config.name!r} holds a non-finite value"
 
 
 def combine_digests(parts: list[tuple[int, int]]) -> str:

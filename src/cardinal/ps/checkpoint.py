@@ -81,7 +81,8 @@ def save_shard(step_path: Path, shard: int, n_shards: int, step: int, tables: di
                 failpoint("save.shard_file_written")
         if base is not None:
             files[DELETED] = write_array(out / f"{name}.{DELETED}.npy", snap["deleted"])
-        manifest["tables"][name] = {"dim": table.dim, "width": table.storage.width, "rows": n,
+        manifest["tables"][name] = {"dim": table.dim, "width": table.storage.width, "storage": table.format.name,
+                                    "rows": n,
                                     "init_scale": table.config.init_scale, "seed": table.config.seed,
                                     "optimizer": table.optimizer.describe(), "files": files}
         if snap["admission"] is not None:

@@ -5,9 +5,10 @@ A load trusts nothing it reads. In order:
     commit.json       its own crc32; format, routing; shard list == shard-00000-of-N .. (N-1)-of-N
     files it lists    each shard manifest (and dense state.json) by size and crc32
     each manifest     shard, n_shards, step, routing agree with the commit; same tables, dims,
-                      widths and optimizer in every shard; file names exactly "<table>.<column>.npy"
+                      widths, row formats and optimizer in every shard; file names exactly
+                      "<table>.<column>.npy"
     each array        size and crc32 from its manifest; exact dtype and shape (no broadcasting);
-                      unique ids, each routing to the shard that saved it; finite values
+                      unique ids, each routing to the shard that saved it; finite values (decoded)
     admission state   size and crc32; its dtypes and shapes checked by the filter that loads it
     a delta           its base: an earlier committed checkpoint in the same directory, read the
                       same way (``read_chain``); its deleted ids: unique int64
@@ -27,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from cardinal.durable import check_name, crc32_json, load_array, read_json, verify_file
+from cardinal.embedding import formats
 from cardinal.embedding.hashing import ROUTING_NAME
 from cardinal.embedding.storage import Columns
 from cardinal.ps.checkpoint import (COLUMNS, COMMIT, DELETED, FORMAT_VERSION, MANIFEST, STATE, admission_file,
@@ -116,6 +118,8 @@ def _check_manifest(path: Path, m: dict, shard: int, n_shards: int, step: int, b
                 raise ValueError(f"{where}: {key} must be a positive integer, got {t.get(key)!r}")
         if not isinstance(t.get("optimizer"), dict) or not isinstance(t["optimizer"].get("name"), str):
             raise ValueError(f"{where}: 'optimizer' must be an object with a name")
+        if storage(t) not in formats.FORMATS:
+            raise ValueError(f"{where}: storage must be one of {list(formats.FORMATS)}, got {storage(t)!r}")
         files = t.get("files")
         if not isinstance(files, dict) or set(files) != set(columns):
             raise ValueError(f"{where}: 'files' must hold exactly {list(columns)}")
@@ -144,6 +148,13 @@ def _check_same_tables(step_path: Path, manifests: list[dict]) -> None:
             for key in ("dim", "width", "optimizer"):
                 if t[key] != first[name][key]:
                     raise ValueError(f"{where}: table {name!r} has {key} {t[key]!r}, shard 0 has {first[name][key]!r}")
+            if storage(t) != storage(first[name]):
+                raise ValueError(f"{where}: table {name!r} stores {storage(t)}, shard 0 {storage(first[name])}")
+
+
+def storage(entry: dict) -> str:
+    """A saved table's row format (``embedding/formats``); checkpoints from before formats hold fp32."""
+    return entry.get("storage", "fp32")
 
 
 def check_compatible(step_path: Path, info: dict, tables: dict) -> None:
@@ -159,6 +170,10 @@ def check_compatible(step_path: Path, info: dict, tables: dict) -> None:
         if s["optimizer"]["name"] != table.optimizer.name:
             raise ValueError(f"{where}: table {name!r} was trained with {s['optimizer']['name']!r}, "
                              f"the store uses {table.optimizer.name!r} (their state does not carry over)")
+        if storage(s) != table.format.name:
+            raise ValueError(f"{where}: table {name!r} stores its values as {storage(s)}, the store as "
+                             f"{table.format.name} (rows load in the form they were saved: set the table's "
+                             f"embedding.storage to {storage(s)!r})")
         if s["width"] != table.storage.width:
             raise ValueError(f"{where}: table {name!r} has rows of width {s['width']}, "
                              f"the store's are {table.storage.width} wide")
@@ -267,8 +282,10 @@ def _check_block(base: Path, manifest: dict, name: str, rows: Columns, offset: i
         raise ValueError(f"checkpoint file {base / files['ids']['file']}: ids (e.g. {rows.ids[wrong[0]]}) do not "
                          f"route to shard {manifest['shard']} of {manifest['n_shards']}, which saved them "
                          f"(a file from another shard?)")
-    if not np.isfinite(rows.data).all():
-        bad = int(np.flatnonzero(~np.isfinite(rows.data).all(axis=1))[0])
+    entry = manifest["tables"][name]
+    bad = formats.get(storage(entry)).first_nonfinite(rows.data, np.arange(len(rows.ids)), 0, len(rows.ids),
+                                                      entry["dim"])
+    if bad >= 0:
         raise ValueError(f"checkpoint file {base / files['data']['file']}: row {offset + bad} "
                          f"(id {rows.ids[bad]}) holds NaN or Inf")
 

@@ -111,7 +111,7 @@ class Memory:
                 continue
             per_row = row_bytes[name] / t.storage.size
             k = math.ceil(need * row_bytes[name] / reclaimable / per_row)
-            select = lambda cols, n, k=k, dim=t.dim: self._victims(cols, n, dim, step, k, protect)  # noqa: E731
+            select = lambda cols, n, k=k, t=t: self._victims(cols, n, t.values, step, k, protect)  # noqa: E731
             freed += per_row * (t.demote(select) if t.cold is not None else t.evict(select, "budget"))
         if total - freed > self.budget:
             if self.short == 0:
@@ -129,9 +129,9 @@ class Memory:
         for name, nbytes in cold.items():
             t = tables[name]
             k = math.ceil(need * nbytes / sum(cold.values()) / (nbytes / len(t.cold)))
-            t.evict_cold(self._lowest_over_chunks(k, t.dim, step), "disk_budget")
+            t.evict_cold(self._lowest_over_chunks(k, t.values, step), "disk_budget")
 
-    def _lowest_over_chunks(self, k: int, dim: int, step: int):
+    def _lowest_over_chunks(self, k: int, values, step: int):
         """A selection for ``evict_cold``: the ids of the k lowest scores over every chunk, kept as it scans."""
         best_ids, best = np.empty(0, np.int64), np.empty(0, np.float64)
 
@@ -140,14 +140,14 @@ class Memory:
             if rows is None:
                 return best_ids
             best_ids = np.concatenate([best_ids, rows.ids])
-            best = np.concatenate([best, self.policy.score(rows, len(rows.ids), dim, step)])
+            best = np.concatenate([best, self.policy.score(rows, len(rows.ids), values, step)])
             keep = lowest(best, k)
             best_ids, best = best_ids[keep], best[keep]
             return _EMPTY
         return select
 
-    def _victims(self, cols, n, dim, step, k, protect=True) -> np.ndarray:
-        scores = self.policy.score(cols, n, dim, step)
+    def _victims(self, cols, n, values, step, k, protect=True) -> np.ndarray:
+        scores = self.policy.score(cols, n, values, step)
         if protect:
             scores[cols.last_step[:n].astype(np.int64) >= step - self.config.protect_steps] = np.inf
         return lowest(scores, k)

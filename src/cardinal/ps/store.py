@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from cardinal.embedding import EmbeddingTable, TableConfig
+from cardinal.embedding.table import stored_width
 from cardinal.embedding.admission import make_filter
 from cardinal.embedding.tiers import RocksTier
 from cardinal.memory_config import AdmissionConfig, EvictionConfig
@@ -99,8 +100,8 @@ class ShardStore:
             optimizer = make_optimizer(self.config.optimizer)
             cold = None
             if self._tiers is not None:
-                width = t.dim + optimizer.state_width(t.dim)
-                cold = RocksTier(self._tiers / f"{t.name}-shard{self.shard}-{uuid.uuid4().hex[:8]}", width)
+                cold = RocksTier(self._tiers / f"{t.name}-shard{self.shard}-{uuid.uuid4().hex[:8]}",
+                                 stored_width(t, optimizer))
                 self._tier_list.append(cold)
             tables[t.name] = EmbeddingTable(t, optimizer, admission=make_filter(self.config.admission.get(t.name)),
                                             cold=cold)

@@ -35,6 +35,8 @@ from cardinal.home import expand
 from cardinal.memory_config import AdmissionConfig, EvictionConfig
 from cardinal.train.schedule import DECAYS
 
+STORAGE = ("fp32", "fp16", "bf16", "int8")  # the row formats of embedding/formats (not imported here: numba)
+
 RECIPES = Path(__file__).resolve().parent.parent / "recipes"
 FORMATS = ("synthetic", "criteo", "parquet", "movielens")
 DENSE_OPTIMIZERS = {"adam": "Adam", "adagrad": "Adagrad", "sgd": "SGD"}
@@ -111,6 +113,9 @@ class EmbeddingConfig:
     compensation: str = "none"    # several workers: "lr" divides a push's sparse lr by its rows' staleness
     clip_ratio: float = 0.0       # CowClip (worker/clip.py): each id's gradient row to norm <= its uses in the batch
     clip_min: float = 1e-5        # x max(clip_ratio x |row|, clip_min); clip_ratio = 0: no clipping
+    storage: str = "fp32"         # how servers store values (embedding/formats): fp32, fp16, bf16, int8 (a per-row
+                                  # scale); optimizer state stays float32; pulls read float32 either way
+    table_storage: dict = field(default_factory=dict)  # per table, e.g. {emb = "int8"}; baseline tables lr_X: fp32
 
     def mode(self, distributed: bool) -> str:
         """The consistency this run trains with: "auto" is sync for servers or several workers."""
@@ -129,6 +134,10 @@ class EmbeddingConfig:
             raise ValueError(f"embedding.staleness must be >= 0, got {self.staleness}")
         if self.compensation not in ("none", "lr"):
             raise ValueError(f"embedding.compensation must be 'none' or 'lr', got {self.compensation!r}")
+        for where, name in [("embedding.storage", self.storage), *(
+                (f"embedding.table_storage.{t}", n) for t, n in self.table_storage.items())]:
+            if name not in STORAGE:
+                raise ValueError(f"{where} must be one of {list(STORAGE)}, got {name!r}")
         if self.pooling not in ("sum", "mean"):
             raise ValueError(f"embedding.pooling must be 'sum' or 'mean', got {self.pooling!r}")
         if not (0 <= self.clip_ratio < math.inf and 0 <= self.clip_min < math.inf):

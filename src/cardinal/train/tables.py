@@ -44,15 +44,21 @@ def store_config(recipe: Recipe) -> StoreConfig:
     widths = {n: row_width(recipe) for n in features(recipe).values()}
     if baseline(recipe):
         widths |= {n: row_width(recipe, "lr") for n in baseline_features(recipe).values()}
-    unknown = sorted(set(recipe.admission.tables) - set(widths))
-    if unknown:
-        raise ValueError(f"admission.tables names {unknown[0]!r}, not a table of this recipe; its tables are "
-                         f"{sorted(widths)}")
+    _check_named("admission.tables", recipe.admission.tables, widths)
+    _check_named("embedding.table_storage", e.table_storage, widths)
     admission = {}
     for name in widths:  # a baseline table lr_X admits as its model table X does, unless named itself
         twin = name.removeprefix("lr_") if baseline(recipe) and name not in recipe.admission.tables else name
         spec = recipe.admission.for_table(twin if twin in widths else name)
         if spec.policy != "none":
             admission[name] = spec
-    return StoreConfig(tuple(TableConfig(n, w, e.init_scale, e.seed) for n, w in sorted(widths.items())),
+    twins = set(baseline_features(recipe).values()) if baseline(recipe) else set()  # the baseline stays exact
+    storage = {n: e.table_storage.get(n, "fp32" if n in twins else e.storage) for n in widths}
+    return StoreConfig(tuple(TableConfig(n, w, e.init_scale, e.seed, storage[n]) for n, w in sorted(widths.items())),
                        dict(recipe.sparse_optimizer), admission, recipe.eviction)
+
+
+def _check_named(key: str, named: dict, tables: dict) -> None:
+    unknown = sorted(set(named) - set(tables))
+    if unknown:
+        raise ValueError(f"{key} names {unknown[0]!r}, not a table of this recipe; its tables are {sorted(tables)}")

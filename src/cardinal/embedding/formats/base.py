@@ -1,0 +1,89 @@
+"""How a table stores a row's values: the row format, one strategy per file.
+
+A stored row is float32 words: the values, encoded by the format, then the optimizer state,
+always float32 (an accumulator held at 8 bits would stop growing):
+
+    fp32, dim 4, row-wise Adagrad    [ v0 v1 v2 v3 | s ]                     5 words
+    bf16, dim 4                      [ v0v1 v2v3 | s ]   (two halves a word) 3 words
+    int8, dim 4                      [ scale | q0q1q2q3 | s ]                3 words
+
+Values and state are separate fields of one record rather than separate arrays: every path
+that moves rows (compaction, the disk tier, checkpoints, digests, a push's backup) copies
+opaque words and never learns the format, and a push reads and writes one row's cache lines.
+
+Only the table decodes: a pull gathers values as float32; a push decodes the rows it updates
+into float32 working rows ``[values | state]``, runs the optimizer's kernel on them, and
+encodes them back. Encoding rounds stochastically, keyed by (id, step, column) (``rounding.py``):
+an update smaller than a step of the format still moves the row on average, and a run gives
+the same bits every time, on any shard count or tier.
+"""
+
+from abc import ABC, abstractmethod
+
+import numpy as np
+
+BLOCK = 1 << 16  # rows decoded at a time by whole-table passes
+
+
+class RowFormat(ABC):
+    name: str
+    exact = False  # fp32 only: stored values are the float32 values themselves
+
+    @abstractmethod
+    def value_words(self, dim: int) -> int:
+        """float32 words the encoded values of one row take; the state starts there."""
+
+    @abstractmethod
+    def decode(self, data: np.ndarray, rows: np.ndarray, dim: int, out: np.ndarray) -> None:
+        """out[i] = the values of row rows[i], zeros where rows[i] < 0.
+
+        data,  # (R, width) float32 words
+        rows,  # (n,) int64
+        out,   # (n, dim) float32
+        """
+
+    @abstractmethod
+    def encode(self, values: np.ndarray, ids: np.ndarray, step: int, data: np.ndarray, rows: np.ndarray) -> None:
+        """Store ``values`` (n, dim) float32 as rows ``rows`` of ``data`` (their values only);
+        ``ids`` (n,) and ``step`` key the stochastic rounding. A non-finite value stays
+        non-finite (``first_nonfinite`` finds it)."""
+
+    # --- built on the two above ------------------------------------------------------------
+
+    def working(self, data: np.ndarray, rows: np.ndarray, dim: int) -> np.ndarray:
+        """(n, dim + state) float32: the rows decoded, the optimizer's view of them."""
+        vw = self.value_words(dim)
+        work = np.empty((len(rows), dim + data.shape[1] - vw), np.float32)
+        self.decode(data, rows, dim, work[:, :dim])
+        work[:, dim:] = data[rows, vw:]
+        return work
+
+    def store(self, data: np.ndarray, rows: np.ndarray, work: np.ndarray, dim: int, ids: np.ndarray,
+              step: int) -> None:
+        """Write working rows (n, dim + state) back: values encoded, state as it is."""
+        vw = self.value_words(dim)
+        self.encode(np.ascontiguousarray(work[:, :dim]), ids, step, data, rows)
+        data[rows, vw:] = work[:, dim:]
+
+    def first_nonfinite(self, data: np.ndarray, rows: np.ndarray, lo: int, hi: int, dim: int) -> int:
+        """The first i in [lo, hi) whose row rows[i] holds NaN or Inf (values or state), or -1."""
+        work = self.working(data, rows[lo:hi], dim)
+        bad = np.flatnonzero(~np.isfinite(work).all(axis=1))
+        return lo + int(bad[0]) if len(bad) else -1
+
+    def values(self, data: np.ndarray, dim: int) -> np.ndarray:
+        """(n, dim) float32: the values of every row of ``data`` (n, width), decoded."""
+        out = np.empty((len(data), dim), np.float32)
+        for lo in range(0, len(data), BLOCK):
+            hi = min(len(data), lo + BLOCK)
+            self.decode(data, np.arange(lo, hi, dtype=np.int64), dim, out[lo:hi])
+        return out
+
+    def all_finite(self, data: np.ndarray, dim: int) -> bool:
+        """Whether every value and state of the rows of ``data`` is finite (in blocks: no full copy)."""
+        rows = np.arange(len(data), dtype=np.int64)
+        return all(self.first_nonfinite(data, rows, lo, min(len(data), lo + BLOCK), dim) < 0
+                   for lo in range(0, len(data), BLOCK))
+
+    def __repr__(self) -> str:
+        return f"<row format {self.name}>"
