@@ -168,3 +168,24 @@ def test_geo_pushes_changes_only_at_the_end_of_each_interval():
     emb.step = 4
     emb(sparse)  # a new interval begins: the three steps' change reaches the servers
     np.testing.assert_allclose(rows_of(client, "a", [1]), start - 3.0, rtol=1e-6)
+
+
+def test_hash_buckets_fold_ids_into_shared_rows():
+    from cardinal.embedding.hashing import fold
+
+    ids = np.arange(-5000, 5000, dtype=np.int64)
+    buckets = np.empty_like(ids)
+    fold(ids, 7, buckets)
+    assert buckets.min() >= 0 and buckets.max() < 7 and np.bincount(buckets).min() > 1300  # spread evenly
+    client = embedded(CONFIG, 2)
+    emb = EmbeddingCollection(client, FEATURES, "none", buckets=3)
+    out = emb(SPARSE)
+    for field, table in FEATURES.items():  # each id reads the row of its bucket
+        folded = np.empty_like(SPARSE[field].values)
+        fold(SPARSE[field].values, 3, folded)
+        np.testing.assert_array_equal(out[field].detach().numpy(), rows_of(client, table, folded))
+    sum(o.sum() for o in out.values()).backward()
+    emb.flush()
+    assert sum(s["tables"]["a"]["rows"] for s in client.stats()) <= 3  # only buckets were ever made
+    with pytest.raises(ValueError, match="buckets must be >= 0"):
+        EmbeddingCollection(client, FEATURES, buckets=-1)

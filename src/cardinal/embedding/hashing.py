@@ -17,6 +17,7 @@ import numpy as np
 
 U64 = np.uint64
 ROUTE_SEED = 0x2545F4914F6CDD1D
+FOLD_SALT = 0x6A09E667F3BCC909
 ROUTING_NAME = "murmur3-fmix64(id ^ 0x2545F4914F6CDD1D) % n_shards"
 
 
@@ -27,6 +28,17 @@ def index_hash(key):
     z = (z ^ (z >> U64(30))) * U64(0xBF58476D1CE4E5B9)
     z = (z ^ (z >> U64(27))) * U64(0x94D049BB133111EB)
     return z ^ (z >> U64(31))
+
+
+@nb.njit(nogil=True, cache=True)
+def fold(ids, n, out):
+    """out[i] = the bucket in [0, n) of ids[i]: the hashing trick (ids that share a bucket share
+    a row). A third hash, salted, so buckets are independent of shards and index slots.
+
+    ids, out,  # (m,) int64
+    """
+    for i in range(ids.shape[0]):
+        out[i] = np.int64(index_hash(U64(ids[i]) ^ U64(FOLD_SALT)) % U64(n))
 
 
 @nb.njit(inline="always")

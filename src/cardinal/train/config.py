@@ -116,6 +116,8 @@ class EmbeddingConfig:
     storage: str = "fp32"         # how servers store values (embedding/formats): fp32, fp16, bf16, int8 (a per-row
                                   # scale); optimizer state stays float32; pulls read float32 either way
     table_storage: dict = field(default_factory=dict)  # per table, e.g. {emb = "int8"}; baseline tables lr_X: fp32
+    hash_buckets: int = 0         # the hashing trick (a baseline for the formats): ids fold into this many rows per
+                                  # table, colliding ids share one; 0: every id its own row
 
     def mode(self, distributed: bool) -> str:
         """The consistency this run trains with: "auto" is sync for servers or several workers."""
@@ -128,6 +130,8 @@ class EmbeddingConfig:
             raise ValueError(f"embedding.dim must be >= 1, got {self.dim}")
         if self.consistency not in ("auto", "sync", "async", "geo"):
             raise ValueError(f"embedding.consistency must be 'auto', 'sync', 'async' or 'geo', got {self.consistency!r}")
+        if self.hash_buckets < 0:
+            raise ValueError(f"embedding.hash_buckets must be >= 0 (0: off), got {self.hash_buckets}")
         if self.geo_interval < 1:
             raise ValueError(f"embedding.geo_interval must be >= 1, got {self.geo_interval}")
         if self.staleness < 0:

@@ -134,7 +134,7 @@ class Trainer:
         staleness = e.staleness if self.consistency == "async" else None
         self.embedding = EmbeddingCollection(self._cached(self._source()), tables.features(recipe), e.pooling,
                                              staleness, timeout=recipe.ps.timeout_s, clip=CowClip.from_config(e),
-                                             staging=self.staging)
+                                             staging=self.staging, buckets=e.hash_buckets)
         d = recipe.dense_optimizer
         self.optimizer = getattr(torch.optim, DENSE_OPTIMIZERS[d.name])(self.model.parameters(), lr=self._dense_lr(),
                                                                         weight_decay=d.weight_decay)

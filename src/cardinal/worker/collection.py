@@ -52,6 +52,7 @@ from torch import nn
 
 from cardinal.data.batch import Bag
 from cardinal.embedding import unique_inverse
+from cardinal.embedding.hashing import fold
 from cardinal.ps.client import PSClient
 from cardinal.ps.transport.base import DEFAULT_TIMEOUT, Handle
 from cardinal.worker.clip import CowClip
@@ -81,12 +82,19 @@ class EmbeddingCollection(nn.Module):
     pooled (``CompiledPooling`` by default). ``clip``: per-id gradient clipping (``CowClip``)
     before each push, none by default. ``staging``: the device the rows go to (a ``DeviceRows``;
     pooling is then ``TorchPooling``), none (the CPU, no copies) by default. ``timings`` holds
-    seconds spent in dedup, pull_wait, h2d (staging copies) and push (settling pushes)."""
+    seconds spent in dedup, pull_wait, h2d (staging copies) and push (settling pushes).
+    ``buckets``: the hashing trick, each table's ids folded into that many rows by a hash
+    (``hashing.fold``; ids sharing a bucket share a row), 0 (the default) for none: what a user
+    short of memory would do without Cardinal's row formats, kept to measure them against."""
 
     def __init__(self, rows: PSClient | RowSource, features: dict[str, str], pooling: str = "sum",
                  staleness: int | None = 1, max_in_flight: int | None = None, timeout: float = DEFAULT_TIMEOUT,
-                 pooler: Pooling | None = None, clip: CowClip | None = None, staging: DeviceRows | None = None):
+                 pooler: Pooling | None = None, clip: CowClip | None = None, staging: DeviceRows | None = None,
+                 buckets: int = 0):
         super().__init__()
+        if buckets < 0:
+            raise ValueError(f"buckets must be >= 0 (0: no hashing trick), got {buckets}")
+        self.buckets = buckets
         if pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
         if staleness is not None and staleness < 0:
@@ -128,6 +136,8 @@ class EmbeddingCollection(nn.Module):
         for table, fields in self._fields.items():
             start_time = time.perf_counter()
             values = np.concatenate([sparse[f].values for f in fields])
+            if self.buckets:
+                fold(values, self.buckets, values)
             unique, inverse = unique_inverse(values)
             offsets, base = [], 0
             for f in fields:
