@@ -43,19 +43,20 @@ def ref_encode(name, values, ids, step):
         h = ((b + (noise(ids, step, dim) & np.uint64(0xFFFF))) >> np.uint64(16)).astype(np.uint16)
         h[np.isnan(values)] = 0x7FC0
         out.view(np.uint16)[:, :dim] = h
-    elif name == "fp16":
-        u = uniform(ids, step, dim)
+    elif name == "fp16":  # on the bits: 13 random bits added below a normal half's, truncated; steps of 2**-24 below
+        r, u = noise(ids, step, dim), uniform(ids, step, dim)
         for i in range(n):
             for j in range(dim):
-                x = values[i, j]
-                near = np.float16(x)
-                if not math.isfinite(x) or (math.isinf(near) and math.isfinite(x)):
-                    out.view(np.float16)[i, j] = near
-                    continue
-                lo = near if np.float32(near) <= x else np.nextafter(near, np.float16(-np.inf))
-                hi = near if np.float32(near) >= x else np.nextafter(near, np.float16(np.inf))
-                p = 0.0 if lo == hi else (x - np.float32(lo)) / (np.float32(hi) - np.float32(lo))
-                out.view(np.float16)[i, j] = hi if u[i, j] < p else lo
+                b = int(values[i:i + 1, j].view(np.uint32)[0])
+                sign, mag = (b >> 16) & 0x8000, b & 0x7FFFFFFF
+                if mag > 0x7F800000:
+                    h = 0x7E00
+                elif mag >= 0x38800000:
+                    h = sign | min((mag - (112 << 23) + (int(r[i, j]) & 0x1FFF)) >> 13, 0x7C00)
+                else:
+                    x = np.float32(abs(values[i, j])) * np.float32(2**24)
+                    h = sign | int(np.floor(np.float32(x + u[i, j])))
+                out.view(np.uint16)[i, j] = h
     else:
         u = uniform(ids, step, dim)
         for i in range(n):
@@ -90,7 +91,16 @@ finite32 = st.floats(-1e4, 1e4, width=32, allow_subnormal=True)
 def test_each_encoder_is_its_reference_bit_for_bit(name, n, dim, step, data):
     values = np.array(data.draw(st.lists(finite32, min_size=n * dim, max_size=n * dim)), np.float32).reshape(n, dim)
     ids = np.array(data.draw(st.lists(st.integers(-2**63, 2**63 - 1), min_size=n, max_size=n)), np.int64)
-    assert encode(name, values, ids, step).tobytes() == ref_encode(name, values, ids, step).tobytes()
+    got = encode(name, values, ids, step)
+    assert got.tobytes() == ref_encode(name, values, ids, step).tobytes()
+    decoded = decode(name, got, dim)
+    if name == "fp16":  # each value becomes one of the two halves around it
+        near = values.astype(np.float16)
+        other = np.nextafter(near, np.where(near.astype(np.float32) < values, np.float16(np.inf), np.float16(-np.inf)))
+        assert ((decoded == near.astype(np.float32)) | (decoded == other.astype(np.float32))).all()
+    elif name == "bf16":  # ... of the two bf16 values around it
+        low = values.view(np.uint32) & np.uint32(0xFFFF0000)
+        assert ((decoded.view(np.uint32) == low) | (decoded.view(np.uint32) == low + np.uint32(0x10000))).all()
 
 
 @pytest.mark.parametrize("name, bound", [("fp16", 2**-10), ("bf16", 2**-7), ("int8", 1 / 127)])

@@ -3,7 +3,7 @@
     ps_rows, ps_bytes           rows (all tiers) and bytes in RAM of every table on every server
     ps_bytes_max_shard          the fullest server's bytes in RAM (what ps.memory_budget bounds)
     ps_disk_rows, ps_disk_bytes rows and bytes in the disk tiers (ps.disk_budget)
-    ps_<table>_rows             per table: rows, ...
+    ps_<table>_rows, _bytes     per table: rows (all tiers), bytes in RAM (rows in their format, hash index, ...
     ps_<table>_refused          ... sightings of new ids the admission filter held back (pulls)
     ps_<table>_dropped          ... gradient rows of ids without a row, dropped (pushes)
     ps_<table>_evicted_<why>    ... rows deleted, by reason: budget, disk_budget, ttl_steps, ttl_seconds
@@ -23,7 +23,7 @@ def server_metrics(client: PSClient) -> dict:
             out["ps_rows"] += t["rows"]
             out["ps_bytes"] += t["bytes"]
             out["ps_disk_rows"] += t["disk_rows"]
-            for key in ("rows", "refused", "dropped", "faulted", "demoted"):
+            for key in ("rows", "bytes", "refused", "dropped", "faulted", "demoted"):
                 out[f"ps_{name}_{key}"] = out.get(f"ps_{name}_{key}", 0) + t[key]
             out[f"ps_{name}_requested"] = out.get(f"ps_{name}_requested", 0) + t["requested"]
             for why, n in t["evicted"].items():
