@@ -18,7 +18,7 @@ import pytest
 from cardinal.embedding import TableConfig
 from cardinal.ps import PSClient, ShardStore, StoreConfig, checkpoint, embedded
 from cardinal.ps.server import READY, ServerOptions, ShardServer
-from cardinal.ps.servicer import SERVICE
+from cardinal.ps.servicer import SERVICE, ShardServicer
 from cardinal.ps.routing import route
 from cardinal.ps.transport import wire
 from cardinal.ps.transport.grpc_transport import GrpcTransport, ServerRestarted, ShardRequestError
@@ -340,11 +340,14 @@ def test_a_frozen_server_is_named_within_the_deadline(cluster):
 
 
 @pytest.mark.slow
-def test_a_call_its_caller_abandons_while_sending_is_not_logged_as_a_server_bug(tmp_path, caplog):
+def test_a_call_its_caller_abandons_while_sending_is_not_logged_as_a_server_bug(tmp_path, caplog, monkeypatch):
+    arrived = threading.Event()  # the handler runs and waits for the message: then the caller gives up
+    authorize = ShardServicer._authorize
+    monkeypatch.setattr(ShardServicer, "_authorize", lambda self, md: (authorize(self, md), arrived.set())[0])
     server = ShardServer(ShardStore(StoreConfig((TableConfig("t", 4),))), tmp_path, JOB, TOKEN, ServerOptions()).start()
     started = threading.Event()
 
-    def slow_message():  # the caller gives up (its deadline) before its message is sent
+    def slow_message():  # never sent: the caller cancels first
         started.set()
         time.sleep(8.0)
         yield _pull_message(np.arange(1, dtype=np.int64), table="t")
@@ -352,10 +355,10 @@ def test_a_call_its_caller_abandons_while_sending_is_not_logged_as_a_server_bug(
     try:
         with grpc.insecure_channel(f"127.0.0.1:{server.port}") as ch, caplog.at_level("DEBUG", "cardinal.ps.servicer"):
             call = ch.stream_unary(f"/{SERVICE}/Pull").future(
-                slow_message(), metadata=(("x-cardinal-job", JOB), ("x-cardinal-token", TOKEN)),
-                timeout=4.0)  # room for a loaded machine to start the handler before the deadline cancels the call
-            # (1.5 s was once too little in a full CI run: the handler never started, so nothing was logged)
-            with pytest.raises(grpc.RpcError):
+                slow_message(), metadata=(("x-cardinal-job", JOB), ("x-cardinal-token", TOKEN)), timeout=60)
+            assert arrived.wait(30), "the handler never started"  # (a deadline raced a loaded machine's scheduler)
+            call.cancel()
+            with pytest.raises(grpc.FutureCancelledError):
                 call.result()
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline and not any("cancelled" in r.getMessage() or r.levelname == "ERROR"
