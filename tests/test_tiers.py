@@ -48,6 +48,18 @@ def test_rows_written_to_the_rocks_tier_read_back_bit_for_bit(tmp_path):
     assert not (tmp_path / "t").exists()
 
 
+def test_the_tier_counts_the_bytes_put_and_written_to_its_files(tmp_path):
+    tier = RocksTier(tmp_path / "t", 5)
+    try:
+        tier.put(rows(20_000, 5))
+        put, written = tier.io_bytes()
+        assert put >= 20_000 * (8 + 4 * 7) and written == 0  # all in its memtable so far
+        tier._db.flush()
+        assert tier.io_bytes()[0] == put and tier.io_bytes()[1] > 0  # a file now: its write amplification is > 0
+    finally:
+        tier.close()
+
+
 def test_a_failed_tier_write_writes_nothing(tmp_path, monkeypatch):
     tier = RocksTier(tmp_path / "t", 5)
     try:

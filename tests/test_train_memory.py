@@ -40,6 +40,7 @@ def test_a_run_with_most_rows_on_disk_is_bitwise_the_run_in_ram(tmp_path):
                                  f'ps.disk_dir="{tmp_path / "tiers"}"'), tmp_path / "tiered", progress=False)
     summary = tiered.fit()
     assert summary["ps_disk_rows"] > summary["ps_rows"] / 3  # many rows ended on disk (even rows in flight)...
+    assert summary["ps_disk_write_amp"] >= 0  # RocksDB's bytes written over the bytes put in it, counted
     assert summary["ps_emb_faulted"] > 0                       # ...and came back when used
     assert 0 < summary["ps_emb_ram_hit_rate"] < 1
     same(state(ram), state(tiered))

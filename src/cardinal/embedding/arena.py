@@ -83,3 +83,12 @@ class Arena:
         hi = stop * self.row_bytes // PAGE * PAGE
         if hi > lo and hasattr(mmap, "MADV_DONTNEED"):
             self._map.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
+
+    def close(self) -> None:
+        """Unmap the arena now (not when the last reference goes): its memory is back with the OS.
+        Raises ``BufferError`` while a view of it is held elsewhere."""
+        self.array = None
+        if self._map is not None:
+            self._map.close()
+            self._map = None
+        self._capacity = 0

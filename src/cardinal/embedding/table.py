@@ -12,7 +12,10 @@ dropped. Rows can be deleted (``delete``, ``evict``); the live rows stay 0..size
 training request moves the rows it needs back in first, so every update happens in RAM and a
 run gives the same bits whichever tier held a row in between (``demote`` moves rows out). Values
 may be stored at lower precision (``formats/``: fp16, bf16, int8): pulls decode, pushes run the
-optimizer on decoded float32 rows and encode them back. A lookup-only pull (``create=False``) never inserts and
+optimizer on decoded float32 rows and encode them back; or in chunks that a row keeps only while
+they are worth their memory (``chunks > 1``, ``formats/chunked.py``, passes by ``adjust_dims``).
+Whole-table paths (export, checkpoints, the cold tier, digests, checks) see rows in the format's
+portable form (``formats/base.py``). A lookup-only pull (``create=False``) never inserts and
 returns zeros for unknown ids. Callers validate requests (``ps/validate.py``); the table
 asserts only its invariants. One lock per table: kernels release the GIL, so different
 tables (and shards) update in parallel threads.
@@ -31,6 +34,7 @@ from cardinal.embedding import row_kernels as RK
 from cardinal.embedding.admission import AdmissionFilter
 from cardinal.embedding.compaction import delete_rows
 from cardinal.embedding.dedup import segment_max, segment_sum, unique_inverse
+from cardinal.embedding.formats.base import BLOCK
 from cardinal.embedding.formats.rounding import INIT_STEP
 from cardinal.embedding.hashing import init_rows
 from cardinal.embedding.index import IdIndex
@@ -53,6 +57,9 @@ class TableConfig:
     init_scale: float = 0.01  # new rows are uniform in [-init_scale, init_scale)
     seed: int = 0
     storage: str = "fp32"     # how values are stored (``formats/``): fp32, fp16, bf16, int8
+    chunks: int = 1           # > 1: values (fp32) in this many chunks a row frees and revives (formats/chunked.py)
+    chunk_target: float = 1.0  # ... keeping at most this share of the RAM rows' chunks live
+    chunk_tail: int = 0       # ... after the chunks, this many columns never freed (a wide part's weight)
 
     def __post_init__(self):
         if not self.name or not self.name.replace("_", "").replace("-", "").isalnum():
@@ -64,11 +71,39 @@ class TableConfig:
         if self.storage not in formats.FORMATS:
             raise ValueError(f"table {self.name!r}: storage must be one of {list(formats.FORMATS)}, "
                              f"got {self.storage!r}")
+        if not isinstance(self.chunks, int) or self.chunks < 1:
+            raise ValueError(f"table {self.name!r}: chunks must be an integer >= 1 (1: off), got {self.chunks!r}")
+        if not isinstance(self.chunk_tail, int) or not 0 <= self.chunk_tail < self.dim:
+            raise ValueError(f"table {self.name!r}: chunk_tail must be an integer in [0, dim), got {self.chunk_tail!r}")
+        if not 0 < self.chunk_target <= 1:
+            raise ValueError(f"table {self.name!r}: chunk_target must be in (0, 1], got {self.chunk_target!r}")
+        if self.chunks > 1:
+            if (self.dim - self.chunk_tail) % self.chunks:
+                raise ValueError(f"table {self.name!r}: dim {self.dim} - chunk_tail {self.chunk_tail} must be "
+                                 f"divisible by chunks {self.chunks}")
+            if self.chunk_target * self.chunks < 1:
+                raise ValueError(f"table {self.name!r}: chunk_target must be >= 1 / chunks = {1 / self.chunks:g} "
+                                 f"(every row keeps its first chunk), got {self.chunk_target}")
+            if self.storage != "fp32":
+                raise ValueError(f"table {self.name!r}: chunks > 1 stores values as fp32 in its chunks; "
+                                 f"storage must be 'fp32', got {self.storage!r}")
+
+
+def make_format(config: TableConfig, optimizer: SparseOptimizer) -> formats.RowFormat:
+    """The table's row format: a shared one by name, or its own chunk pool (``chunks > 1``)."""
+    if config.chunks == 1:
+        return formats.get(config.storage)
+    return formats.Chunked(config.dim, config.chunks, config.chunk_tail, optimizer.state_width, config.chunk_target)
 
 
 def stored_width(config: TableConfig, optimizer: SparseOptimizer) -> int:
     """float32 words a stored row takes: its encoded values, then the optimizer's state."""
-    return formats.get(config.storage).value_words(config.dim) + optimizer.state_width(config.dim)
+    return make_format(config, optimizer).width(config.dim, optimizer.state_width(config.dim))
+
+
+def portable_width(config: TableConfig, optimizer: SparseOptimizer) -> int:
+    """float32 words of a row in the cold tier and in checkpoints (``formats/base.py``)."""
+    return make_format(config, optimizer).portable_width(config.dim, optimizer.state_width(config.dim))
 
 
 class EmbeddingTable:
@@ -78,16 +113,17 @@ class EmbeddingTable:
         self.config = config
         self.dim = config.dim
         self.optimizer = optimizer
-        self.format = formats.get(config.storage)
-        width = stored_width(config, optimizer)
+        self.format = make_format(config, optimizer)
+        width = self.format.width(self.dim, optimizer.state_width(self.dim))
+        self.portable_width = self.format.portable_width(self.dim, optimizer.state_width(self.dim))
         self.storage = storage if storage is not None else MemoryRowStorage(width, capacity)
         assert self.storage.width == width
         self.index = IdIndex(capacity)
         self.lock = threading.RLock()  # re-entrant: a store holds every table's lock at once to save a shard
-        self._backup = np.empty((0, width), np.float32)  # copies of rows a push updates (lock held)
+        self._backup = np.empty((0, self.portable_width), np.float32)  # rows a push updates, portable (lock held)
         self.admission = admission
         self.cold = cold
-        assert cold is None or cold.width == width
+        assert cold is None or cold.width == self.portable_width
         self.refused = 0   # sightings of ids the filter did not admit (pulls)
         self.dropped = 0   # gradient rows of ids without a row, dropped (pushes, with a filter)
         self.evicted: dict[str, int] = {}  # rows deleted, by reason
@@ -103,8 +139,13 @@ class EmbeddingTable:
     @property
     def nbytes(self) -> int:
         """Bytes in RAM: the rows there, the index, the admission filter's state, the cold tier's key filter."""
-        return self.storage.nbytes + self.index.nbytes + (self.admission.nbytes if self.admission else 0) \
+        return self.row_bytes + self.index.nbytes + (self.admission.nbytes if self.admission else 0) \
             + (self.cold.ram_bytes if self.cold is not None else 0)
+
+    @property
+    def row_bytes(self) -> int:
+        """Bytes of the RAM rows: their words, and what the format holds for them outside (chunks)."""
+        return self.storage.nbytes + self.format.extra_bytes
 
     @property
     def cold_bytes(self) -> int:
@@ -183,7 +224,7 @@ class EmbeddingTable:
         if self.cold is None or len(self.cold) == 0 or len(missing) == 0:
             return
         found, cold = self.cold.get(ids[missing])
-        out[missing[found]] = self.format.values(cold.data, self.dim)
+        out[missing[found]] = self.cold_values(cold.data)
 
     def _lookup(self, ids, rows, out, step, seen) -> None:
         """The fast path of a pull, in parallel by sub-table (lock held). The arena views are
@@ -242,10 +283,10 @@ class EmbeddingTable:
                 missing = missing[:0]
             stored = self._coded(update, unique, step)  # on stored rows: decoded, updated, encoded back
             fresh, release = None, None
-            if len(missing):
-                fresh = self._stored(self._fresh(unique[missing]), unique[missing], step, update, summed[missing],
-                                     missing)
-                bad = self.format.first_nonfinite(fresh, np.arange(len(missing)), 0, len(missing), self.dim)
+            if len(missing):  # the new rows, portable, not stored yet
+                fresh = self._made(unique[missing], step, update, summed[missing], missing)
+                bad = self.format.portable_form.first_nonfinite(fresh, np.arange(len(missing)), 0, len(missing),
+                                                                self.dim)
                 if bad >= 0:
                     raise self._non_finite(kind, unique[missing[bad]])
                 release = admit(len(missing)) if admit is not None else None
@@ -255,9 +296,10 @@ class EmbeddingTable:
                     self._update_in_place(cols.data, rows[present], summed[present], stored, kind, unique[present],
                                           present)
                     cols = None  # the arenas may grow now: no view of them may be held (arena.py)
-                    rows[missing] = self._rows(unique[missing])
+                    rows[missing] = self._rows(unique[missing], init=False)
                     cols = self.storage.columns()
-                    RK.restore_rows(cols.data, rows[missing], len(missing), fresh)  # the tried rows, written
+                    self._place(cols.data, rows[missing], fresh)  # the tried rows, written
+                    self.format.on_push(cols.data, rows[missing], summed[missing], self.dim)
                 else:
                     self._update_in_place(cols.data, rows, summed, stored, kind, unique)
             finally:
@@ -268,18 +310,28 @@ class EmbeddingTable:
     def _update_in_place(self, data, rows, summed, update, kind, ids, at: np.ndarray | None = None) -> None:
         """``update`` block by block; at the first non-finite result every block is restored.
         ``at``: the positions of ``rows`` among the push's unique ids (None: all of them, in order)."""
-        width = data.shape[1]
         if self._backup.shape[0] < len(rows):  # kept: a fresh array each push would fault its pages in
-            self._backup = np.empty((max(len(rows), 2 * self._backup.shape[0]), width), np.float32)
-        block = max(64, TRY_BLOCK_BYTES // (4 * width))
+            self._backup = np.empty((max(len(rows), 2 * self._backup.shape[0]), self.portable_width), np.float32)
+        block = max(64, TRY_BLOCK_BYTES // (4 * data.shape[1]))
         for lo in range(0, len(rows), block):
             hi = min(lo + block, len(rows))
-            RK.copy_rows(data, rows, lo, hi, self._backup)
+            if self.format.exact:
+                RK.copy_rows(data, rows, lo, hi, self._backup)
+            else:
+                self._backup[lo:hi] = self.format.portable(data, rows[lo:hi], self.dim)
+            self.format.on_push(data, rows[lo:hi], summed[lo:hi], self.dim)
             update(data, rows[lo:hi], summed[lo:hi], slice(lo, hi) if at is None else at[lo:hi])
             bad = self.format.first_nonfinite(data, rows, lo, hi, self.dim)
             if bad >= 0:
-                RK.restore_rows(data, rows, hi, self._backup)
+                self._place(data, rows[:hi], self._backup[:hi])
                 raise self._non_finite(kind, ids[bad])
+
+    def _place(self, data, rows: np.ndarray, portable: np.ndarray) -> None:
+        """Rows ``rows`` of ``data`` hold the portable rows ``portable`` (fp32: the words, by a compiled copy)."""
+        if self.format.exact:
+            RK.restore_rows(data, rows, len(rows), portable)
+        else:
+            self.format.place(data, rows, portable, self.dim)
 
     def _coded(self, update, ids: np.ndarray, step: int):
         """``update`` (of working rows) as an update of stored rows; itself for fp32. ``ids``: the
@@ -293,16 +345,13 @@ class EmbeddingTable:
             self.format.store(data, rows, work, self.dim, ids[at], step)
         return coded
 
-    def _stored(self, work: np.ndarray, ids: np.ndarray, step: int, update=None, g=None, at=None) -> np.ndarray:
-        """Working rows (after ``update(work, all, g, at)`` if given) in the stored form, not stored."""
-        local = np.arange(len(ids), dtype=np.int64)
+    def _made(self, ids: np.ndarray, step: int, update=None, g=None, at=None) -> np.ndarray:
+        """The portable rows new ``ids`` start as (after ``update(work, all, g, at)`` if given), values
+        encoded at ``step``; not stored."""
+        work = self._fresh(ids)
         if update is not None:
-            update(work, local, g, at)
-        if self.format.exact:
-            return work
-        out = np.zeros((len(ids), self.storage.width), np.float32)
-        self.format.store(out, local, work, self.dim, ids, step)
-        return out
+            update(work, np.arange(len(ids), dtype=np.int64), g, at)
+        return work if self.format.exact else self.format.from_working(work, ids, step, self.dim)
 
     def _fresh(self, ids: np.ndarray) -> np.ndarray:
         """The working rows (float32 values, then optimizer state) new ``ids`` would start as, not stored."""
@@ -316,18 +365,19 @@ class EmbeddingTable:
                                "(values or optimizer state) NaN or Inf; nothing was changed: lower the learning "
                                "rate or clip gradients")
 
-    def _rows(self, ids: np.ndarray) -> np.ndarray:
-        """Rows of ``ids``, creating and initialising the missing ones (lock held)."""
+    def _rows(self, ids: np.ndarray, init: bool = True) -> np.ndarray:
+        """Rows of ``ids``, creating the missing ones: initialised, or (``init=False``) left as zeros
+        for the caller to ``_place`` at once (lock held)."""
         n = self.storage.size
         self.storage.reserve(n + len(ids))
         cols = self.storage.columns()
         rows, n_new = self.index.find_or_insert(cols.ids, n, ids)
-        if n_new > n and self.format.exact:
+        if n_new > n and init and self.format.exact:
             seed, scale = np.int64(self.config.seed), np.float32(self.config.init_scale)
             parallel.over_rows(n, n_new, lambda lo, hi: init_rows(cols.ids, cols.data, lo, hi, self.dim, seed, scale))
             self.optimizer.init_state(cols.data, n, n_new, self.dim)
-        elif n_new > n:
-            cols.data[n:n_new] = self._stored(self._fresh(cols.ids[n:n_new]), cols.ids[n:n_new], INIT_STEP)
+        elif n_new > n and init:
+            self.format.place(cols.data, np.arange(n, n_new), self._made(cols.ids[n:n_new], INIT_STEP), self.dim)
         self.storage.size = n_new
         return rows
 
@@ -350,9 +400,8 @@ class EmbeddingTable:
     def demote(self, select: Callable[[Columns, int], np.ndarray]) -> int:
         """Move the RAM rows ``select(columns, size)`` names to the cold tier; returns how many."""
         with self.lock:
-            cols = self.storage.columns()
-            rows = np.unique(select(cols, self.storage.size))
-            self.cold.put(Columns(*(np.array(c[rows]) for c in cols)))  # all or nothing, before RAM lets go
+            rows = np.unique(select(self.storage.columns(), self.storage.size))
+            self.cold.put(self._ram_rows(rows))  # all or nothing, before RAM lets go
             self.demoted += len(rows)
             return self._delete(rows, moved=True)
 
@@ -378,9 +427,10 @@ class EmbeddingTable:
     def _delete(self, rows: np.ndarray, moved: bool = False) -> int:
         """Delete RAM rows; unless they ``moved`` (to the cold tier, or are being replaced), their ids
         are logged as deleted."""
-        size = self.storage.size
+        size, rows = self.storage.size, np.unique(np.asarray(rows, np.int64))
         if not moved and len(rows):
             self.deleted.append(np.unique(self.storage.columns().ids[rows]))
+        self.format.release(self.storage.columns().data, rows)
         self.storage.shrink(delete_rows(self.index, self.storage.columns(), size, rows))
         return size - self.storage.size
 
@@ -390,13 +440,32 @@ class EmbeddingTable:
         """(n, dim) float32: the values of stored rows ``data`` (n, width), decoded (``formats/``)."""
         return self.format.values(data, self.dim)
 
+    def cold_values(self, data: np.ndarray) -> np.ndarray:
+        """(n, dim) float32: the values of portable rows ``data`` (the cold tier's, a checkpoint's)."""
+        return self.format.portable_form.values(data, self.dim)
+
+    def _ram_rows(self, rows: np.ndarray) -> Columns:
+        """Copies of RAM rows ``rows``, their data portable (lock held)."""
+        cols = self.storage.columns()
+        return Columns(cols.ids[rows], self.format.portable(cols.data, rows, self.dim), cols.count[rows],
+                       cols.last_step[rows])
+
+    def adjust_dims(self) -> dict | None:
+        """The format's periodic pass over the RAM rows (``formats/chunked.py``: which chunks each row
+        keeps); None for a format without one."""
+        adjust = getattr(self.format, "adjust", None)
+        if adjust is None:
+            return None
+        with self.lock:
+            return adjust(self.storage.columns().data, self.storage.size, self.dim)
+
     def export(self, since: int | None = None) -> dict[str, np.ndarray]:
         """Copies of every row (RAM, then the cold tier): ids, data (values + state), count, last_step;
         with ``since``, only the rows pulled or pushed at a later step (a delta checkpoint's)."""
         with self.lock:
             n, cols = self.storage.size, self.storage.columns()
-            keep = slice(None) if since is None else np.flatnonzero(cols.last_step[:n] > since)
-            parts = [[np.array(col[:n][keep])] for col in cols]
+            keep = np.arange(n) if since is None else np.flatnonzero(cols.last_step[:n] > since)
+            parts = [[col] for col in self._ram_rows(keep)]
             for chunk in (self.cold.chunks() if self.cold is not None else ()):
                 keep = slice(None) if since is None else np.flatnonzero(chunk.last_step > since)
                 for part, col in zip(parts, chunk):
@@ -406,9 +475,9 @@ class EmbeddingTable:
     def row_chunks(self, size: int = 1 << 20):
         """Every row, ``size`` at a time (RAM, then the cold tier), as ``Columns`` of copies; the
         caller holds the lock throughout (a checkpoint streams a table larger than RAM this way)."""
-        n, cols = self.storage.size, self.storage.columns()
+        n = self.storage.size
         for lo in range(0, n, size):
-            yield Columns(*(np.array(c[lo:min(n, lo + size)]) for c in cols))
+            yield self._ram_rows(np.arange(lo, min(n, lo + size)))
         yield from (self.cold.chunks() if self.cold is not None else ())
 
     def snapshot(self, since: int | None = None) -> dict:
@@ -424,7 +493,7 @@ class EmbeddingTable:
             return {"rows": rows, "deleted": deleted, "admission": admission}
 
     def import_rows(self, ids, data, count, last_step) -> None:
-        """Insert rows as saved, e.g. from a checkpoint; ids must be unique and new to this table
+        """Insert rows as saved (portable), e.g. from a checkpoint; ids must be unique and new to this table
         (in any tier), else ValueError and nothing is inserted."""
         if len(ids) == 0:
             return
@@ -435,19 +504,18 @@ class EmbeddingTable:
 
     def _insert(self, rows: Columns) -> None:
         """New RAM rows holding exactly ``rows`` (lock held)."""
-        at = self._rows(rows.ids)
+        at = self._rows(rows.ids, init=False)
         assert at[0] == self.storage.size - len(rows.ids), "inserted ids must be new and unique"
         cols = self.storage.columns()
-        cols.data[at] = rows.data
+        self._place(cols.data, at, rows.data)
         cols.count[at] = rows.count
         cols.last_step[at] = rows.last_step
 
     def digest_parts(self) -> tuple[int, int]:
         """(sum, xor) of per-row hashes; combine shards with ``combine_digests``."""
         with self.lock:
-            cols = self.storage.columns()
-            parts = [RK.digest_rows(cols.ids, cols.data.view(np.int32), cols.count, cols.last_step, self.storage.size)]
-            for c in (self.cold.chunks() if self.cold is not None else ()):
+            parts = [(0, 0)]
+            for c in self.row_chunks(BLOCK):
                 parts.append(RK.digest_rows(c.ids, c.data.view(np.int32), c.count, c.last_step, len(c.ids)))
         return sum(int(t) for t, _ in parts) % 2**64, functools.reduce(operator.xor, (int(x) for _, x in parts))
 
@@ -460,6 +528,7 @@ class EmbeddingTable:
         with self.lock:
             n, cols = self.storage.size, self.storage.columns()
             self.index.check(cols.ids, n)
+            self.format.check_rows(cols.data, n)
             if self.admission is not None:
                 self.admission.check()
             if self.cold is not None:
@@ -467,10 +536,13 @@ class EmbeddingTable:
                 for chunk in self.cold.chunks():
                     cold += len(chunk.ids)
                     assert (self.index.find(cols.ids, chunk.ids) < 0).all(), "a row is in RAM and in the cold tier"
-                    assert self.format.all_finite(chunk.data, self.dim), \
+                    assert self.format.portable_form.all_finite(chunk.data, self.dim), \
                         f"table {self.config.name!r} holds a non-finite cold value"
                 assert cold == len(self.cold), "the cold tier's row count disagrees with its rows"
-            assert self.format.all_finite(cols.data[:n], self.dim), f"table {self.config.name!r} holds a non-finite value"
+            for lo in range(0, n, BLOCK):
+                rows = self.format.portable(cols.data, np.arange(lo, min(n, lo + BLOCK)), self.dim)
+                assert self.format.portable_form.all_finite(rows, self.dim), \
+                    f"table {self.config.name!r} holds a non-finite value"
 
 
 def combine_digests(parts: list[tuple[int, int]]) -> str:

@@ -2,7 +2,8 @@
 
     <root>/step-0000000042/
         shard-00000-of-00002/
-            user.ids.npy  user.data.npy  user.count.npy  user.last_step.npy  ...
+            user.ids.npy  user.data.npy  user.count.npy  user.last_step.npy  ...  (data: portable
+                              rows, ``embedding/formats/base.py``: values and state whole)
             user.admission.ids.npy ...  the table's admission filter state, if it keeps any
             manifest.json     the shard's files, sizes and crc32s; written after them
         shard-00001-of-00002/ ...
@@ -81,8 +82,8 @@ def save_shard(step_path: Path, shard: int, n_shards: int, step: int, tables: di
                 failpoint("save.shard_file_written")
         if base is not None:
             files[DELETED] = write_array(out / f"{name}.{DELETED}.npy", snap["deleted"])
-        manifest["tables"][name] = {"dim": table.dim, "width": table.storage.width, "storage": table.format.name,
-                                    "rows": n,
+        manifest["tables"][name] = {"dim": table.dim, "width": table.portable_width, "storage": table.format.name,
+                                    "chunks": table.config.chunks, "chunk_tail": table.config.chunk_tail, "rows": n,
                                     "init_scale": table.config.init_scale, "seed": table.config.seed,
                                     "optimizer": table.optimizer.describe(), "files": files}
         if snap["admission"] is not None:
@@ -96,7 +97,7 @@ def save_shard(step_path: Path, shard: int, n_shards: int, step: int, tables: di
 
 def _write_chunks(out: Path, name: str, table) -> dict:
     """A table's four column files, written from ``table.row_chunks()`` (its lock held by the caller)."""
-    n, width = len(table), table.storage.width
+    n, width = len(table), table.portable_width
     shapes = {"ids": ((n,), np.int64), "data": ((n, width), np.float32), "count": ((n,), np.uint32),
               "last_step": ((n,), np.uint32)}
     writers = {c: ArrayWriter(out / f"{name}.{c}.npy", dtype, shape) for c, (shape, dtype) in shapes.items()}

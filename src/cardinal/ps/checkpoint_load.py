@@ -116,6 +116,10 @@ def _check_manifest(path: Path, m: dict, shard: int, n_shards: int, step: int, b
         for key in ("dim", "width", "rows"):
             if not _is_int(t.get(key)) or t[key] < (0 if key == "rows" else 1):
                 raise ValueError(f"{where}: {key} must be a positive integer, got {t.get(key)!r}")
+        tail = t.get("chunk_tail", 0)
+        if not _is_int(chunks(t)) or chunks(t) < 1 or not _is_int(tail) or tail < 0:
+            raise ValueError(f"{where}: chunks must be an integer >= 1 and chunk_tail >= 0, got {t.get('chunks')!r}, "
+                             f"{t.get('chunk_tail')!r}")
         if not isinstance(t.get("optimizer"), dict) or not isinstance(t["optimizer"].get("name"), str):
             raise ValueError(f"{where}: 'optimizer' must be an object with a name")
         if storage(t) not in formats.FORMATS:
@@ -145,9 +149,10 @@ def _check_same_tables(step_path: Path, manifests: list[dict]) -> None:
         if set(m["tables"]) != set(first):
             raise ValueError(f"{where}: tables {sorted(m['tables'])} differ from shard 0's {sorted(first)}")
         for name, t in m["tables"].items():
-            for key in ("dim", "width", "optimizer"):
-                if t[key] != first[name][key]:
-                    raise ValueError(f"{where}: table {name!r} has {key} {t[key]!r}, shard 0 has {first[name][key]!r}")
+            for key in ("dim", "width", "optimizer", "chunks", "chunk_tail"):
+                if t.get(key) != first[name].get(key):
+                    raise ValueError(f"{where}: table {name!r} has {key} {t.get(key)!r}, shard 0 has "
+                                     f"{first[name].get(key)!r}")
             if storage(t) != storage(first[name]):
                 raise ValueError(f"{where}: table {name!r} stores {storage(t)}, shard 0 {storage(first[name])}")
 
@@ -157,8 +162,13 @@ def storage(entry: dict) -> str:
     return entry.get("storage", "fp32")
 
 
+def chunks(entry: dict):
+    """A saved table's chunks a row (``embedding/formats/chunked.py``); 1 (whole rows) before chunks."""
+    return entry.get("chunks", 1)
+
+
 def check_compatible(step_path: Path, info: dict, tables: dict) -> None:
-    """The saved tables are exactly the store's (names, dims, widths, optimizer)."""
+    """The saved tables are exactly the store's (names, dims, widths, optimizer, row format and chunks)."""
     saved = next(iter(info["manifests"].values()))["tables"]
     where = f"checkpoint {step_path.name}"
     if set(saved) != set(tables):
@@ -174,9 +184,14 @@ def check_compatible(step_path: Path, info: dict, tables: dict) -> None:
             raise ValueError(f"{where}: table {name!r} stores its values as {storage(s)}, the store as "
                              f"{table.format.name} (rows load in the form they were saved: set the table's "
                              f"embedding.storage to {storage(s)!r})")
-        if s["width"] != table.storage.width:
+        layout = (chunks(s), s.get("chunk_tail", 0))
+        if layout != (table.config.chunks, table.config.chunk_tail):
+            raise ValueError(f"{where}: table {name!r} was saved with {layout[0]} chunks a row (tail {layout[1]}), "
+                             f"the store has {table.config.chunks} (tail {table.config.chunk_tail}): rows load in "
+                             f"the layout they were saved in; set embedding.chunks = {layout[0]}")
+        if s["width"] != table.portable_width:
             raise ValueError(f"{where}: table {name!r} has rows of width {s['width']}, "
-                             f"the store's are {table.storage.width} wide")
+                             f"the store's are {table.portable_width} wide")
 
 
 def load_shard_rows(step_path: Path, info: dict, shard: int, n_shards: int, tables: dict) -> dict:

@@ -101,7 +101,7 @@ class Memory:
         """Evict the lowest-scored rows until the tables are under LOW_WATER x budget."""
         total = sum(t.nbytes for t in tables.values())
         need = total - LOW_WATER * self.budget
-        row_bytes = {name: t.storage.nbytes for name, t in tables.items()}
+        row_bytes = {name: t.row_bytes for name, t in tables.items()}
         reclaimable = sum(row_bytes.values())
         if need <= 0 or reclaimable == 0:
             return
@@ -129,7 +129,7 @@ class Memory:
         for name, nbytes in cold.items():
             t = tables[name]
             k = math.ceil(need * nbytes / sum(cold.values()) / (nbytes / len(t.cold)))
-            t.evict_cold(self._lowest_over_chunks(k, t.values, step), "disk_budget")
+            t.evict_cold(self._lowest_over_chunks(k, t.cold_values, step), "disk_budget")
 
     def _lowest_over_chunks(self, k: int, values, step: int):
         """A selection for ``evict_cold``: the ids of the k lowest scores over every chunk, kept as it scans."""

@@ -6,7 +6,9 @@ Every request is checked in full before anything changes (``validate.py``), so a
 request leaves the store as it was. The row limits live here too, so they hold for every
 transport (``limits.py``): rows per server and per request (``StoreFull``: nothing created, no
 sighting counted), the byte budget with eviction and time-to-live (``memory.py``), a push whose result would not be finite (refused whole, by the table), and
-exactly-once request ids with a bounded window per client (``request_log.py``).
+exactly-once request ids with a bounded window per client (``request_log.py``). Tables with
+chunked rows (``embedding/formats/chunked.py``) get their pass over which chunks each row keeps
+after the first push of each table at or past every ``chunk_every``-th step.
 """
 
 import contextlib
@@ -22,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from cardinal.embedding import EmbeddingTable, TableConfig
-from cardinal.embedding.table import stored_width
+from cardinal.embedding.table import portable_width
 from cardinal.embedding.admission import make_filter
 from cardinal.embedding.tiers import RocksTier
 from cardinal.memory_config import AdmissionConfig, EvictionConfig
@@ -38,13 +40,14 @@ from cardinal.ps.worker_steps import Origin, WorkerSteps, combined_counts
 @dataclass(frozen=True)
 class StoreConfig:
     """The tables every shard holds a part of, their sparse optimizer, each table's admission
-    filter (``embedding/admission``; a table not named admits every id) and the eviction
-    settings (``memory.py``)."""
+    filter (``embedding/admission``; a table not named admits every id), the eviction
+    settings (``memory.py``) and the steps between passes over chunked rows (tables with chunks > 1)."""
 
     tables: tuple[TableConfig, ...]
     optimizer: dict = field(default_factory=lambda: {"name": "rowwise_adagrad"})
     admission: dict[str, AdmissionConfig] = field(default_factory=dict)
     eviction: EvictionConfig = field(default_factory=EvictionConfig)
+    chunk_every: int = 100
 
     def __post_init__(self):
         names = [t.name for t in self.tables]
@@ -59,6 +62,8 @@ class StoreConfig:
                 raise TypeError(f"admission[{name!r}] must be an AdmissionConfig, got {type(spec).__name__}")
         if not isinstance(self.eviction, EvictionConfig):
             raise TypeError(f"eviction must be an EvictionConfig, got {type(self.eviction).__name__}")
+        if not isinstance(self.chunk_every, int) or isinstance(self.chunk_every, bool) or self.chunk_every < 1:
+            raise ValueError(f"chunk_every must be an integer >= 1, got {self.chunk_every!r}")
 
 
 class ShardStore:
@@ -92,6 +97,9 @@ class ShardStore:
         self._staged: tuple[str, dict, int] | None = None  # (token, tables, step) of a prepared load
         self._saved: int | None = None  # the step last saved or loaded: what a delta checkpoint may apply on
         self._stepped_back = False  # a request of a step <= _saved came since: a delta would miss its rows
+        self._passes: dict[str, int] = {}  # table -> step // chunk_every of its last pass over chunked rows
+        self._reshaped = False  # such a pass ran since _saved: it changed rows a delta would not hold
+        self._passing = threading.Lock()
         self._staging_lock = threading.Lock()
 
     def _fresh_tables(self) -> dict[str, EmbeddingTable]:
@@ -101,7 +109,7 @@ class ShardStore:
             cold = None
             if self._tiers is not None:
                 cold = RocksTier(self._tiers / f"{t.name}-shard{self.shard}-{uuid.uuid4().hex[:8]}",
-                                 stored_width(t, optimizer))
+                                 portable_width(t, optimizer))
                 self._tier_list.append(cold)
             tables[t.name] = EmbeddingTable(t, optimizer, admission=make_filter(self.config.admission.get(t.name)),
                                             cold=cold)
@@ -164,7 +172,18 @@ class ShardStore:
         self.step = max(self.step, step)
         self._note_step(step)
         self.memory.after(self.tables, step)
+        self._adjust_dims(table, step)
         return reply()
+
+    def _adjust_dims(self, table: str, step: int) -> None:
+        """The chunked table's pass, after its first push at or past each multiple of chunk_every."""
+        due = step // self.config.chunk_every
+        with self._passing:
+            if due <= self._passes.get(table, 0):
+                return
+            self._passes[table] = due
+        if self.tables[table].adjust_dims() is not None:
+            self._reshaped = True
 
     def _note_step(self, step: int) -> None:
         if self._saved is not None and step <= self._saved:
@@ -242,6 +261,10 @@ class ShardStore:
             if self._stepped_back:
                 raise ValueError(f"a delta checkpoint of step {step} on step {base}: shard {self.shard} has since "
                                  f"changed rows at a step <= {base}, which a delta cannot find; save a full one")
+            if self._reshaped:
+                raise ValueError(f"a delta checkpoint of step {step} on step {base}: shard {self.shard} has since "
+                                 "chosen which chunks its rows keep (embedding.chunks), a change to rows no push "
+                                 "touched, which a delta cannot find; save a full one")
         path = checkpoint.step_dir(root, step)
         if (path / checkpoint.COMMIT).exists():
             raise ValueError(f"a committed checkpoint for step {step} already exists in {root}")
@@ -249,7 +272,7 @@ class ShardStore:
             for t in self.tables.values():
                 fence.enter_context(t.lock)
             snapshots = {name: t.snapshot(base) for name, t in self.tables.items()}
-            self._saved, self._stepped_back = step, False
+            self._saved, self._stepped_back, self._reshaped = step, False, False
             return checkpoint.save_shard(path, self.shard, self.n_shards, step, self.tables, snapshots, base)
 
     def load(self, step_path: str, phase: str = "load", token: str | None = None) -> dict:
@@ -299,6 +322,7 @@ class ShardStore:
         old, self.tables, self.step, self._saved, self._stepped_back = self.tables, fresh, step, step, False
         _close_tiers(old)
         self.memory.swept = step // self.memory.config.every
+        self._passes, self._reshaped = {name: step // self.config.chunk_every for name in fresh}, False
         self.steps.reset(step)
         self.log.reset()
         return {"step": step, "rows": {n: len(t) for n, t in fresh.items()}}
@@ -332,7 +356,10 @@ class ShardStore:
                             "admission_bytes": t.admission.nbytes if t.admission else 0,
                             "refused": t.refused, "dropped": t.dropped, "evicted": dict(t.evicted),
                             "ram_rows": t.storage.size, "disk_rows": len(t) - t.storage.size, "disk_bytes": t.cold_bytes,
-                            "faulted": t.faulted, "demoted": t.demoted, "requested": t.requested}
+                            "faulted": t.faulted, "demoted": t.demoted, "requested": t.requested,
+                            "disk_io": t.cold.io_bytes() if t.cold is not None else (0, 0)}
+            if t.config.chunks > 1:
+                tables[name]["live_chunks"] = t.format.live
             if digest:
                 tables[name]["digest_parts"] = t.digest_parts()
         return {"shard": self.shard, "n_shards": self.n_shards, "step": self.step, "tables": tables,

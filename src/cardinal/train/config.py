@@ -118,6 +118,11 @@ class EmbeddingConfig:
     table_storage: dict = field(default_factory=dict)  # per table, e.g. {emb = "int8"}; baseline tables lr_X: fp32
     hash_buckets: int = 0         # the hashing trick (a baseline for the formats): ids fold into this many rows per
                                   # table, colliding ids share one; 0: every id its own row
+    chunks: int = 1               # FIITED (embedding/formats/chunked.py): > 1 splits each row's dim values into this
+                                  # many chunks; a row keeps the prefix of chunks its gradients show useful, freed
+                                  # chunks read zeros (a wide part's weight is never freed); 1: off
+    chunk_target: float = 1.0     # the share of chunks kept live on each server, in [1/chunks, 1] (each row keeps one)
+    chunk_every: int = 100        # steps between the passes that choose which chunks stay (and free the others' memory)
 
     def mode(self, distributed: bool) -> str:
         """The consistency this run trains with: "auto" is sync for servers or several workers."""
@@ -144,6 +149,19 @@ class EmbeddingConfig:
                 raise ValueError(f"{where} must be one of {list(STORAGE)}, got {name!r}")
         if self.pooling not in ("sum", "mean"):
             raise ValueError(f"embedding.pooling must be 'sum' or 'mean', got {self.pooling!r}")
+        if not isinstance(self.chunks, int) or self.chunks < 1 or self.dim % self.chunks:
+            raise ValueError(f"embedding.chunks must be an integer >= 1 dividing embedding.dim = {self.dim}, "
+                             f"got {self.chunks!r}")
+        if self.chunks == 1 and self.chunk_target != 1:
+            raise ValueError(f"embedding.chunk_target = {self.chunk_target} applies only with embedding.chunks > 1")
+        if not 1 / self.chunks <= self.chunk_target <= 1:
+            raise ValueError(f"embedding.chunk_target must be in [1 / chunks, 1] = [{1 / self.chunks:g}, 1] (every row "
+                             f"keeps its first chunk), got {self.chunk_target!r}")
+        if not isinstance(self.chunk_every, int) or self.chunk_every < 1:
+            raise ValueError(f"embedding.chunk_every must be an integer >= 1, got {self.chunk_every!r}")
+        if self.chunks > 1 and self.storage != "fp32":
+            raise ValueError(f"embedding.chunks > 1 stores values as fp32 in its chunks; set embedding.storage = "
+                             f"'fp32' (got {self.storage!r}) or embedding.chunks = 1")
         if not (0 <= self.clip_ratio < math.inf and 0 <= self.clip_min < math.inf):
             raise ValueError(f"embedding.clip_ratio and clip_min must be finite and >= 0, got {self.clip_ratio}, "
                              f"{self.clip_min}")
@@ -398,6 +416,9 @@ class Recipe:
         if self.embedding.compensation == "lr" and self.sparse_optimizer.get("name") == "ftrl":
             raise ValueError("embedding.compensation = 'lr' does not apply to sparse_optimizer ftrl (its lr rescales "
                              "the whole weight, not one step); use embedding.compensation = 'none'")
+        if self.embedding.chunks > 1 and self.train.full_every > 1:
+            raise ValueError("embedding.chunks > 1 with train.full_every > 1: each pass over the chunks changes rows "
+                             "no push touched, which a delta checkpoint would miss; set train.full_every = 1")
         if self.cache.capacity and self.embedding.consistency == "geo":
             raise ValueError("cache.bytes > 0 with embedding.consistency = 'geo': a GEO replica holds its rows on the "
                              "worker already; set cache.bytes = 0 or another consistency")

@@ -17,7 +17,8 @@ from cardinal.train.config import Recipe
 # a key, or a whole section or sub-table, whose change the checkpoint cannot follow
 FROZEN = ("model", "embedding.dim", "embedding.shared", "embedding.pooling", "embedding.init_scale",
           "embedding.seed", "embedding.storage", "embedding.table_storage",
-          "embedding.hash_buckets", "sparse_optimizer.name", "dense_optimizer.name", "data.format",
+          "embedding.hash_buckets", "embedding.chunks",
+          "sparse_optimizer.name", "dense_optimizer.name", "data.format",
           "data.batch_size", "data.batch_scope",
           "data.holdout", "data.holdout_by", "train.seed",  # which rows are held out: trained rows would move
           "train.baseline")                                   # to the eval side; the baseline's own tables

@@ -4,7 +4,9 @@ One table ``emb`` for all sparse fields (``embedding.shared``, ids never collide
 fields) or one per field; each row is ``dim`` values, plus one first-order weight for models
 with a wide part (DeepFM, Wide&Deep), so a step needs one pull and one push per table. With ``train.baseline =
 "lr"`` each table has a twin ``lr_<name>`` of one weight per id: the logistic-regression
-baseline trained on the same batches, on the same servers.
+baseline trained on the same batches, on the same servers. With ``embedding.chunks > 1`` the
+model's tables keep their rows in chunks (``embedding/formats/chunked.py``), the wide part's
+weight after them, never freed; the baseline's stay whole.
 """
 
 from cardinal.data import criteo, movielens
@@ -54,8 +56,15 @@ def store_config(recipe: Recipe) -> StoreConfig:
             admission[name] = spec
     twins = set(baseline_features(recipe).values()) if baseline(recipe) else set()  # the baseline stays exact
     storage = {n: e.table_storage.get(n, "fp32" if n in twins else e.storage) for n in widths}
-    return StoreConfig(tuple(TableConfig(n, w, e.init_scale, e.seed, storage[n]) for n, w in sorted(widths.items())),
-                       dict(recipe.sparse_optimizer), admission, recipe.eviction)
+    cls = MODELS[recipe.model["name"]]
+    if e.chunks > 1 and not cls.uses_embedding:
+        raise ValueError(f"embedding.chunks = {e.chunks}: model {recipe.model['name']!r} has no embedding values to "
+                         "chunk (its rows hold one weight); set embedding.chunks = 1")
+    model_tables = set(features(recipe).values()) if e.chunks > 1 else set()
+    chunked = {n: (e.chunks, e.chunk_target, int(cls.uses_wide)) if n in model_tables else (1, 1.0, 0) for n in widths}
+    return StoreConfig(tuple(TableConfig(n, w, e.init_scale, e.seed, storage[n], *chunked[n])
+                             for n, w in sorted(widths.items())),
+                       dict(recipe.sparse_optimizer), admission, recipe.eviction, e.chunk_every)
 
 
 def _check_named(key: str, named: dict, tables: dict) -> None:

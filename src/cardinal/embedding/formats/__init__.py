@@ -6,10 +6,14 @@
     bf16   2                <= 2**-8 relative                 9 words
     int8   1 + 4 a row      <= max|x| / 127 of its row        6 words
 (stochastic rounding: a bound on one rounding; the error's mean is zero.)
+
+``chunked.py`` (FIITED) is not chosen by name: a table with ``chunks > 1`` stores its fp32
+values in chunks that it frees and revives per row during training (one instance per table).
 """
 
 from cardinal.embedding.formats.base import RowFormat
 from cardinal.embedding.formats.bf16 import BF16
+from cardinal.embedding.formats.chunked import Chunked
 from cardinal.embedding.formats.fp16 import FP16
 from cardinal.embedding.formats.fp32 import FP32
 from cardinal.embedding.formats.int8 import INT8
@@ -24,4 +28,4 @@ def get(name: str) -> RowFormat:
     return fmt
 
 
-__all__ = ["FORMATS", "RowFormat", "get"]
+__all__ = ["FORMATS", "Chunked", "RowFormat", "get"]

@@ -7,9 +7,13 @@ always float32 (an accumulator held at 8 bits would stop growing):
     bf16, dim 4                      [ v0v1 v2v3 | s ]   (two halves a word) 3 words
     int8, dim 4                      [ scale | q0q1q2q3 | s ]                3 words
 
-Values and state are separate fields of one record rather than separate arrays: every path
-that moves rows (compaction, the disk tier, checkpoints, digests, a push's backup) copies
-opaque words and never learns the format, and a push reads and writes one row's cache lines.
+Values and state are separate fields of one record rather than separate arrays: compaction
+moves opaque words and never learns the format, and a push reads and writes one row's cache lines.
+
+Whole-table paths (the disk tier, checkpoints, digests, ``check``, a push's backup) move rows in
+their *portable* form (``portable``/``place``): for these formats the stored words themselves,
+for a format that keeps part of a row outside its words (``chunked.py``: values in a chunk pool)
+the row made whole, so a row written out and placed back is bit for bit the row that left.
 
 Only the table decodes: a pull gathers values as float32; a push decodes the rows it updates
 into float32 working rows ``[values | state]``, runs the optimizer's kernel on them, and
@@ -84,6 +88,54 @@ class RowFormat(ABC):
         rows = np.arange(len(data), dtype=np.int64)
         return all(self.first_nonfinite(data, rows, lo, min(len(data), lo + BLOCK), dim) < 0
                    for lo in range(0, len(data), BLOCK))
+
+    # --- portable rows: what whole-table paths move ----------------------------------------
+
+    def width(self, dim: int, state_width: int) -> int:
+        """float32 words of a stored row: the encoded values, then the optimizer's state."""
+        return self.value_words(dim) + state_width
+
+    def portable_width(self, dim: int, state_width: int) -> int:
+        """float32 words of a portable row (``portable``); the stored row here."""
+        return self.width(dim, state_width)
+
+    @property
+    def portable_form(self) -> "RowFormat":
+        """The format that reads portable rows (their values, their finiteness): this one here."""
+        return self
+
+    @property
+    def extra_bytes(self) -> int:
+        """Bytes the format holds outside the row words (counted in ``EmbeddingTable.nbytes``)."""
+        return 0
+
+    def portable(self, data: np.ndarray, rows: np.ndarray, dim: int) -> np.ndarray:
+        """(n, portable_width) float32, a new array: rows ``rows`` (n,) int64 of ``data``, whole."""
+        return data[rows]
+
+    def place(self, data: np.ndarray, rows: np.ndarray, portable: np.ndarray, dim: int) -> None:
+        """Make rows ``rows`` of ``data`` hold ``portable`` (n, portable_width) exactly; what they held
+        before is released."""
+        data[rows] = portable
+
+    def from_working(self, work: np.ndarray, ids: np.ndarray, step: int, dim: int) -> np.ndarray:
+        """The portable rows that working rows ``work`` (n, dim + state) become, values encoded at
+        ``step`` (new rows: not stored anywhere yet)."""
+        out = np.zeros((len(work), self.width(dim, work.shape[1] - dim)), np.float32)
+        self.store(out, np.arange(len(work), dtype=np.int64), work, dim, ids, step)
+        return out
+
+    def release(self, data: np.ndarray, rows: np.ndarray) -> None:
+        """Rows ``rows`` (unique) are about to be deleted or overwritten: free what they hold outside
+        their words. Nothing to free here."""
+
+    def on_push(self, data: np.ndarray, rows: np.ndarray, grads: np.ndarray, dim: int) -> None:
+        """What the format observes of a push to rows ``rows`` (unique), gradients ``grads`` (n, dim)
+        float32 (the push's own summed array, which it may change: an entry set to zero is dropped):
+        called before the update of existing rows, after new rows are placed. Nothing here."""
+
+    def check_rows(self, data: np.ndarray, n: int) -> None:
+        """Assert the format's own invariants over live rows [0, n); none here."""
 
     def __repr__(self) -> str:
         return f"<row format {self.name}>"

@@ -51,6 +51,11 @@ class ColdTier(ABC):
         """Bytes the tier keeps in RAM (counted in the RAM budget)."""
         return 0
 
+    def io_bytes(self) -> tuple[int, int]:
+        """(bytes of rows put so far, bytes the tier wrote to its disk for them): their ratio is
+        its write amplification. (0, 0) for a tier that does not know."""
+        return 0, 0
+
     def take(self, ids: np.ndarray) -> Columns:
         """The rows of those unique ``ids`` that are here, removed from the tier."""
         found, rows = self.get(ids)

@@ -38,6 +38,7 @@ class RocksTier(ColdTier):
         table.set_bloom_filter(10, False)
         table.set_block_cache(Cache(8 << 20))  # data blocks; index and filter blocks stay in the table readers:
         options.set_block_based_table_factory(table)  # kept in a cache of 8 MB, a get took 680 us, not 8 us
+        options.enable_statistics()  # byte counters, for the write amplification (io_bytes)
         self._db = Rdict(str(self.path), options)
         self._write = WriteOptions()
         self._write.disable_wal = True
@@ -74,6 +75,18 @@ class RocksTier(ColdTier):
         memtables (at most 2 x 16 MB) and block cache (8 MB) are not counted."""
         db = self._db
         return self.keys.nbytes + (db.property_int_value("rocksdb.estimate-table-readers-mem") if db else 0)
+
+    def io_bytes(self) -> tuple[int, int]:
+        """Bytes put (RocksDB's bytes.written: keys and values) and written to its files (flushes and
+        compactions), from its statistics."""
+        text = self._db.property_value("rocksdb.options-statistics") if self._db is not None else None
+        counts = {}
+        for line in (text or "").splitlines():
+            name, sep, value = line.partition(" COUNT : ")
+            if sep:  # tickers: "name COUNT : n"; histograms go on: "name COUNT : n SUM : m"
+                counts[name] = int(value.split()[0])
+        written = counts.get("rocksdb.flush.write.bytes", 0) + counts.get("rocksdb.compact.write.bytes", 0)
+        return counts.get("rocksdb.bytes.written", 0), written
 
     def get(self, ids):
         found = self.keys.may_have(ids)

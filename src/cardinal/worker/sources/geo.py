@@ -65,7 +65,7 @@ class GeoReplica(RowSource):
             if local is None:
                 local = self.local[table] = _Local(table, pulled.shape[1], self.optimizer)
             t = local.table
-            data = np.zeros((len(missing), t.storage.width), np.float32)
+            data = np.zeros((len(missing), t.portable_width), np.float32)
             data[:, :t.dim] = pulled
             t.optimizer.init_state(data, 0, len(missing), t.dim)
             t.import_rows(missing, data, np.zeros(len(missing), np.uint32), np.full(len(missing), step, np.uint32))

@@ -1,0 +1,164 @@
+"""Compiled kernels of the chunked row format (``chunked.py``): rows to and from the chunk pool.
+
+Names used throughout: C chunks of s columns, then t tail columns (never freed), so a row has
+dim = C s + t values; the optimizer's state is a blocks of dim per-element words then b scalars.
+
+    working row  [ values (dim) | state block 1 (dim) ... block a (dim) | scalars (b) ]
+    row words    [ handle (C) | utility (C) | tail: values (t), block 1 (t) ... block a (t) | scalars (b) ]
+    chunk        [ values (s) | block 1 (s) ... block a (s) ]         (a pool row, (1 + a) s words)
+
+Column j of block e (e = 0: the values) is working column e dim + j: for j in chunk k it is
+word e s + (j - k s) of that chunk, for a tail column word 2C + e t + (j - C s) of the row.
+A handle is an int32 in the row's words: 0 for no chunk (the columns read as zeros), h + 1 for
+pool row h. Every kernel here walks rows in order and allocates nothing: the same bits for any
+thread count.
+"""
+
+import numba as nb
+import numpy as np
+
+FLOAT32_MAX = np.float32(3.4028235e38)
+
+
+@nb.njit(nogil=True, cache=True)
+def gather(words, bits, pool, rows, C, s, t, a, b, full, out):
+    """out[i] = row rows[i] as a working row (``full``) or its values alone; zeros for the columns
+    of chunks a row does not hold, and for rows[i] < 0.
+
+    words,  # (R, W) float32 row words
+    bits,   # (R, W) int32: the same memory (the handles)
+    pool,   # (P, (1 + a) s) float32 chunks
+    rows,   # (n,) int64
+    out,    # (n, dim) float32, or (n, (1 + a) dim + b) when full
+    """
+    dim = C * s + t
+    blocks = 1 + a if full else 1
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        if r < 0:
+            for j in range(out.shape[1]):
+                out[i, j] = 0.0
+            continue
+        for k in range(C):
+            h = bits[r, k]
+            for e in range(blocks):
+                at = e * dim + k * s
+                if h == 0:
+                    for j in range(s):
+                        out[i, at + j] = 0.0
+                else:
+                    for j in range(s):
+                        out[i, at + j] = pool[h - 1, e * s + j]
+        for e in range(blocks):
+            for j in range(t):
+                out[i, e * dim + C * s + j] = words[r, 2 * C + e * t + j]
+        if full:
+            for q in range(b):
+                out[i, (1 + a) * dim + q] = words[r, 2 * C + (1 + a) * t + q]
+
+
+@nb.njit(nogil=True, cache=True)
+def scatter(work, words, bits, pool, rows, C, s, t, a, b):
+    """Write working rows work[i] (n, (1 + a) dim + b) back to rows rows[i]: the columns of the
+    chunks each row holds, its tail and its scalars; the columns of chunks it does not hold are
+    dropped."""
+    dim = C * s + t
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        for k in range(C):
+            h = bits[r, k]
+            if h == 0:
+                continue
+            for e in range(1 + a):
+                for j in range(s):
+                    pool[h - 1, e * s + j] = work[i, e * dim + k * s + j]
+        for e in range(1 + a):
+            for j in range(t):
+                words[r, 2 * C + e * t + j] = work[i, e * dim + C * s + j]
+        for q in range(b):
+            words[r, 2 * C + (1 + a) * t + q] = work[i, (1 + a) * dim + q]
+
+
+@nb.njit(nogil=True, cache=True)
+def observe(words, bits, rows, grads, C, s):
+    """A push's gradients grads[i] (n, dim) for rows rows[i]: utility k += the squared L2 norm of
+    the gradient's chunk k columns (float32, summed in column order, held at FLOAT32_MAX), for
+    every chunk; the gradient of a chunk the row does not hold is then zeroed (dropped)."""
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        for k in range(C):
+            acc = np.float32(0.0)
+            for j in range(k * s, (k + 1) * s):
+                g = grads[i, j]
+                acc += g * g
+            u = words[r, C + k] + acc
+            words[r, C + k] = u if u <= FLOAT32_MAX else FLOAT32_MAX
+            if bits[r, k] == 0:
+                for j in range(k * s, (k + 1) * s):
+                    grads[i, j] = 0.0
+
+
+@nb.njit(nogil=True, cache=True)
+def place(portable, words, bits, pool, rows, chunks, C, s, t, a, b):
+    """Rows rows[i] hold portable rows portable[i] = [working row | utility (C) | live (C)]: the
+    chunks marked live get pool rows chunks[0], chunks[1], ... in row then chunk order (as many
+    as are live), the others none; utilities, tail and scalars are copied. The rows hold no
+    chunks before (``Chunked.release``)."""
+    dim = C * s + t
+    ww = (1 + a) * dim + b
+    c = 0
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        for k in range(C):
+            words[r, C + k] = portable[i, ww + k]
+            if portable[i, ww + C + k] == 0.0:
+                bits[r, k] = 0
+                continue
+            h = chunks[c]
+            c += 1
+            bits[r, k] = np.int32(h + 1)
+            for e in range(1 + a):
+                for j in range(s):
+                    pool[h, e * s + j] = portable[i, e * dim + k * s + j]
+        for e in range(1 + a):
+            for j in range(t):
+                words[r, 2 * C + e * t + j] = portable[i, e * dim + C * s + j]
+        for q in range(b):
+            words[r, 2 * C + (1 + a) * t + q] = portable[i, ww - b + q]
+    return c
+
+
+@nb.njit(nogil=True, cache=True)
+def prefix_min(util, out):
+    """out[r, k] = min(util[r, 0..k]): the threshold up to which chunk k of row r stays live.
+
+    util, out,  # (n, C) float32
+    """
+    for r in range(util.shape[0]):
+        m = util[r, 0]
+        for k in range(util.shape[1]):
+            m = min(m, util[r, k])
+            out[r, k] = m
+
+
+@nb.njit(nogil=True, cache=True)
+def compact(bits, old, new, live):
+    """Rows [0, n) keep exactly the chunks ``live`` (n, C) bool marks: live chunks get pool rows
+    0, 1, ... of ``new`` in row then chunk order, a chunk the row held copied from ``old``, a new
+    one zeros; the handles are rewritten. Returns the number of chunks in ``new``.
+
+    old,  # (P, (1 + a) s) float32: the pool the handles point into now
+    new,  # (>= live.sum(), (1 + a) s) float32
+    """
+    c = 0
+    for r in range(live.shape[0]):
+        for k in range(live.shape[1]):
+            h = bits[r, k]
+            if not live[r, k]:
+                bits[r, k] = 0
+                continue
+            for j in range(new.shape[1]):
+                new[c, j] = old[h - 1, j] if h != 0 else np.float32(0.0)
+            c += 1
+            bits[r, k] = np.int32(c)
+    return c
