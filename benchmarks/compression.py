@@ -17,6 +17,7 @@ against bytes goes to results/compression.png.
 
 import argparse
 import subprocess
+import time
 import sys
 import tempfile
 from pathlib import Path
@@ -27,22 +28,48 @@ sys.path.insert(0, str(Path(__file__).parent))
 from movielens import data_dir  # noqa: E402
 from report import RESULTS, write  # noqa: E402
 
+from cardinal.compression.clustered import ClusteredTable, cluster_table  # noqa: E402
 from cardinal.embedding import EmbeddingTable, TableConfig  # noqa: E402
 from cardinal.optim import make_optimizer  # noqa: E402
 from cardinal.train import Trainer, config  # noqa: E402
 
 FORMATS = ("fp32", "fp16", "bf16", "int8")
 HASHED = ("bf16", "int8")  # the hashing trick at these formats' bytes
+FIELD_SHIFT = {"criteo_synthetic": 32, "movielens": 40}  # an id's field sits in its bits from here up
 OPTIMIZER = "rowwise_adagrad"  # one float of state a row (TorchRec's and FBGEMM's default for embeddings): with
                                # element-wise Adagrad the float32 state would be as large as fp32 values
 
 
-def run(recipe: str, sets: list[str]) -> dict:
+def run(recipe: str, sets: list[str], saec: tuple[float, ...] = ()) -> dict:
+    """One training run; with ``saec`` ratios, also the same model evaluated with each field's rows
+    clustered (every shard clusters its own rows), under results["saec"][ratio]."""
     r = config.load(recipe, [*sets, 'train.baseline="none"', f'sparse_optimizer.name="{OPTIMIZER}"'])
     with tempfile.TemporaryDirectory() as tmp:
-        s = Trainer(r, Path(tmp) / "run", progress=False).fit()
-    return {"rows": s["ps_emb_rows"], "bytes": s["ps_emb_bytes"], "auc": s["eval_auc"], "logloss": s["eval_logloss"],
-            "samples/s": s["samples_per_s"]}
+        trainer = Trainer(r, Path(tmp) / "run", progress=False)
+        s = trainer.fit()
+        out = {"rows": s["ps_emb_rows"], "bytes": s["ps_emb_bytes"], "auc": s["eval_auc"],
+               "logloss": s["eval_logloss"], "samples/s": s["samples_per_s"], "saec": {},
+               "live_chunks": s.get("ps_emb_live_chunks")}
+        stores = trainer.client.transport.stores  # the embedded default: each shard in this process
+        unclustered = trainer.evaluate()
+        ids = [s_.tables["emb"].export()["ids"] for s_ in stores]
+        clusterings = {}
+        for ratio in saec:  # all from the trained rows, before any is applied
+            start = time.perf_counter()
+            parts = [cluster_table(s_.tables["emb"], shift=FIELD_SHIFT[recipe], ratio=ratio) for s_ in stores]
+            clusterings[ratio] = (parts, time.perf_counter() - start)
+        for ratio, (parts, seconds) in clusterings.items():
+            for s_, part, mine in zip(stores, parts, ids):  # each row's values := its cluster's vector
+                table = s_.tables["emb"]
+                table.push(mine, part.lookup(mine) - table.pull(mine, create=False), step=trainer.step + 1,
+                           kind="delta")
+            clustered = trainer.evaluate()
+            both = ClusteredTable.combine(parts)
+            out["saec"][ratio] = {"vectors": len(both.vectors), "bytes": both.nbytes, "seconds": seconds,
+                                  "auc": clustered["eval_auc"], "logloss": clustered["eval_logloss"],
+                                  "unclustered_auc": unclustered["eval_auc"]}
+        trainer.close()
+    return out
 
 
 def table(storage: str, dim: int, n: int) -> EmbeddingTable:
@@ -84,7 +111,7 @@ def plot(rows: list[dict], out: Path) -> None:
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False)
     for ax, (data, dim) in zip(axes[0], panels):
         mine = [r for r in rows if r["data"] == data and r["dim"] == dim]
-        for kind, marker in (("format", "o"), ("hashing trick", "x")):
+        for kind, marker in (("format", "o"), ("hashing trick", "x"), ("fiited", "s")):
             pts = [r for r in mine if r["kind"] == kind]
             ax.plot([r["MB"] for r in pts], [float(r["eval AUC"]) for r in pts], marker, label=kind,
                     linestyle="-" if kind == "format" else "--")
@@ -106,29 +133,54 @@ def main():
     parser.add_argument("--rows", type=int, default=1_000_000, help="generated training rows")
     parser.add_argument("--dims", default="16,64")
     parser.add_argument("--rss-rows", type=int, default=2_000_000)
+    parser.add_argument("--saec", default="20,50", help="Saec: rows per cluster, per field")
+    parser.add_argument("--chunks", type=int, default=4, help="FIITED: chunks a row (dims it divides)")
+    parser.add_argument("--chunk-target", type=float, default=0.35, help="FIITED: the share of chunks kept")
     args = parser.parse_args()
     dims = [int(d) for d in args.dims.split(",")]
+    ratios = tuple(float(r) for r in args.saec.split(","))
     data = {"zipf": ("criteo_synthetic", [f"data.synthetic.rows={args.rows}"]),
             "movielens": ("movielens", [f'data.train=["{data_dir()}"]'])}
-    rows = []
+    rows, saec_rows = [], []
     for name, (recipe, extra) in data.items():
         for dim in dims:
             sets = [*extra, f"embedding.dim={dim}"]
-            results = {f: run(recipe, [*sets, f'embedding.storage="{f}"']) for f in FORMATS}
+            results = {f: run(recipe, [*sets, f'embedding.storage="{f}"'], ratios if f == "fp32" else ())
+                       for f in FORMATS}
+            if dim % args.chunks == 0:  # FIITED: fp32 values in chunks, a share of them kept
+                results[f"fiited {args.chunk_target}"] = run(recipe, [*sets, f"embedding.chunks={args.chunks}",
+                                                                      f"embedding.chunk_target={args.chunk_target}"])
             for f in HASHED:
                 buckets = buckets_for(results[f]["bytes"], dim + 1)
                 results[f"hash@{f}"] = run(recipe, [*sets, f"embedding.hash_buckets={buckets}"])
             base = results["fp32"]
             for method, r in results.items():
-                words = table(method if method in FORMATS else "fp32", dim + 1, 1).format.value_words(dim + 1)
+                if r["live_chunks"] is not None:  # the chunks held at the end (measured), and the wide weight
+                    words = (r["live_chunks"] * (dim // args.chunks) + r["rows"]) / r["rows"]
+                else:
+                    words = table(method if method in FORMATS else "fp32", dim + 1, 1).format.value_words(dim + 1)
                 rows.append({"data": name, "dim": dim, "method": method,
-                             "kind": "hashing trick" if method.startswith("hash") else "format",
+                             "kind": "hashing trick" if method.startswith("hash") else
+                             "fiited" if method.startswith("fiited") else "format",
                              "rows": r["rows"], "value bytes/row": 4 * words, "bytes/id": r["bytes"] / r["rows"],
                              "MB": r["bytes"] / 1e6, "x fewer value bytes": (dim + 1) / words,
                              "x fewer MB": base["bytes"] / r["bytes"],
                              "eval AUC": f"{r['auc']:.4f}", "AUC - fp32": f"{r['auc'] - base['auc']:+.4f}",
                              "eval logloss": f"{r['logloss']:.4f}", "samples/s": r["samples/s"]})
                 print(rows[-1], flush=True)
+            for ratio, c in base["saec"].items():  # exported bytes: Saec's map and vectors; the trick's vectors
+                plain = base["rows"] * (8 + 4 * (dim + 1))  # ids and fp32 values, what an unclustered export holds
+                buckets = int(c["bytes"] / (4 * (dim + 1)))
+                hashed = run(recipe, [*sets, f"embedding.hash_buckets={buckets}"])
+                saec_rows.append({"data": name, "dim": dim, "ratio": ratio, "ids": base["rows"],
+                                  "vectors": c["vectors"], "x fewer vectors": base["rows"] / c["vectors"],
+                                  "export MB": c["bytes"] / 1e6, "x fewer export bytes": plain / c["bytes"],
+                                  "AUC unclustered": f"{c['unclustered_auc']:.4f}",
+                                  "AUC clustered": f"{c['auc']:.4f}",
+                                  "AUC change": f"{c['auc'] - c['unclustered_auc']:+.4f}",
+                                  "clustering s": c["seconds"], "hash@same bytes": buckets,
+                                  "its AUC": f"{hashed['auc']:.4f}"})
+                print(saec_rows[-1], flush=True)
     rss_rows = []
     for dim in dims:
         fp32 = rss_per_row("fp32", dim + 1, args.rss_rows)
@@ -137,7 +189,8 @@ def main():
             rss_rows.append({"dim": dim, "format": f, "RSS bytes/row": got, "x fewer RSS": fp32 / got})
             print(rss_rows[-1], flush=True)
     plot(rows, RESULTS / "compression.png")
-    reproduce = f"reproduce: python benchmarks/compression.py --rows {args.rows} --dims {args.dims}"
+    reproduce = (f"reproduce: python benchmarks/compression.py --rows {args.rows} --dims {args.dims} --saec {args.saec} "
+                 f"--chunks {args.chunks} --chunk-target {args.chunk_target}")
     write("compression", "Row formats against float32 and the hashing trick: bytes, AUC, speed", rows,
           ["fp16, bf16: two values a float32 word; int8: one byte a value and a float32 scale a row (words "
            "rounded up); every format keeps the optimizer's state (row-wise Adagrad: one word) in float32 and "
@@ -145,9 +198,20 @@ def main():
            "value bytes/row: the stored values (x fewer: against fp32's); MB: the servers' account of the model "
            "table at the end (rows in their format, id, count, last step, hash index); bytes/id: MB over its rows",
            "hash@F: fp32 rows, ids folded into as many buckets as fit in F's MB (embedding.hash_buckets)",
+           f"fiited T: fp32 values in {args.chunks} chunks a row (embedding.chunks), a pass every 100 steps keeping the "
+           "share T of them; value bytes/row: the chunks held at the end (measured: rows made since the last pass "
+           "hold all theirs) and the wide weight; MB also counts each row's chunk handles and utilities",
            f"zipf: the default recipe on {args.rows:,} generated rows; movielens: the shipped recipe; the lr "
            "baseline off; dim + 1 values a row (the wide part's first-order weight)",
            "plot: results/compression.png", reproduce])
+    write("compression_saec", "Saec: each field's rows clustered after training, against the hashing trick", saec_rows,
+          ["the fp32 run's model, evaluated as trained and with every row's values replaced by its cluster's vector "
+           "(ratio: rows per cluster in each field; each shard clusters its own rows, weighted by their counts)",
+           "export MB: sorted ids (8 bytes), cluster numbers (4) and the vectors; x fewer: against the ids and "
+           "fp32 values of every row",
+           "hash@same bytes: a run with the hashing trick whose vectors alone take the export's bytes (its ids need "
+           "no map); its AUC beside",
+           "clustering s: wall time of every shard's clustering, one after another", reproduce])
     write("compression_rss", "Resident memory per row, by row format", rss_rows,
           [f"one table of {args.rss_rows:,} rows of dim + 1 values, row-wise Adagrad, made in this process: the "
            "growth of its resident set over the rows (values, state, id, count, last step, hash index)",
