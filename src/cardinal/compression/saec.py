@@ -319,7 +319,8 @@ def _sq_dist(xr, ct, a, b, out):
     out[:n] = 0
     j = 0
     while j + 8 <= d:
-        x0, x1, x2, x3, x4, x5, x6, x7 = xr[j], xr[j + 1], xr[j + 2], xr[j + 3], xr[j + 4], xr[j + 5], xr[j + 6], xr[j + 7]
+        x0, x1, x2, x3 = xr[j], xr[j + 1], xr[j + 2], xr[j + 3]
+        x4, x5, x6, x7 = xr[j + 4], xr[j + 5], xr[j + 6], xr[j + 7]
         c0, c1, c2, c3 = ct[j, a:b], ct[j + 1, a:b], ct[j + 2, a:b], ct[j + 3, a:b]
         c4, c5, c6, c7 = ct[j + 4, a:b], ct[j + 5, a:b], ct[j + 6, a:b], ct[j + 7, a:b]
         for m in range(n):
