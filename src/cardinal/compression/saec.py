@@ -293,21 +293,18 @@ def _first_min(a, n):
     """The first index of the least of a[:n] >= 0, found on the values' bits as integers (same
     order for floats >= 0; the compiler vectorizes an integer min, not a float one)."""
     if a.itemsize == 4:
-        bits = a[:n].view(np.int32)
-        least = bits[0]
-        for i in range(n):
-            least = min(least, bits[i])
-        first = n
-        for i in range(n):
-            first = min(first, i if bits[i] == least else n)
-        return first
-    bits8 = a[:n].view(np.int64)
-    least8 = bits8[0]
-    for i in range(n):
-        least8 = min(least8, bits8[i])
-    first = n
-    for i in range(n):
-        first = min(first, i if bits8[i] == least8 else n)
+        return _first_least(a[:n].view(np.int32))
+    return _first_least(a[:n].view(np.int64))
+
+
+@nb.njit(inline="always")
+def _first_least(bits):
+    least = bits[0]
+    for i in range(len(bits)):
+        least = min(least, bits[i])
+    first = len(bits)
+    for i in range(len(bits)):
+        first = min(first, i if bits[i] == least else len(bits))
     return first
 
 
