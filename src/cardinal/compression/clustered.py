@@ -52,18 +52,40 @@ class ClusteredTable:
 
 def cluster_table(table, shift: int, ratio: float, rounds: int = 3, min_clusters: int = 16) -> ClusteredTable:
     """Cluster every field of ``table`` (an ``EmbeddingTable``: its rows in RAM and on disk)."""
-    if not ratio >= 1:
-        raise ValueError(f"ratio must be >= 1 (rows per cluster), got {ratio!r}")
+    check_ratio(ratio)
     rows = table.export()
     ids, counts = rows["ids"], rows["count"]
     values = table.pull(ids, create=False)  # decoded, whatever the format and tier
+    assign, vectors = cluster_fields(ids, values, counts, shift, ratio, rounds, min_clusters)
+    order = np.argsort(ids, kind="stable")
+    return ClusteredTable(ids[order], assign[order], vectors)
+
+
+def check_ratio(ratio: float) -> None:
+    if not ratio >= 1:
+        raise ValueError(f"ratio must be >= 1 (rows per cluster), got {ratio!r}")
+
+
+def cluster_fields(ids: np.ndarray, values: np.ndarray, counts: np.ndarray, shift: int, ratio: float,
+                   rounds: int = 3, min_clusters: int = 16) -> tuple[np.ndarray, np.ndarray]:
+    """Each field's rows clustered on their own: (assign (n,) int32 in the order of ``ids``, vectors
+    (k, dim) float32); fields in increasing order, each one's clusters numbered after the last's.
+
+    ids,     # (n,) int64, unique
+    values,  # (n, dim) float32
+    counts,  # (n,) integers: the weights
+    """
+    check_ratio(ratio)
     fields = ids >> np.int64(shift)
-    parts = []
+    assign = np.empty(len(ids), np.int32)
+    vectors, k0 = [], 0
     for f in np.unique(fields):
         mine = np.flatnonzero(fields == f)
         k = max(int(np.ceil(len(mine) / ratio)), min_clusters)
         got = cluster(values[mine], counts[mine], k, rounds=rounds)
-        parts.append(ClusteredTable(ids[mine], got.assign, got.centroids))
-    if not parts:
-        return ClusteredTable(np.empty(0, np.int64), np.empty(0, np.int32), np.empty((0, table.dim), np.float32))
-    return ClusteredTable.combine(parts)
+        assign[mine] = got.assign + np.int32(k0)
+        vectors.append(got.centroids)
+        k0 += len(got.centroids)
+    if not vectors:
+        return assign, np.empty((0, values.shape[1]), np.float32)
+    return assign, np.concatenate(vectors)

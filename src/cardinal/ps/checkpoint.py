@@ -11,6 +11,8 @@
         commit.json           written last: the checkpoint exists once this file does; lists
                               every manifest and state.json (size, crc32) and checks itself
 
+A clustered (Saec) table writes its map and cluster rows instead (``checkpoint_saec.py``).
+
 A delta checkpoint (``base`` = the step of the checkpoint it applies on) holds only the rows
 pulled or pushed after that step, plus ``<table>.deleted.npy``, the ids deleted since; it is
 loaded as its chain, the full checkpoint at its root then every delta in order
@@ -73,7 +75,13 @@ def save_shard(step_path: Path, shard: int, n_shards: int, step: int, tables: di
         manifest["base"] = base
     for name, table in tables.items():
         snap = snapshots[name]
-        if snap["rows"] is None:  # a full checkpoint: streamed, block by block, from every tier
+        saec = None
+        if getattr(table, "clustered", False):  # Saec: its map and cluster rows (full checkpoints only)
+            from cardinal.ps import checkpoint_saec
+
+            files, saec = checkpoint_saec.write(out, name, table)
+            n = len(table)
+        elif snap["rows"] is None:  # a full checkpoint: streamed, block by block, from every tier
             files, n = _write_chunks(out, name, table), len(table)
         else:
             files, n = {}, len(snap["rows"]["ids"])
@@ -86,6 +94,8 @@ def save_shard(step_path: Path, shard: int, n_shards: int, step: int, tables: di
                                     "chunks": table.config.chunks, "chunk_tail": table.config.chunk_tail, "rows": n,
                                     "init_scale": table.config.init_scale, "seed": table.config.seed,
                                     "optimizer": table.optimizer.describe(), "files": files}
+        if saec is not None:
+            manifest["tables"][name]["saec"] = saec
         if snap["admission"] is not None:
             describe, state = snap["admission"]
             files = {key: write_array(out / admission_file(name, key), array) for key, array in state.items()}

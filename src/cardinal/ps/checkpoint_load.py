@@ -10,6 +10,7 @@ A load trusts nothing it reads. In order:
     each array        size and crc32 from its manifest; exact dtype and shape (no broadcasting);
                       unique ids, each routing to the shard that saved it; finite values (decoded)
     admission state   size and crc32; its dtypes and shapes checked by the filter that loads it
+    a Saec table      its own files (``checkpoint_saec.py``), in the shard count that saved it only
     a delta           its base: an earlier committed checkpoint in the same directory, read the
                       same way (``read_chain``); its deleted ids: unique int64
 
@@ -33,6 +34,7 @@ from cardinal.embedding.hashing import ROUTING_NAME
 from cardinal.embedding.storage import Columns
 from cardinal.ps.checkpoint import (COLUMNS, COMMIT, DELETED, FORMAT_VERSION, MANIFEST, STATE, admission_file,
                                     shard_dir, shard_names, step_dir)
+from cardinal.ps import checkpoint_saec
 from cardinal.ps.routing import route
 
 DTYPES = {"ids": np.dtype(np.int64), "data": np.dtype(np.float32), "count": np.dtype(np.uint32),
@@ -103,7 +105,6 @@ def _check_manifest(path: Path, m: dict, shard: int, n_shards: int, step: int, b
     _expect(path, m, "routing", ROUTING_NAME)
     if m.get("base") != base:
         raise ValueError(f"{path}: base is {m.get('base')!r}, its commit marker says {base!r}")
-    columns = (*COLUMNS, DELETED) if base is not None else COLUMNS
     tables = m.get("tables")
     if not isinstance(tables, dict) or not tables:
         raise ValueError(f"{path}: 'tables' must be a non-empty object")
@@ -125,6 +126,13 @@ def _check_manifest(path: Path, m: dict, shard: int, n_shards: int, step: int, b
         if storage(t) not in formats.FORMATS:
             raise ValueError(f"{where}: storage must be one of {list(formats.FORMATS)}, got {storage(t)!r}")
         files = t.get("files")
+        if "saec" in t:  # a clustered table: its map and cluster rows, never in a delta
+            if base is not None:
+                raise ValueError(f"{where}: a delta checkpoint cannot hold a clustered (Saec) table")
+            checkpoint_saec.check_meta(where, t)
+            columns = checkpoint_saec.COLUMNS
+        else:
+            columns = (*COLUMNS, DELETED) if base is not None else COLUMNS
         if not isinstance(files, dict) or set(files) != set(columns):
             raise ValueError(f"{where}: 'files' must hold exactly {list(columns)}")
         for column, entry in files.items():

@@ -8,7 +8,10 @@ transport (``limits.py``): rows per server and per request (``StoreFull``: nothi
 sighting counted), the byte budget with eviction and time-to-live (``memory.py``), a push whose result would not be finite (refused whole, by the table), and
 exactly-once request ids with a bounded window per client (``request_log.py``). Tables with
 chunked rows (``embedding/formats/chunked.py``) get their pass over which chunks each row keeps
-after the first push of each table at or past every ``chunk_every``-th step.
+after the first push of each table at or past every ``chunk_every``-th step. A table named in
+``StoreConfig.saec`` is clustered (``compression/clustered_training.py``) after its first push at or
+past the spec's step: the store replaces it by the ``SaecTable`` made from its rows, under its lock,
+and every request runs on the table object the store holds when it gets that lock.
 """
 
 import contextlib
@@ -23,13 +26,14 @@ from pathlib import Path
 
 import numpy as np
 
+from cardinal.compression.clustered_training import SaecSpec, SaecTable
 from cardinal.embedding import EmbeddingTable, TableConfig
 from cardinal.embedding.table import portable_width
 from cardinal.embedding.admission import make_filter
 from cardinal.embedding.tiers import RocksTier
 from cardinal.memory_config import AdmissionConfig, EvictionConfig
 from cardinal.optim import make_optimizer
-from cardinal.ps import checkpoint, checkpoint_load, validate
+from cardinal.ps import checkpoint, checkpoint_load, checkpoint_saec, validate
 from cardinal.ps.limits import StoreFull, StoreLimits
 from cardinal.ps.memory import Memory
 from cardinal.ps.request_log import RequestLog, quote
@@ -41,13 +45,15 @@ from cardinal.ps.worker_steps import Origin, WorkerSteps, combined_counts
 class StoreConfig:
     """The tables every shard holds a part of, their sparse optimizer, each table's admission
     filter (``embedding/admission``; a table not named admits every id), the eviction
-    settings (``memory.py``) and the steps between passes over chunked rows (tables with chunks > 1)."""
+    settings (``memory.py``), the steps between passes over chunked rows (tables with chunks > 1) and
+    the tables clustered while training (Saec: name -> ``SaecSpec``)."""
 
     tables: tuple[TableConfig, ...]
     optimizer: dict = field(default_factory=lambda: {"name": "rowwise_adagrad"})
     admission: dict[str, AdmissionConfig] = field(default_factory=dict)
     eviction: EvictionConfig = field(default_factory=EvictionConfig)
     chunk_every: int = 100
+    saec: dict[str, SaecSpec] = field(default_factory=dict)
 
     def __post_init__(self):
         names = [t.name for t in self.tables]
@@ -64,6 +70,13 @@ class StoreConfig:
             raise TypeError(f"eviction must be an EvictionConfig, got {type(self.eviction).__name__}")
         if not isinstance(self.chunk_every, int) or isinstance(self.chunk_every, bool) or self.chunk_every < 1:
             raise ValueError(f"chunk_every must be an integer >= 1, got {self.chunk_every!r}")
+        for name, spec in self.saec.items():
+            if name not in names:
+                raise ValueError(f"saec names table {name!r}, which is not one of {sorted(names)}")
+            if not isinstance(spec, SaecSpec):
+                raise TypeError(f"saec[{name!r}] must be a SaecSpec, got {type(spec).__name__}")
+            if next(t for t in self.tables if t.name == name).chunks != 1:
+                raise ValueError(f"saec: table {name!r} has chunked rows (chunks > 1), which Saec cannot cluster")
 
 
 class ShardStore:
@@ -129,11 +142,11 @@ class ShardStore:
         validate.check_step(step)
         if not isinstance(create, bool):
             raise TypeError(f"create must be a bool, got {type(create).__name__}")
-        t = self.tables[table]
         fingerprint = _fingerprint(request_id, table, f"pull {create} {step}", ids)
         rows = self.requests.run(request_id, fingerprint,
-                                 lambda: t.pull(ids, create=create, step=step, admit=self._admit),
-                                 lambda: t.pull(ids, create=False))
+                                 lambda: self._on(table, lambda t: t.pull(ids, create=create, step=step,
+                                                                          admit=self._admit)),
+                                 lambda: self._on(table, lambda t: t.pull(ids, create=False)))
         if create:
             self._note_step(step)
             self.memory.after(self.tables, step)
@@ -173,7 +186,32 @@ class ShardStore:
         self._note_step(step)
         self.memory.after(self.tables, step)
         self._adjust_dims(table, step)
+        self._cluster(table, step)
         return reply()
+
+    def _on(self, table: str, fn):
+        """``fn(t)`` on table ``table`` holding its lock, ``t`` still the store's table then (a
+        clustering may have replaced the one first looked up)."""
+        while True:
+            t = self.tables[table]
+            with t.lock:
+                if self.tables[table] is t:
+                    return fn(t)
+
+    def _cluster(self, table: str, step: int) -> None:
+        """Saec: replace the table by its clustering after its first push at or past the spec's step."""
+        spec = self.config.saec.get(table)
+        if spec is None or step < spec.at or getattr(self.tables[table], "clustered", False):
+            return
+        with self._passing:
+            old = self.tables[table]
+            if getattr(old, "clustered", False):
+                return
+            with old.lock:
+                self.tables[table] = SaecTable.cluster(old, spec, step)
+            if old.cold is not None:
+                old.cold.close()
+            self._reshaped = True
 
     def _adjust_dims(self, table: str, step: int) -> None:
         """The chunked table's pass, after its first push at or past each multiple of chunk_every."""
@@ -196,13 +234,13 @@ class ShardStore:
         return {"clock": clock, "log": self.log.since(table, origin.since, origin.worker, clock)}
 
     def _apply_push(self, table, ids, grads, step, kind, origin: Origin | None, counts) -> None:
-        t = self.tables[table]
         if origin is None:
-            t.push(ids, grads, step=step, kind=kind, admit=self._admit, counts=counts)
+            self._on(table, lambda t: t.push(ids, grads, step=step, kind=kind, admit=self._admit, counts=counts))
             return
         self.steps.admit(table, step, origin)
         if not origin.combine or origin.workers == 1:
-            t.push(ids, grads, step=step, admit=self._admit, lr_scale=_lr_scale(origin.staleness), counts=counts)
+            self._on(table, lambda t: t.push(ids, grads, step=step, admit=self._admit,
+                                             lr_scale=_lr_scale(origin.staleness), counts=counts))
             if origin.workers > 1:  # logged before the clock moves past it
                 self.log.append(table, step, [(origin.worker, ids, counts)])
             self.steps.applied(table, step, origin.worker, origin.parts)
@@ -212,8 +250,9 @@ class ShardStore:
             return
         parts, staleness = whole
         try:  # every worker's push of the step, in (worker, part) order: one update, whatever the arrival order
-            t.push(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]), step=step,
-                   admit=self._admit, lr_scale=_lr_scale(staleness), counts=combined_counts(parts))
+            self._on(table, lambda t: t.push(np.concatenate([p[0] for p in parts]),
+                                             np.concatenate([p[1] for p in parts]), step=step, admit=self._admit,
+                                             lr_scale=_lr_scale(staleness), counts=combined_counts(parts)))
         except BaseException:
             self.steps.withdraw(table, step, origin)
             raise
@@ -263,8 +302,13 @@ class ShardStore:
                                  f"changed rows at a step <= {base}, which a delta cannot find; save a full one")
             if self._reshaped:
                 raise ValueError(f"a delta checkpoint of step {step} on step {base}: shard {self.shard} has since "
-                                 "chosen which chunks its rows keep (embedding.chunks), a change to rows no push "
-                                 "touched, which a delta cannot find; save a full one")
+                                 "chosen which chunks its rows keep (embedding.chunks) or clustered a table "
+                                 "(Saec), a change to rows no push touched, which a delta cannot find; save a full one")
+            clustered = [n for n, t in self.tables.items() if getattr(t, "clustered", False)]
+            if clustered:
+                raise ValueError(f"a delta checkpoint of step {step} on step {base}: shard {self.shard} holds the "
+                                 f"clustered (Saec) table {clustered[0]!r}, which only full checkpoints save; "
+                                 "save a full one (train.full_every = 1)")
         path = checkpoint.step_dir(root, step)
         if (path / checkpoint.COMMIT).exists():
             raise ValueError(f"a committed checkpoint for step {step} already exists in {root}")
@@ -332,7 +376,14 @@ class ShardStore:
         they arrive (rows past it go to the disk tier); a delta's deleted ids go first, and its rows
         replace the ones older checkpoints gave."""
         checkpoint_load.check_compatible(step_path, info, tables)
-        for name, t in tables.items():
+        for name, t in list(tables.items()):
+            checkpoint_saec.refuse_reshard(step_path, info, name, self.n_shards)
+            own = checkpoint.shard_dir(step_path, self.shard, self.n_shards).name
+            if own in info["manifests"] and "saec" in info["manifests"][own]["tables"][name]:  # clustered here
+                tables[name] = checkpoint_saec.read(step_path, info, self.shard, name, t)
+                if t.cold is not None:
+                    t.cold.close()
+                continue
             if delta:  # deletions the chain records are not changes since the checkpoint: not logged
                 t.delete(checkpoint_load.deleted_ids(step_path, info, self.shard, self.n_shards, name), log=False)
             for where, rows in checkpoint_load.table_chunks(step_path, info, self.shard, self.n_shards, name):
@@ -360,6 +411,8 @@ class ShardStore:
                             "disk_io": t.cold.io_bytes() if t.cold is not None else (0, 0)}
             if t.config.chunks > 1:
                 tables[name]["live_chunks"] = t.format.live
+            if getattr(t, "clustered", False):
+                tables[name]["clusters"] = t.clusters
             if digest:
                 tables[name]["digest_parts"] = t.digest_parts()
         return {"shard": self.shard, "n_shards": self.n_shards, "step": self.step, "tables": tables,
