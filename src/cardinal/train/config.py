@@ -123,6 +123,12 @@ class EmbeddingConfig:
                                   # chunks read zeros (a wide part's weight is never freed); 1: off
     chunk_target: float = 1.0     # the share of chunks kept live on each server, in [1/chunks, 1] (each row keeps one)
     chunk_every: int = 100        # steps between the passes that choose which chunks stay (and free the others' memory)
+    saec_ratio: float = 0.0       # Saec as the training table (compression/clustered_training.py): after the push of
+                                  # step saec_at each server clusters its rows of the model's tables field by field,
+                                  # about this many ids a cluster (ceil(n / ratio), at least 16 a field), and from then
+                                  # on an id reads and trains its cluster's vector (the map frozen; an id first seen
+                                  # later joins its field's default cluster). 0: off; else >= 1. Tables lr_X stay whole
+    saec_at: int = 0              # the step after whose push the servers cluster (>= 1 with saec_ratio; 0 without)
 
     def mode(self, distributed: bool) -> str:
         """The consistency this run trains with: "auto" is sync for servers or several workers."""
@@ -162,6 +168,23 @@ class EmbeddingConfig:
         if self.chunks > 1 and self.storage != "fp32":
             raise ValueError(f"embedding.chunks > 1 stores values as fp32 in its chunks; set embedding.storage = "
                              f"'fp32' (got {self.storage!r}) or embedding.chunks = 1")
+        if not (self.saec_ratio == 0 or 1 <= self.saec_ratio < math.inf):
+            raise ValueError(f"embedding.saec_ratio must be 0 (off) or a number >= 1 (ids a cluster), "
+                             f"got {self.saec_ratio!r}")
+        if self.saec_ratio and self.saec_at < 1:
+            raise ValueError(f"embedding.saec_ratio = {self.saec_ratio} needs embedding.saec_at >= 1 (the step after "
+                             f"which the servers cluster), got {self.saec_at}")
+        if not self.saec_ratio and self.saec_at:
+            raise ValueError(f"embedding.saec_at = {self.saec_at} applies only with embedding.saec_ratio >= 1")
+        if self.saec_ratio and self.chunks > 1:
+            raise ValueError("embedding.saec_ratio with embedding.chunks > 1: Saec clusters whole rows; set "
+                             "embedding.chunks = 1 or embedding.saec_ratio = 0")
+        if self.saec_ratio and self.hash_buckets:
+            raise ValueError("embedding.saec_ratio with embedding.hash_buckets: hashed ids have lost their field and "
+                             "share rows already; set one of them to 0")
+        if self.saec_ratio and self.consistency == "geo":
+            raise ValueError("embedding.saec_ratio with embedding.consistency = 'geo': a GEO replica trains each id's "
+                             "own row on the worker, not its cluster's; use another consistency")
         if not (0 <= self.clip_ratio < math.inf and 0 <= self.clip_min < math.inf):
             raise ValueError(f"embedding.clip_ratio and clip_min must be finite and >= 0, got {self.clip_ratio}, "
                              f"{self.clip_min}")
@@ -419,6 +442,16 @@ class Recipe:
         if self.embedding.chunks > 1 and self.train.full_every > 1:
             raise ValueError("embedding.chunks > 1 with train.full_every > 1: each pass over the chunks changes rows "
                              "no push touched, which a delta checkpoint would miss; set train.full_every = 1")
+        if self.embedding.saec_ratio and self.train.full_every > 1:
+            raise ValueError("embedding.saec_ratio with train.full_every > 1: a clustered table is saved whole (its "
+                             "clustering changes every row at once); set train.full_every = 1")
+        if self.embedding.saec_ratio and self.cache.capacity:
+            raise ValueError("embedding.saec_ratio with cache.bytes > 0: a worker cache keeps rows by id, and a push "
+                             "to one id of a cluster changes every id's row; set cache.bytes = 0")
+        if self.embedding.saec_ratio and name == "ftrl":
+            raise ValueError("embedding.saec_ratio with sparse_optimizer ftrl: a cluster row starts from its "
+                             "members' mean state, and FTRL's weights are a function of its state (z, n), not the "
+                             "centroid; use another sparse optimizer")
         if self.cache.capacity and self.embedding.consistency == "geo":
             raise ValueError("cache.bytes > 0 with embedding.consistency = 'geo': a GEO replica holds its rows on the "
                              "worker already; set cache.bytes = 0 or another consistency")

@@ -12,6 +12,7 @@
     ps_<table>_faulted, _demoted  ... rows read back from the disk tier, and written out to it
     ps_<table>_ram_hit_rate     ... the share of the ids training asked for that were in RAM (with a disk tier)
     ps_<table>_live_chunks      ... the value chunks its RAM rows hold (embedding.chunks > 1)
+    ps_<table>_clusters         ... its cluster rows, once clustered (embedding.saec_ratio; rows: its ids)
 """
 
 from cardinal.ps import PSClient
@@ -34,6 +35,8 @@ def server_metrics(client: PSClient) -> dict:
             out[f"ps_{name}_requested"] = out.get(f"ps_{name}_requested", 0) + t["requested"]
             if "live_chunks" in t:  # chunked rows: the chunks held in RAM
                 out[f"ps_{name}_live_chunks"] = out.get(f"ps_{name}_live_chunks", 0) + t["live_chunks"]
+            if "clusters" in t:  # Saec: the cluster rows (vectors) of the shards clustered so far
+                out[f"ps_{name}_clusters"] = out.get(f"ps_{name}_clusters", 0) + t["clusters"]
             for why, n in t["evicted"].items():
                 out[f"ps_{name}_evicted_{why}"] = out.get(f"ps_{name}_evicted_{why}", 0) + n
     for name in shards[0]["tables"]:

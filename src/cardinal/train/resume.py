@@ -18,6 +18,7 @@ from cardinal.train.config import Recipe
 FROZEN = ("model", "embedding.dim", "embedding.shared", "embedding.pooling", "embedding.init_scale",
           "embedding.seed", "embedding.storage", "embedding.table_storage",
           "embedding.hash_buckets", "embedding.chunks",
+          "embedding.saec_ratio", "embedding.saec_at",  # clustered tables, or the step they will be
           "sparse_optimizer.name", "dense_optimizer.name", "data.format",
           "data.batch_size", "data.batch_scope",
           "data.holdout", "data.holdout_by", "train.seed",  # which rows are held out: trained rows would move

@@ -6,9 +6,12 @@ with a wide part (DeepFM, Wide&Deep), so a step needs one pull and one push per 
 "lr"`` each table has a twin ``lr_<name>`` of one weight per id: the logistic-regression
 baseline trained on the same batches, on the same servers. With ``embedding.chunks > 1`` the
 model's tables keep their rows in chunks (``embedding/formats/chunked.py``), the wide part's
-weight after them, never freed; the baseline's stay whole.
+weight after them, never freed; the baseline's stay whole. With ``embedding.saec_ratio`` the
+model's tables are clustered at ``embedding.saec_at`` (``compression/clustered_training.py``), each
+id's field its bits from ``field_shift`` up; the baseline's stay whole too.
 """
 
+from cardinal.compression.clustered_training import SaecSpec
 from cardinal.data import criteo, movielens
 from cardinal.embedding import TableConfig
 from cardinal.models import MODELS
@@ -34,6 +37,11 @@ def baseline(recipe: Recipe) -> bool:
 def baseline_features(recipe: Recipe) -> dict[str, str]:
     """sparse field -> the baseline's table: ``lr_`` + the model's table, one weight per id."""
     return {f: f"lr_{t}" for f, t in features(recipe).items()}
+
+
+def field_shift(recipe: Recipe) -> int:
+    """The bit an id's field starts at: movielens ids are (field << 40) | value, Criteo-layout ones << 32."""
+    return (movielens.ID_LIMIT if recipe.data.format == "movielens" else criteo.CAT_LIMIT).bit_length() - 1
 
 
 def features(recipe: Recipe) -> dict[str, str]:
@@ -64,7 +72,9 @@ def store_config(recipe: Recipe) -> StoreConfig:
     chunked = {n: (e.chunks, e.chunk_target, int(cls.uses_wide)) if n in model_tables else (1, 1.0, 0) for n in widths}
     return StoreConfig(tuple(TableConfig(n, w, e.init_scale, e.seed, storage[n], *chunked[n])
                              for n, w in sorted(widths.items())),
-                       dict(recipe.sparse_optimizer), admission, recipe.eviction, e.chunk_every)
+                       dict(recipe.sparse_optimizer), admission, recipe.eviction, e.chunk_every,
+                       {n: SaecSpec(e.saec_ratio, e.saec_at, field_shift(recipe))
+                        for n in sorted(set(features(recipe).values()))} if e.saec_ratio else {})
 
 
 def _check_named(key: str, named: dict, tables: dict) -> None:
