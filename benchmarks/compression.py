@@ -1,6 +1,6 @@
 """Smaller tables at the same quality: row formats against float32 and the hashing trick.
 
-    python benchmarks/compression.py [--rows 1000000] [--dims 16,64]
+    python benchmarks/compression.py [--rows 1000000] [--dims 16,64] [--saec 20] [--saec-at 0.5,0.8] [--saec-only]
 
 For each data set (criteo_synthetic with --rows generated rows, Zipf ids; movielens on
 ml-latest-small) and each embedding dim, one run per method, the lr baseline off so the model
@@ -9,6 +9,11 @@ table is the only one, and row-wise Adagrad for every run:
   - hash@F: the hashing trick (`embedding.hash_buckets`) in the bytes format F's run used: fp32
     rows, as many buckets as fit in them (hash index included). What a user short of memory does
     without Cardinal's formats; the formats must beat it on AUC at equal bytes.
+Saec (--saec R): the fp32 run's rows clustered after training (every row's values replaced by its
+cluster's vector, then evaluated), and, with --saec-at F, fine-tuned: a run of the same recipe and
+steps with `embedding.saec_ratio = R`, `embedding.saec_at` = F x its steps (the servers cluster
+there and train on the clustered table), against an fp32 run of the same steps; both evaluate once,
+at the end, the last model (results/compression_saec_finetune.md). --saec-only runs only these.
 Bytes per id are measured twice: the servers' own account at the end of training (rows in their
 format, hash index; summary.json's ps_emb_bytes / ps_emb_rows), and the resident memory (RSS)
 one process gains holding 2M rows of each format (the `--rss-rows` check). A plot of AUC
@@ -40,6 +45,9 @@ OPTIMIZER = "rowwise_adagrad"  # one float of state a row (TorchRec's and FBGEMM
                                # element-wise Adagrad the float32 state would be as large as fp32 values
 
 
+FINAL = ["train.eval_every=0", "train.keep_best=false"]  # fine-tuning runs and their baseline: the last model
+
+
 def run(recipe: str, sets: list[str], saec: tuple[float, ...] = ()) -> dict:
     """One training run; with ``saec`` ratios, also the same model evaluated with each field's rows
     clustered (every shard clusters its own rows), under results["saec"][ratio]."""
@@ -49,7 +57,8 @@ def run(recipe: str, sets: list[str], saec: tuple[float, ...] = ()) -> dict:
         s = trainer.fit()
         out = {"rows": s["ps_emb_rows"], "bytes": s["ps_emb_bytes"], "auc": s["eval_auc"],
                "logloss": s["eval_logloss"], "samples/s": s["samples_per_s"], "saec": {},
-               "live_chunks": s.get("ps_emb_live_chunks")}
+               "live_chunks": s.get("ps_emb_live_chunks"), "clusters": s.get("ps_emb_clusters"),
+               "steps": s["steps"], "seconds": s["train_seconds"]}
         stores = trainer.client.transport.stores  # the embedded default: each shard in this process
         unclustered = trainer.evaluate()
         ids = [s_.tables["emb"].export()["ids"] for s_ in stores]
@@ -69,6 +78,29 @@ def run(recipe: str, sets: list[str], saec: tuple[float, ...] = ()) -> dict:
                                   "auc": clustered["eval_auc"], "logloss": clustered["eval_logloss"],
                                   "unclustered_auc": unclustered["eval_auc"]}
         trainer.close()
+    return out
+
+
+def finetune(name: str, recipe: str, sets: list[str], dim: int, ratios, shares) -> list[dict]:
+    """The unclustered fp32 run (clustered after training too) and, for each ratio and share, a run that
+    clusters at that share of its steps and trains on; all evaluated once, at the end."""
+    base = run(recipe, [*sets, *FINAL], ratios)
+    out = []
+    for ratio in ratios:
+        for share in shares:
+            at = max(1, int(share * base["steps"]))
+            tuned = run(recipe, [*sets, *FINAL, f"embedding.saec_ratio={ratio}", f"embedding.saec_at={at}"])
+            after = base["saec"][ratio]
+            out.append({"data": name, "dim": dim, "ratio": ratio, "at": at, "steps": tuned["steps"],
+                        "ids": base["rows"], "vectors": tuned["clusters"],
+                        "x fewer vectors": base["rows"] / tuned["clusters"],
+                        "MB unclustered": base["bytes"] / 1e6, "MB clustered": tuned["bytes"] / 1e6,
+                        "AUC unclustered": f"{base['auc']:.4f}",
+                        "after training": f"{after['auc'] - base['auc']:+.4f}",
+                        "AUC fine-tuned": f"{tuned['auc']:.4f}",
+                        "fine-tuned change": f"{tuned['auc'] - base['auc']:+.4f}",
+                        "s unclustered": base["seconds"], "s fine-tuned": tuned["seconds"]})
+            print(out[-1], flush=True)
     return out
 
 
@@ -134,6 +166,10 @@ def main():
     parser.add_argument("--dims", default="16,64")
     parser.add_argument("--rss-rows", type=int, default=2_000_000)
     parser.add_argument("--saec", default="20,50", help="Saec: rows per cluster, per field")
+    parser.add_argument("--saec-at", default="0.5,0.8",
+                        help="Saec fine-tuning: cluster at these shares of the run's steps and train on (empty: none)")
+    parser.add_argument("--saec-only", action="store_true",
+                        help="only Saec: the fp32 run clustered after training and the fine-tuning runs")
     parser.add_argument("--chunks", type=int, default=4, help="FIITED: chunks a row (dims it divides)")
     parser.add_argument("--chunk-target", type=float, default=0.35, help="FIITED: the share of chunks kept")
     args = parser.parse_args()
@@ -141,10 +177,15 @@ def main():
     ratios = tuple(float(r) for r in args.saec.split(","))
     data = {"zipf": ("criteo_synthetic", [f"data.synthetic.rows={args.rows}"]),
             "movielens": ("movielens", [f'data.train=["{data_dir()}"]'])}
-    rows, saec_rows = [], []
+    shares = [float(f) for f in args.saec_at.split(",") if f]
+    rows, saec_rows, tune_rows = [], [], []
     for name, (recipe, extra) in data.items():
         for dim in dims:
             sets = [*extra, f"embedding.dim={dim}"]
+            if shares:
+                tune_rows += finetune(name, recipe, sets, dim, ratios, shares)
+            if args.saec_only:
+                continue
             results = {f: run(recipe, [*sets, f'embedding.storage="{f}"'], ratios if f == "fp32" else ())
                        for f in FORMATS}
             if dim % args.chunks == 0:  # FIITED: fp32 values in chunks, a share of them kept
@@ -181,6 +222,23 @@ def main():
                                   "clustering s": c["seconds"], "hash@same bytes": buckets,
                                   "its AUC": f"{hashed['auc']:.4f}"})
                 print(saec_rows[-1], flush=True)
+    reproduce = (f"reproduce: python benchmarks/compression.py --rows {args.rows} --dims {args.dims} --saec {args.saec} "
+                 f"--saec-at {args.saec_at}{' --saec-only' if args.saec_only else ''}")
+    if tune_rows:
+        write("compression_saec_finetune", "Saec as the training table: clustered mid-run, fine-tuned with the map "
+              "frozen, against the unclustered model of the same steps", tune_rows,
+              ["unclustered: an fp32 run (row-wise Adagrad, the lr baseline off) evaluated once, at its last step; "
+               "after training: its rows replaced by their cluster's vector at the end (no training after)",
+               "fine-tuned: the same recipe and steps with embedding.saec_ratio = ratio and embedding.saec_at = at: "
+               "every server clusters its rows after that step's push and trains on the clustered table (each id "
+               "reads and trains its cluster's row; ids first seen later share their field's default row)",
+               "ids: the unclustered run's rows at the end; vectors: the fine-tuned run's cluster rows at the end "
+               "(default rows included); x fewer: ids over vectors. MB: the servers' account of the model table "
+               "at the end (unclustered: rows, index; clustered: the map's 20 bytes an id, its index, cluster rows)",
+               f"zipf: the default recipe on {args.rows:,} generated rows (one epoch); movielens: the shipped recipe",
+               reproduce])
+    if args.saec_only:
+        return
     rss_rows = []
     for dim in dims:
         fp32 = rss_per_row("fp32", dim + 1, args.rss_rows)
@@ -189,8 +247,7 @@ def main():
             rss_rows.append({"dim": dim, "format": f, "RSS bytes/row": got, "x fewer RSS": fp32 / got})
             print(rss_rows[-1], flush=True)
     plot(rows, RESULTS / "compression.png")
-    reproduce = (f"reproduce: python benchmarks/compression.py --rows {args.rows} --dims {args.dims} --saec {args.saec} "
-                 f"--chunks {args.chunks} --chunk-target {args.chunk_target}")
+    reproduce += f" --chunks {args.chunks} --chunk-target {args.chunk_target}"
     write("compression", "Row formats against float32 and the hashing trick: bytes, AUC, speed", rows,
           ["fp16, bf16: two values a float32 word; int8: one byte a value and a float32 scale a row (words "
            "rounded up); every format keeps the optimizer's state (row-wise Adagrad: one word) in float32 and "

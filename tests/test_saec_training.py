@@ -309,3 +309,14 @@ def test_a_resumed_run_is_bitwise_the_run_that_went_on(tmp_path, at):
                                   resumed.client.pull("emb", every, create=False).wait())
     straight.close()
     resumed.close()
+
+
+def test_a_resume_cannot_change_the_clustering(tmp_path):
+    from cardinal.train import resume
+
+    r = tiny_recipe(tmp_path, "embedding.saec_ratio=4", "embedding.saec_at=5")
+    (tmp_path / "recipe.json").write_text(json.dumps(r.to_dict()))
+    for key in ("embedding.saec_at=6", "embedding.saec_ratio=8"):
+        with pytest.raises(ValueError, match=f"--resume cannot change {key.split('=')[0]}"):
+            resume.resumed_recipe(tmp_path, [key])
+    assert resume.resumed_recipe(tmp_path, ["train.steps=30"]).embedding.saec_at == 5
