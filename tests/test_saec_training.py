@@ -320,3 +320,28 @@ def test_a_resume_cannot_change_the_clustering(tmp_path):
         with pytest.raises(ValueError, match=f"--resume cannot change {key.split('=')[0]}"):
             resume.resumed_recipe(tmp_path, [key])
     assert resume.resumed_recipe(tmp_path, ["train.steps=30"]).embedding.saec_at == 5
+
+
+def test_over_grpc_the_clustered_tables_are_bitwise_the_embedded_ones(tmp_path):
+    from cardinal.ps import embedded
+    from cluster import Cluster
+
+    cfg = StoreConfig((TableConfig("emb", DIM),), OPT, saec={"emb": SaecSpec(5.0, 3, 32)})
+    remote = Cluster(cfg, 2, tmp_path / "ps")
+    try:
+        local = embedded(cfg, 2)
+        ids = ids_of()
+        later = np.array([(1 << 32) | 999_999, (3 << 32) | 5], np.int64)
+        for client in (remote.client, local):
+            rng = np.random.default_rng(2)
+            for step in range(1, 6):
+                some = np.concatenate([ids[: len(ids) // (1 + step % 3)], later if step > 3 else later[:0]])
+                client.pull("emb", some, step=step).wait()
+                client.push("emb", some, rng.normal(size=(len(some), DIM)).astype(np.float32), step=step).wait()
+        assert all(isinstance(s.tables["emb"], SaecTable) for s in remote.stores)
+        every = np.concatenate([ids, later, [(1 << 32) | 12345]])
+        np.testing.assert_array_equal(remote.client.pull("emb", every, create=False).wait(),
+                                      local.pull("emb", every, create=False).wait())
+        assert remote.client.digest("emb") == local.digest("emb")
+    finally:
+        remote.stop()

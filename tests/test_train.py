@@ -119,7 +119,11 @@ def test_no_new_cli_options():
                        "generate": ["--help", "--set", "-h"], "convert": ["--help", "--out", "--strict", "-h"],
                        "server": ["--data-dir", "--help", "--host", "--port", "--set", "--shard", "-h"],
                        "launch": ["--help", "--servers", "--workers", "-h"], "data": ["--help", "-h"],
-                       "sweep": ["--grid", "--help", "--out", "--parallel", "--set", "-h"]}
+                       "sweep": ["--grid", "--help", "--out", "--parallel", "--set", "-h"],
+                       # serving is not training: its few knobs are the server's, not a recipe's
+                       "export": ["--checkpoint", "--help", "--out", "--ratio", "--tables", "-h"],
+                       "serve": ["--follow", "--help", "--host", "--max-batch", "--poll", "--port", "--threads",
+                                 "-h"]}
 
 
 def test_auto_consistency_is_async_in_one_process_and_sync_with_servers_or_workers(tmp_path):

@@ -10,6 +10,8 @@
     cardinal server [RECIPE] --shard I/N --data-dir DIR [--port P] [--host H] [--set ...]
     cardinal launch --servers S --workers W -- [RECIPE] [--set ...] [--resume RUN_DIR]
     cardinal sweep [RECIPE] --grid section.key=v1,v2 [--grid ...] [--set ...] [--parallel N]
+    cardinal export RUN_DIR --out DIR [--checkpoint STEP_DIR] [--tables fp32|fp16|int8|saec] [--ratio R]
+    cardinal serve EXPORT_DIR [--port P] [--host H] [--follow RUN_DIR] [--max-batch N]
 
 Every command's exit status says whether it succeeded: 0 when it did; 2 for an error the user
 can fix (bad recipe or data, a run that diverged or trained nothing), named on one line of
@@ -87,6 +89,20 @@ def parser() -> argparse.ArgumentParser:
     w.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="fixed for every setting")
     w.add_argument("--parallel", type=int, default=1, help="settings trained at once (threads split among them)")
     w.add_argument("--out", metavar="DIR", help="where the sweep directory goes (default: the recipe's train.run_dir)")
+    x = sub.add_parser("export", help="a run's model for serving: ONNX dense model, live rows, manifest")
+    x.add_argument("run_dir")
+    x.add_argument("--out", required=True, help="a new (or empty) directory")
+    x.add_argument("--checkpoint", metavar="STEP_DIR", help="a step directory (default: the best, else the newest)")
+    x.add_argument("--tables", default="fp32", help="the rows' form: fp32 (exact), fp16, int8 or saec (clustered)")
+    x.add_argument("--ratio", type=float, default=20.0, help="saec: rows per cluster in each field (default 20)")
+    v = sub.add_parser("serve", help="serve an export's predictions over HTTP (JSON), batching requests")
+    v.add_argument("export_dir")
+    v.add_argument("--port", type=int, default=8000, help="0 picks a free port (printed when ready)")
+    v.add_argument("--host", default="127.0.0.1", help="address to listen on (default: this machine only)")
+    v.add_argument("--follow", metavar="RUN_DIR", help="swap in each newer checkpoint of this training run")
+    v.add_argument("--poll", type=float, default=1.0, help="seconds between looks at the run (default 1)")
+    v.add_argument("--max-batch", type=int, default=4096, help="examples in a request, and in one model call")
+    v.add_argument("--threads", type=int, default=1, help="onnxruntime threads a model call uses (default 1)")
     c = sub.add_parser("convert", help="convert Criteo TSV files to Parquet")
     c.add_argument("tsv", nargs="+")
     c.add_argument("--out", required=True)
@@ -104,7 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(logging.INFO)  # records through tqdm.write: never onto a progress bar's line
     try:
         commands = {"train": train, "recipe": recipe, "eval": evaluate, "generate": generate, "convert": convert,
-                    "server": server, "launch": launch, "data": data, "sweep": sweep}
+                    "server": server, "launch": launch, "data": data, "sweep": sweep,
+                    "export": export, "serve": serve}
         return commands[args.command](args)
     except ValueError as e:  # what the user can change; anything else (a bug) is a traceback (exit 1)
         say(f"cardinal {args.command}: error: {e}")  # on a line of its own, not on a progress bar's
@@ -304,6 +321,31 @@ def server(args) -> int:
     options = ServerOptions(host=args.host, port=args.port, tls_cert=ps.tls_cert or None, tls_key=ps.tls_key or None,
                             max_message_mb=ps.max_message_mb, max_concurrency=ps.max_concurrent_calls)
     return run(store, args.data_dir, ps.job, ps.token(), options)
+
+
+def export(args) -> int:
+    from cardinal.serve.export import export_run
+
+    m = export_run(args.run_dir, args.out, args.checkpoint, args.tables, args.ratio)
+    rows = sum(t["rows"] for t in m["tables"].values())
+    mb = sum(t["bytes"] for t in m["tables"].values()) / 1e6
+    print(f"exported step {m['step']} of {args.run_dir} to {args.out}: {rows:,} rows ({args.tables}, {mb:.1f} MB) "
+          f"and model.onnx; serve it with: cardinal serve {args.out}")
+    return 0
+
+
+def serve(args) -> int:
+    from cardinal.serve.follow import Follower
+    from cardinal.serve.http import PredictionServer, serve as run
+    from cardinal.serve.model import ServingModel
+
+    model = ServingModel.load(args.export_dir, args.threads)
+    follower = Follower(args.follow) if args.follow else None
+    if follower is not None and any(t.form == "saec" for t in model.tables.values()):
+        raise ValueError("--follow: a saec export's clusters are fixed at export; follow with an fp32, fp16 or "
+                         "int8 export")
+    server = PredictionServer(model, args.max_batch, follower=follower, poll_s=args.poll)
+    return run(server, args.host, args.port)
 
 
 def convert(args) -> int:

@@ -1,0 +1,150 @@
+"""``cardinal export RUN_DIR --out DIR``: a trained model as serving needs it, and nothing more.
+
+    DIR/model.onnx        the dense model, probabilities out (``onnx_model.py``)
+    DIR/tables/<t>.*.npy  each model table's live rows, sorted by id, in the chosen form (``tables.py``)
+    DIR/manifest.json     written last: the recipe, fields, tables, the checkpoint it came from,
+                          and every file's size and crc32 (checked when ``cardinal serve`` loads it)
+
+No optimizer state, request logs, counts or baseline tables leave the run. The rows are read by
+loading the checkpoint (full, or a delta chain, of any shard count, any row format, any tier)
+into one shard in this process, then pulling every id as a lookup: the values
+``cardinal eval`` pulls, so predictions from the export equal its own.
+"""
+
+import json
+import shutil
+from pathlib import Path
+
+from cardinal.durable import file_entry, fsync_dir, write_json
+from cardinal.serve.tables import FORMS, SnapshotTable
+
+MANIFEST = "manifest.json"
+KIND = "cardinal-export"
+FIELD_SHIFT = {"movielens": 40}  # where an id's field bits start (the readers put them there); 32 otherwise
+
+
+def find_checkpoint(run_dir: Path, checkpoint: str | Path | None = None) -> Path:
+    """``checkpoint``, else the run's best (``best.json``), else its newest committed one."""
+    from cardinal.ps import checkpoint as ckpt
+    from cardinal.train.best import best_checkpoint
+
+    if checkpoint is not None:
+        path = Path(checkpoint)
+        if not (path / ckpt.COMMIT).is_file():
+            raise ValueError(f"{path} is not a committed checkpoint (no {ckpt.COMMIT})")
+        return path
+    root = Path(run_dir) / "checkpoints"
+    found = best_checkpoint(root) or ckpt.latest(root)
+    if found is None:
+        raise ValueError(f"{run_dir} has no committed checkpoint to export")
+    return found
+
+
+def run_recipe(run_dir: Path):
+    from cardinal.train import config
+    from cardinal.train.resume import saved_recipe
+
+    return config.from_dict(saved_recipe(Path(run_dir)))
+
+
+def model_of(recipe, state: dict):
+    """The recipe's dense model with ``state`` loaded, in eval mode."""
+    from cardinal.models import MODELS
+    from cardinal.train import tables
+
+    spec = dict(recipe.model)
+    model = MODELS[spec.pop("name")](len(dense_fields(recipe)), len(tables.sparse_fields(recipe)),
+                                     recipe.embedding.dim, **spec)
+    model.load_state_dict(state)
+    return model.eval()
+
+
+def dense_fields(recipe) -> list[str]:
+    from cardinal.data import criteo, movielens
+
+    return list(movielens.DENSE if recipe.data.format == "movielens" else criteo.DENSE)
+
+
+def dense_state(step_path: Path) -> dict:
+    """The checkpoint's dense model state (verified against its commit marker)."""
+    from cardinal.ps import checkpoint as ckpt
+    from cardinal.ps.checkpoint_load import read_commit
+    from cardinal.train.state_io import load_tree
+
+    entry = read_commit(step_path)["files"].get(f"dense/{ckpt.STATE}")
+    if entry is None:
+        raise ValueError(f"{step_path} holds no dense/{ckpt.STATE}: not a trainer checkpoint")
+    return load_tree(step_path / "dense", entry)["model"]
+
+
+def load_store(recipe, step_path: Path | None):
+    """A one-shard store in this process holding every row of the checkpoint (all in RAM; None: empty)."""
+    from cardinal.ps import ShardStore
+    from cardinal.train import tables
+
+    store = ShardStore(tables.store_config(recipe))
+    if step_path is not None:
+        store.load(str(step_path))
+    return store
+
+
+def export_run(run_dir: str | Path, out: str | Path, checkpoint: str | Path | None = None, form: str = "fp32",
+               ratio: float = 20.0) -> dict:
+    """Write the export of ``run_dir``'s checkpoint into ``out`` (new or empty); returns the manifest."""
+    if form not in FORMS:
+        raise ValueError(f"--tables must be one of {', '.join(FORMS)}, got {form!r}")
+    run_dir, out = Path(run_dir), Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ValueError(f"{out} exists and is not an empty directory: export into a new one")
+    recipe = run_recipe(run_dir)
+    step_path = find_checkpoint(run_dir, checkpoint).resolve()
+    model = model_of(recipe, dense_state(step_path))
+    store = load_store(recipe, step_path)
+    made = not out.exists()
+    try:
+        return _write(recipe, model, store, step_path, out, form, ratio)
+    except BaseException:
+        if made:
+            shutil.rmtree(out, ignore_errors=True)
+        else:
+            for p in out.iterdir():
+                shutil.rmtree(p) if p.is_dir() else p.unlink()
+        raise
+    finally:
+        store.close()
+
+
+def _write(recipe, model, store, step_path: Path, out: Path, form: str, ratio: float) -> dict:
+    from cardinal.compression.clustered import cluster_table
+    from cardinal.serve.onnx_model import export_onnx
+    from cardinal.train import tables
+
+    (out / "tables").mkdir(parents=True, exist_ok=True)
+    files, table_info = {}, {}
+    for name in sorted(set(tables.features(recipe).values())):
+        t = store.tables[name]
+        ids = t.export()["ids"]
+        clusters = cluster_table(t, FIELD_SHIFT.get(recipe.data.format, 32), ratio) if form == "saec" else None
+        snap = SnapshotTable.build(ids, t.pull(ids, create=False), form, clusters=clusters)
+        files |= {f"tables/{k}": v for k, v in snap.save(out / "tables", name).items()}
+        table_info[name] = {"form": form, "width": snap.width, "rows": len(snap), "bytes": snap.nbytes,
+                            **({"ratio": ratio, "vectors": len(clusters.vectors)} if form == "saec" else {})}
+    export_onnx(model, len(dense_fields(recipe)), out / "model.onnx")
+    files["model.onnx"] = file_entry(out / "model.onnx")
+    fsync_dir(out / "tables")
+    manifest = {"kind": KIND, "version": 1, "step": store.step, "checkpoint": str(step_path), "data_format": recipe.data.format, "model": recipe.model["name"],
+                "dim": recipe.embedding.dim, "uses_wide": bool(model.uses_wide),
+                "uses_embedding": bool(model.uses_embedding), "pooling": recipe.embedding.pooling,
+                "hash_buckets": recipe.embedding.hash_buckets, "dense_fields": dense_fields(recipe),
+                "features": [[f, t] for f, t in tables.features(recipe).items()],  # pairs: the JSON sorts keys
+                "tables": table_info, "files": files,
+                "recipe": recipe_dict(recipe)}
+    write_json(out / MANIFEST, manifest)
+    fsync_dir(out)
+    return manifest
+
+
+def recipe_dict(recipe) -> dict:
+    from dataclasses import asdict
+
+    return json.loads(json.dumps(asdict(recipe), default=str))

@@ -1,0 +1,93 @@
+"""Following a training run: each newer committed checkpoint becomes the next served model.
+
+    follower = Follower(RUN_DIR, recipe)
+    new = follower.next_model(current)    # None while the run has nothing newer than current.step
+
+A delta checkpoint whose chain passes through the served step is applied as it is: only its
+rows (new and changed) and its deleted ids, over copies of the served tables, in their form;
+the dense weights are swapped into the same ONNX graph (``DenseRunner.reweighted``). Anything
+else (a new full checkpoint, a chain from elsewhere) is read whole, as ``cardinal export``
+reads it. Nothing is changed in place: the server swaps the reference, and the old model's
+memory goes once its last request is answered, so memory stays flat across reloads.
+"""
+
+from pathlib import Path
+
+import numpy as np
+
+from cardinal.ps import checkpoint
+from cardinal.ps.checkpoint_load import check_compatible, deleted_ids, read_chain, table_chunks
+from cardinal.serve.export import dense_state, load_store, run_recipe
+from cardinal.serve.model import ServingModel
+from cardinal.serve.tables import SnapshotTable
+
+
+class Follower:
+    def __init__(self, run_dir: str | Path):
+        self.run_dir = Path(run_dir)
+        self.root = self.run_dir / "checkpoints"
+        self.recipe = run_recipe(self.run_dir)
+
+    def newest(self) -> Path | None:
+        return checkpoint.latest(self.root)
+
+    def next_model(self, current: ServingModel) -> ServingModel | None:
+        found = self.newest()
+        if found is None:
+            return None
+        chain = read_chain(found)
+        step = chain[-1][1]["step"]
+        if step <= current.step:
+            return None
+        steps = [info["step"] for _, info in chain]
+        if current.step in steps:  # a delta (or several) on what is served: apply their rows only
+            rows = {}
+            for path, info in chain[steps.index(current.step) + 1:]:
+                rows = _merge(rows, self._delta_rows(path, info, current))
+            return current.updated(step, dense_state(found), rows)
+        return self._whole(found, current, step)
+
+    def _delta_rows(self, path: Path, info: dict, current: ServingModel) -> dict:
+        """{table: (ids, float32 values, deleted ids)} of one delta, every shard's, decoded."""
+        store = load_store(self.recipe, None)
+        try:
+            check_compatible(path, info, store.tables)
+            out = {}
+            for name in current.tables:
+                t = store.tables[name]
+                for _, block in table_chunks(path, info, 0, 1, name):
+                    t.import_rows(*block)
+                ids = t.export()["ids"]
+                out[name] = (ids, t.pull(ids, create=False), deleted_ids(path, info, 0, 1, name))
+            return out
+        finally:
+            store.close()
+
+    def _whole(self, found: Path, current: ServingModel, step: int) -> ServingModel:
+        store = load_store(self.recipe, found)
+        try:
+            tables = {}
+            for name, old in current.tables.items():
+                t = store.tables[name]
+                ids = t.export()["ids"]
+                if old.form == "saec":
+                    raise ValueError("a saec export cannot follow training (its clusters are fixed at export)")
+                tables[name] = SnapshotTable.build(ids, t.pull(ids, create=False), old.form)
+        finally:
+            store.close()
+        runner = current.runner.reweighted(dense_state(found))
+        return ServingModel({**current.manifest, "step": step, "checkpoint": str(found)}, tables, runner, step)
+
+
+def _merge(older: dict, newer: dict) -> dict:
+    """Two deltas' rows as one: the newer's rows win, ids either deleted stay deleted unless set again."""
+    out = dict(newer)
+    for name, (ids, values, deleted) in older.items():
+        if name not in newer:
+            out[name] = (ids, values, deleted)
+            continue
+        n_ids, n_values, n_deleted = newer[name]
+        keep = ~np.isin(ids, np.concatenate([n_ids, n_deleted]))
+        gone = np.setdiff1d(np.concatenate([deleted, n_deleted]), n_ids)
+        out[name] = (np.concatenate([ids[keep], n_ids]), np.concatenate([values[keep], n_values]), gone)
+    return out

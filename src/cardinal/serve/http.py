@@ -1,0 +1,211 @@
+"""``cardinal serve DIR``: predictions over HTTP with JSON, concurrent requests batched.
+
+    POST /predict   {"rows": [TSV line, ...]} or {"examples": [{"I1": 3, "C1": "68fd1e64"}, ...]}
+                    -> {"probabilities": [0.031, ...], "step": 1200}     (``requests.py`` for the rules)
+    GET  /healthz   200 while the process serves          GET /readyz   200 once a model is loaded
+    GET  /metrics   Prometheus text: requests by status, latency and batch-size histograms,
+                    predictions, ids looked up and ids never trained, the model's step, reloads
+
+Requests are parsed on the event loop as they come and queued; one model call at a time takes
+everything queued (up to ``max_batch`` examples) as one batch, on a thread of its own, while
+the next requests queue behind it: a lone request waits for nobody, and under load the batches
+grow by themselves. A bad request is a 4xx naming what to change (413 past ``max_batch``
+examples or ``max_body_mb``); an error inside the server is a 500 for the requests of that
+batch only. With ``follow``, a thread polls the training run and swaps in each newer model
+(``follow.py``); a batch reads the model reference once, so it is all old or all new.
+"""
+
+import asyncio
+import collections
+import json
+import logging
+import signal
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from cardinal.serve.model import LAYOUTS, ServingModel
+from cardinal.serve.requests import BadRequest, batch_rows, parse_request
+
+log = logging.getLogger("cardinal.serve")
+LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+
+
+class Metrics:
+    """The server's own registry (not the process-global one: tests run several servers)."""
+
+    def __init__(self):
+        r = self.registry = CollectorRegistry()
+        self.requests = Counter("cardinal_serve_requests", "prediction requests answered, by HTTP status",
+                                ["status"], registry=r)
+        self.latency = Histogram("cardinal_serve_request_seconds", "time from a request's arrival to its answer",
+                                 buckets=LATENCY_BUCKETS, registry=r)
+        self.batch = Histogram("cardinal_serve_batch_examples", "examples in one model call",
+                               buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384), registry=r)
+        self.predictions = Counter("cardinal_serve_predictions", "examples predicted", registry=r)
+        self.lookups = Counter("cardinal_serve_lookups", "ids looked up in the tables", registry=r)
+        self.unknown = Counter("cardinal_serve_unknown_ids", "ids never trained (read as zeros)", registry=r)
+        self.step = Gauge("cardinal_serve_model_step", "the training step of the served model", registry=r)
+        self.reloads = Counter("cardinal_serve_reloads", "models swapped in from training, by result",
+                               ["result"], registry=r)
+
+
+class PredictionServer:
+    def __init__(self, model: ServingModel, max_batch: int = 4096, max_body_mb: float = 16.0, follower=None,
+                 poll_s: float = 1.0):
+        if model.manifest["data_format"] not in LAYOUTS:
+            raise ValueError(f"this export was trained on {model.manifest['data_format']!r} data; serving parses "
+                             f"requests in the Criteo layout ({', '.join(LAYOUTS)} runs) only")
+        if max_batch < 1:
+            raise ValueError(f"--max-batch must be >= 1, got {max_batch}")
+        self.model, self.max_batch, self.max_body = model, max_batch, int(max_body_mb * (1 << 20))
+        self.follower, self.poll_s = follower, poll_s
+        self.metrics = Metrics()
+        self.metrics.step.set(model.step)
+        self._queue: collections.deque = collections.deque()  # (rows, future) of requests not yet in a batch
+        self._queued: asyncio.Event | None = None
+        self._calls = ThreadPoolExecutor(1, thread_name_prefix="predict")  # one model call at a time
+        self._stop = threading.Event()
+        self._follow_thread: threading.Thread | None = None
+
+    # --- the app -------------------------------------------------------------------------
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=self.max_body)
+        app.add_routes([web.post("/predict", self.predict), web.get("/healthz", self.healthz),
+                        web.get("/readyz", self.readyz), web.get("/metrics", self.scrape)])
+        app.on_startup.append(self._start)
+        app.on_cleanup.append(self._cleanup)
+        return app
+
+    async def _start(self, app) -> None:
+        self._queued = asyncio.Event()
+        app["batcher"] = asyncio.get_running_loop().create_task(self._batches())
+        if self.follower is not None:
+            self._follow_thread = threading.Thread(target=self._follow, name="follow", daemon=True)
+            self._follow_thread.start()
+
+    async def _cleanup(self, app) -> None:
+        self._stop.set()
+        app["batcher"].cancel()
+        self._calls.shutdown(wait=True)
+        if self._follow_thread is not None:
+            self._follow_thread.join(timeout=30)
+
+    async def healthz(self, request) -> web.Response:
+        return web.json_response({"ok": True})
+
+    async def readyz(self, request) -> web.Response:
+        return web.json_response({"ready": True, "step": self.model.step})
+
+    async def scrape(self, request) -> web.Response:
+        return web.Response(body=generate_latest(self.metrics.registry),
+                            headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def predict(self, request) -> web.Response:
+        start = time.perf_counter()
+        try:
+            try:
+                body = json.loads(await request.read())
+            except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                raise BadRequest(f"the body is not JSON: {e}") from None
+            rows = parse_request(body, self.max_batch)
+            done = asyncio.get_running_loop().create_future()
+            self._queue.append((rows, done))
+            self._queued.set()
+            probabilities, step = await done
+            response = web.json_response({"probabilities": probabilities.tolist(), "step": step})
+        except BadRequest as e:
+            response = web.json_response({"error": str(e)}, status=e.status)
+        except web.HTTPException as e:  # the body past client_max_size: aiohttp's 413
+            response = web.json_response({"error": e.text}, status=e.status)
+        except Exception as e:  # a bug or a failing model call: this request fails, the server goes on
+            log.exception("prediction failed")
+            response = web.json_response({"error": f"internal error: {type(e).__name__}: {e}"}, status=500)
+        self.metrics.requests.labels(str(response.status)).inc()
+        self.metrics.latency.observe(time.perf_counter() - start)
+        return response
+
+    # --- batching ------------------------------------------------------------------------
+
+    async def _batches(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            if not self._queue:
+                self._queued.clear()
+                await self._queued.wait()
+            waiting = [self._queue.popleft()]
+            n = len(waiting[0][0])
+            while self._queue and n + len(self._queue[0][0]) <= self.max_batch:
+                waiting.append(self._queue.popleft())
+                n += len(waiting[-1][0])
+            try:
+                probabilities, step = await loop.run_in_executor(self._calls, self._call, [w[0] for w in waiting])
+            except Exception as e:
+                for _, done in waiting:
+                    if not done.done():
+                        done.set_exception(e)
+                continue
+            for (_, done), p in zip(waiting, np.split(probabilities, np.cumsum([len(w[0]) for w in waiting])[:-1])):
+                if not done.done():  # a client gone meanwhile
+                    done.set_result((p, step))
+
+    def _call(self, parts) -> tuple[np.ndarray, int]:
+        model = self.model  # read once: the whole batch sees one model
+        before = (model.lookups, model.unknown)
+        probabilities = model.predict(batch_rows(parts).to_batch())
+        m = self.metrics
+        m.batch.observe(len(probabilities))
+        m.predictions.inc(len(probabilities))
+        m.lookups.inc(model.lookups - before[0])
+        m.unknown.inc(model.unknown - before[1])
+        return probabilities, model.step
+
+    # --- following training --------------------------------------------------------------
+
+    def _follow(self) -> None:
+        while not self._stop.wait(self.poll_s):
+            self.reload()
+
+    def reload(self) -> bool:
+        """Swap in the run's newest model if there is one; False (and the old model kept) otherwise."""
+        try:
+            new = self.follower.next_model(self.model)
+        except Exception as e:  # a checkpoint deleted while read, a torn one...: keep serving, try again
+            log.warning("reload failed, the served model stays at step %d: %s", self.model.step, e)
+            self.metrics.reloads.labels("failed").inc()
+            return False
+        if new is None:
+            return False
+        self.model = new
+        self.metrics.step.set(new.step)
+        self.metrics.reloads.labels("ok").inc()
+        log.info("serving the model of step %d", new.step)
+        return True
+
+
+def serve(server: PredictionServer, host: str = "127.0.0.1", port: int = 8000) -> int:
+    """Run until SIGINT or SIGTERM; prints ``serving on http://HOST:PORT`` once it listens (port 0:
+    a free one, the printed one)."""
+
+    async def main():
+        runner = web.AppRunner(server.app(), handle_signals=False, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+        bound = site._server.sockets[0].getsockname()[1]
+        print(f"serving on http://{host}:{bound} (model of step {server.model.step})", flush=True)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        await runner.cleanup()
+
+    asyncio.run(main())
+    return 0

@@ -1,0 +1,107 @@
+"""A prediction request's body, parsed into the rows the readers make, by the readers' own parser.
+
+Two forms of the same Criteo layout as training input (label column optional):
+
+    {"rows": ["\\t3\\t\\t...\\t68fd1e64\\t...", ...]}      TSV lines: 39 columns, or 40 with a label first
+    {"examples": [{"I1": 3, "C1": "68fd1e64"}, ...]}    named fields; a field left out is missing
+
+Both become one buffer of TSV lines parsed by ``criteo.parse_buffer`` (the compiled kernel the
+readers run), so a value means in serving what it meant in training. A request that breaks a
+rule is refused whole with ``BadRequest`` naming the example and the field (``rows[3]: C7
+'xyz' is not a hex value of at most 8 digits``); nothing of it is predicted.
+"""
+
+import re
+
+import numpy as np
+
+from cardinal.data import criteo
+from cardinal.data import tsv_kernels as K
+
+COLUMNS = criteo.DENSE + criteo.SPARSE
+_INT = re.compile(r"-?[0-9]{1,18}")
+_HEX = re.compile(r"[0-9a-fA-F]{1,8}")
+
+
+class BadRequest(ValueError):
+    """A request the client must change: ``status`` 400 (malformed) or 413 (too large)."""
+
+    def __init__(self, message: str, status: int = 400):
+        super().__init__(message)
+        self.status = status
+
+
+def parse_request(body, max_examples: int) -> criteo.Rows:
+    if not isinstance(body, dict) or len(body) != 1 or not set(body) <= {"rows", "examples"}:
+        raise BadRequest('the body must be a JSON object with one key, "rows" (TSV lines) or "examples" '
+                         '(objects of named fields I1..I13, C1..C26)')
+    key, items = next(iter(body.items()))
+    if not isinstance(items, list) or not items:
+        raise BadRequest(f'"{key}" must be a non-empty list')
+    if len(items) > max_examples:
+        raise BadRequest(f'"{key}" holds {len(items)} examples, more than the {max_examples} a request may '
+                         f"(the server's --max-batch)", 413)
+    lines = [_line(i, x) for i, x in enumerate(items)] if key == "rows" else [_named(i, x) for i, x in enumerate(items)]
+    rows, bad_line, _ = criteo.parse_buffer("\n".join(lines).encode())
+    if len(bad_line):
+        i = int(bad_line[0])
+        raise BadRequest(f"{key}[{i}]: {_why(lines[i])}")
+    assert len(rows) == len(items)
+    return rows
+
+
+def _line(i: int, line) -> str:
+    if not isinstance(line, str):
+        raise BadRequest(f"rows[{i}]: must be a string (a TSV line), got {type(line).__name__}")
+    if "\n" in line or "\r" in line:
+        raise BadRequest(f"rows[{i}]: one line per row: it holds a line break")
+    columns = line.count("\t") + 1
+    if columns == len(COLUMNS):
+        return "0\t" + line  # no label: the parser's label column is not used
+    if columns == len(COLUMNS) + 1:
+        return line
+    raise BadRequest(f"rows[{i}]: {columns} tab-separated columns; the layout is {len(COLUMNS)} "
+                     f"(I1..I13, C1..C26), or {len(COLUMNS) + 1} with the label first")
+
+
+def _named(i: int, example) -> str:
+    if not isinstance(example, dict):
+        raise BadRequest(f"examples[{i}]: must be an object of named fields, got {type(example).__name__}")
+    unknown = sorted(set(example) - set(COLUMNS), key=str)
+    if unknown:
+        raise BadRequest(f"examples[{i}]: unknown field {unknown[0]!r}; the fields are I1..I13 and C1..C26")
+    values = []
+    for name in COLUMNS:
+        v = example.get(name)
+        if v is None:
+            values.append("")
+        elif name[0] == "I" and isinstance(v, int) and not isinstance(v, bool) and abs(v) < criteo.INT_LIMIT:
+            values.append(str(v))
+        elif name[0] == "C" and isinstance(v, str) and _HEX.fullmatch(v):
+            values.append(v)
+        else:
+            raise BadRequest(f"examples[{i}]: {_rule(name, v)}")
+    return "0\t" + "\t".join(values)
+
+
+def _why(line: str) -> str:
+    """The first field of a line the parser refused, and the rule it breaks (the error path only)."""
+    values = line.split("\t")[1:]
+    for name, v in zip(COLUMNS, values):
+        if v and not (_INT if name[0] == "I" else _HEX).fullmatch(v):
+            return _rule(name, v)
+    return K.REASONS[2] if len(values) == len(COLUMNS) else K.REASONS[1]
+
+
+def _rule(name: str, v) -> str:
+    if name[0] == "I":
+        return f"{name} {v!r} is not an integer of at most 18 digits (or null)"
+    return f"{name} {v!r} is not a hex value of at most 8 digits (or null)"
+
+
+def batch_rows(parts: list[criteo.Rows]) -> criteo.Rows:
+    return parts[0] if len(parts) == 1 else criteo.Rows.concat(parts)
+
+
+def split_points(parts: list[criteo.Rows]) -> np.ndarray:
+    return np.cumsum([len(p) for p in parts])[:-1]
