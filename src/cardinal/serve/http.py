@@ -17,9 +17,12 @@ batch only. With ``follow``, a thread polls the training run and swaps in each n
 
 import asyncio
 import collections
+import ctypes
+import gc
 import json
 import logging
 import signal
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -33,6 +36,8 @@ from cardinal.serve.model import LAYOUTS, ServingModel
 from cardinal.serve.requests import BadRequest, batch_rows, parse_request
 
 log = logging.getLogger("cardinal.serve")
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
+BATCHER = web.AppKey("batcher", asyncio.Task)
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
 
@@ -85,14 +90,14 @@ class PredictionServer:
 
     async def _start(self, app) -> None:
         self._queued = asyncio.Event()
-        app["batcher"] = asyncio.get_running_loop().create_task(self._batches())
+        app[BATCHER] = asyncio.get_running_loop().create_task(self._batches())
         if self.follower is not None:
             self._follow_thread = threading.Thread(target=self._follow, name="follow", daemon=True)
             self._follow_thread.start()
 
     async def _cleanup(self, app) -> None:
         self._stop.set()
-        app["batcher"].cancel()
+        app[BATCHER].cancel()
         self._calls.shutdown(wait=True)
         if self._follow_thread is not None:
             self._follow_thread.join(timeout=30)
@@ -182,16 +187,33 @@ class PredictionServer:
             return False
         if new is None:
             return False
-        self.model = new
+        old, self.model = self.model, new
+        del old  # freed now, or by the last batch that still reads it
         self.metrics.step.set(new.step)
         self.metrics.reloads.labels("ok").inc()
         log.info("serving the model of step %d", new.step)
+        gc.collect()
+        _libc_call("malloc_trim", 0)  # freed heap pages back to the system: memory flat across reloads
         return True
+
+
+def _libc_call(name: str, *args) -> None:
+    """A glibc memory call where there is one (Linux); elsewhere nothing."""
+    try:
+        getattr(ctypes.CDLL("libc.so.6"), name)(*args)
+    except (OSError, AttributeError):
+        pass
 
 
 def serve(server: PredictionServer, host: str = "127.0.0.1", port: int = 8000) -> int:
     """Run until SIGINT or SIGTERM; prints ``serving on http://HOST:PORT`` once it listens (port 0:
     a free one, the printed one)."""
+
+    # A reload's thread holds the GIL in slices of this length between requests (default 5 ms)
+    sys.setswitchinterval(0.0005)
+    # Table-sized arrays are mapped, not carved from the heap, so each reload's old tables go back to
+    # the system when freed (glibc otherwise raises this threshold after the first free of one)
+    _libc_call("mallopt", M_MMAP_THRESHOLD, 1 << 20)
 
     async def main():
         runner = web.AppRunner(server.app(), handle_signals=False, access_log=None)

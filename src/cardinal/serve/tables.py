@@ -116,10 +116,13 @@ class SnapshotTable:
         if self.form == "saec":
             raise ValueError("a saec table's clusters are fixed at export: it cannot follow training's "
                              "checkpoints; export again, or serve an fp32, fp16 or int8 export")
-        gone = np.isin(self.ids, np.concatenate([deleted, ids]).astype(np.int64))
-        keep = ~gone
+        changed = np.concatenate([deleted, ids]).astype(np.int64)
+        keep = np.ones(len(self.ids), np.bool_)
+        if len(self.ids):  # the rows a delta replaces or deletes: by binary search, O(changes log n)
+            pos = np.minimum(np.searchsorted(self.ids, changed), len(self.ids) - 1)
+            keep[pos[self.ids[pos] == changed]] = False
         new = SnapshotTable.build(ids, values, self.form)
-        merged_ids = np.concatenate([self.ids[keep], new.ids])
-        order = np.argsort(merged_ids, kind="stable")
-        arrays = {k: np.concatenate([a[keep], new.arrays[k]])[order] for k, a in self.arrays.items()}
-        return SnapshotTable(self.form, self.width, merged_ids[order], arrays)
+        kept = self.ids[keep]
+        at = np.searchsorted(kept, new.ids)  # the new rows slot into the sorted rest: no sort of n rows
+        arrays = {k: np.insert(a[keep], at, new.arrays[k], axis=0) for k, a in self.arrays.items()}
+        return SnapshotTable(self.form, self.width, np.insert(kept, at, new.ids), arrays)

@@ -1,0 +1,215 @@
+"""Serving: latency at a steady request rate, throughput with batched requests, and reloads of
+training's delta checkpoints under load. A real HTTP client (aiohttp) against `cardinal serve` in
+its own process on 127.0.0.1.
+
+    python benchmarks/serving.py [--steps 300] [--seconds 20] [--reloads 20]
+
+1. Trains the default recipe (DeepFM, dim 16) for --steps steps of 4,096 with a checkpoint every
+   --every steps (the first full, the rest deltas), and exports its first checkpoint (fp32).
+2. Steady: single-example requests sent open-loop at --rate per second for --seconds; latency
+   from each request's scheduled send (so a stall counts against every request it delays).
+3. Batched: --concurrency clients each sending requests of --batch examples back to back.
+4. Reloads: the server follows a run directory into which the checkpoints after the first appear
+   one at a time (renamed into place, as a committed checkpoint appears), --reloads of them, every
+   --reload-every seconds, while single-example requests go on at --rate; failed requests, p99
+   against step 2's, and the server's RSS after each reload.
+Writes results/serving.{md,json}.
+"""
+
+import argparse
+import asyncio
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+from report import write  # noqa: E402
+
+from cardinal.ps import checkpoint  # noqa: E402
+from cardinal.train import Trainer, config  # noqa: E402
+
+
+def train(tmp: Path, steps: int, every: int) -> Path:
+    recipe = config.load("criteo_synthetic", [f"train.steps={steps}", f"train.checkpoint_every={every}",
+                                              "train.full_every=1000", "train.keep_checkpoints=1000",
+                                              'train.early_stop="none"', "train.eval_every=0",
+                                              'train.baseline="none"'])
+    trainer = Trainer(recipe, tmp / "run", progress=True)
+    trainer.fit()
+    trainer.close()
+    return tmp / "run"
+
+
+def start(export: Path, *extra: str) -> tuple[subprocess.Popen, int]:
+    proc = subprocess.Popen([sys.executable, "-m", "cardinal.cli", "serve", str(export), "--port", "0", *extra],
+                            stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    if "serving on" not in line:
+        proc.kill()
+        raise RuntimeError(f"the server did not start: {line!r}")
+    return proc, int(line.split("127.0.0.1:")[1].split()[0])
+
+
+def rss(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * 4096
+
+
+async def steady(url: str, lines: list[str], rate: float, seconds: float, during=None) -> dict:
+    """Open-loop single-example requests; latency measured from each one's scheduled time."""
+    latencies, failed, steps = [], 0, set()
+    n = int(rate * seconds)
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+        async def one(i: int, at: float):
+            nonlocal failed
+            await asyncio.sleep(max(0.0, at - time.perf_counter()))
+            try:
+                async with session.post(url, json={"rows": [lines[i % len(lines)]]}) as r:
+                    body = await r.json()
+                    if r.status != 200:
+                        failed += 1
+                    else:
+                        steps.add(body["step"])
+            except aiohttp.ClientError:
+                failed += 1
+            latencies.append(time.perf_counter() - at)
+
+        t0 = time.perf_counter() + 0.2
+        side = asyncio.get_running_loop().run_in_executor(None, during, t0) if during else None
+        await asyncio.gather(*(one(i, t0 + i / rate) for i in range(n)))
+        side_result = await side if side else None
+    lat = np.array(latencies) * 1000
+    return {"requests": n, "failed": failed, "p50 ms": float(np.percentile(lat, 50)),
+            "p99 ms": float(np.percentile(lat, 99)), "max ms": float(lat.max()), "steps": sorted(steps),
+            "side": side_result}
+
+
+async def batched(url: str, lines: list[str], batch: int, concurrency: int, seconds: float) -> dict:
+    done, failed = 0, 0
+    end = time.perf_counter() + seconds
+    async with aiohttp.ClientSession() as session:
+        async def client(k: int):
+            nonlocal done, failed
+            i = k * batch
+            while time.perf_counter() < end:
+                rows = [lines[(i + j) % len(lines)] for j in range(batch)]
+                i += batch * concurrency
+                async with session.post(url, json={"rows": rows}) as r:
+                    await r.read()
+                    if r.status == 200:
+                        done += batch
+                    else:
+                        failed += 1
+        start_time = time.perf_counter()
+        await asyncio.gather(*(client(k) for k in range(concurrency)))
+        elapsed = time.perf_counter() - start_time
+    return {"predictions/s": done / elapsed, "failed": failed}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--every", type=int, default=10)
+    p.add_argument("--seconds", type=float, default=20)
+    p.add_argument("--rate", type=float, default=200)
+    p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--concurrency", type=int, default=4)
+    p.add_argument("--reloads", type=int, default=20)
+    p.add_argument("--reload-every", type=float, default=1.5)
+    args = p.parse_args()
+    with tempfile.TemporaryDirectory(prefix="cardinal-serving-") as tmp:
+        tmp = Path(tmp)
+        run = train(tmp, args.steps, args.every)
+        steps = checkpoint.committed_steps(run / "checkpoints")
+        if len(steps) < args.reloads + 1:
+            raise SystemExit(f"only {len(steps)} checkpoints: raise --steps or lower --every")
+        first = steps[-(args.reloads + 1)]
+        subprocess.run([sys.executable, "-m", "cardinal.cli", "export", str(run), "--out", str(tmp / "x"),
+                        "--checkpoint", str(checkpoint.step_dir(run / "checkpoints", first))], check=True)
+        manifest = json.loads((tmp / "x" / "manifest.json").read_text())
+        lines = [ln.split("\t", 1)[1] for ln in next(Path(config.load().data.cache_dir).glob("synthetic-*/eval.tsv"))
+                 .read_text().splitlines()[:20000]]
+        # the followed run: recipe and every checkpoint up to the first; the later ones wait aside
+        followed, aside = tmp / "followed", tmp / "aside"
+        (followed / "checkpoints").mkdir(parents=True)
+        aside.mkdir()
+        shutil.copy(run / "recipe.json", followed)
+        for s in steps:
+            src = checkpoint.step_dir(run / "checkpoints", s)
+            shutil.move(str(src), str((followed / "checkpoints" if s <= first else aside) / src.name))
+        later = [s for s in steps if s > first][: args.reloads]
+        proc, port = start(tmp / "x", "--follow", str(followed), "--poll", "0.2")
+        url = f"http://127.0.0.1:{port}/predict"
+        try:
+            asyncio.run(steady(url, lines, args.rate, 3))  # warm up
+            quiet = asyncio.run(steady(url, lines, args.rate, args.seconds))
+            throughput = asyncio.run(batched(url, lines, args.batch, args.concurrency, args.seconds))
+            base_rss = rss(proc.pid)
+
+            def publish(t0: float) -> list[int]:
+                sizes = []
+                for k, s in enumerate(later):
+                    time.sleep(max(0.0, t0 + (k + 0.5) * args.reload_every - time.perf_counter()))
+                    name = checkpoint.step_dir(aside, s).name
+                    shutil.move(str(aside / name), str(followed / "checkpoints" / name))  # appears committed
+                    deadline = time.monotonic() + 30
+                    while time.monotonic() < deadline:
+                        with aiohttp_get(port, "/readyz") as r:
+                            if json.loads(r)["step"] == s:
+                                break
+                        time.sleep(0.02)
+                    sizes.append(rss(proc.pid))
+                return sizes
+
+            reload_seconds = args.reload_every * (len(later) + 1)
+            reloading = asyncio.run(steady(url, lines, args.rate, reload_seconds, during=publish))
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+    sizes = reloading.pop("side")
+    growth = [(b - a) / a * 100 for a, b in zip([base_rss] + sizes[:-1], sizes)]
+    rows = [{"phase": f"steady, 1 example a request, {args.rate:.0f}/s", "requests": quiet["requests"],
+             "failed": quiet["failed"], "p50 ms": quiet["p50 ms"], "p99 ms": quiet["p99 ms"], "max ms": quiet["max ms"],
+             "predictions/s": args.rate},
+            {"phase": f"batched, {args.batch} examples a request, {args.concurrency} clients", "requests": "",
+             "failed": throughput["failed"], "p50 ms": "", "p99 ms": "", "max ms": "",
+             "predictions/s": throughput["predictions/s"]},
+            {"phase": f"{len(later)} reloads under {args.rate:.0f}/s", "requests": reloading["requests"],
+             "failed": reloading["failed"], "p50 ms": reloading["p50 ms"], "p99 ms": reloading["p99 ms"],
+             "max ms": reloading["max ms"], "predictions/s": args.rate}]
+    notes = [f"model: the default recipe (DeepFM, dim 16), {manifest['tables']['emb']['rows']:,} rows served (fp32), "
+             f"trained {args.steps} steps of 4,096; a checkpoint every {args.every} steps, deltas after the first",
+             f"reloads: p99 {reloading['p99 ms'] / quiet['p99 ms']:.2f}x steady; steps served "
+             f"{reloading['steps'][0]}..{reloading['steps'][-1]}; server RSS {base_rss / 2**20:.0f} MiB before, "
+             f"{sizes[-1] / 2**20:.0f} MiB after {len(sizes)}; growth per reload: max {max(growth):+.2f}%, "
+             f"mean {np.mean(growth):+.2f}%, over all {(sizes[-1] - base_rss) / base_rss * 100:+.2f}%",
+             "latency: from each request's scheduled send time to its answer (open loop: a stall delays every request "
+             "behind it); the client runs on the same 2 cores as the server",
+             f"reproduce: python benchmarks/serving.py --steps {args.steps} --every {args.every} --seconds "
+             f"{args.seconds:g} --reloads {args.reloads}"]
+    write("serving", "Serving: cardinal serve over HTTP on 127.0.0.1", rows, notes,
+          {"rss_after_reloads": sizes, "growth_percent": growth, "base_rss": base_rss})
+
+
+class aiohttp_get:
+    """A blocking GET (the publishing thread's), as a context manager giving the body."""
+
+    def __init__(self, port: int, path: str):
+        import urllib.request
+        self.r = urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10)
+
+    def __enter__(self):
+        return self.r.read()
+
+    def __exit__(self, *exc):
+        self.r.close()
+
+
+if __name__ == "__main__":
+    main()
