@@ -54,7 +54,16 @@ def start(export: Path, *extra: str) -> tuple[subprocess.Popen, int]:
     if "serving on" not in line:
         proc.kill()
         raise RuntimeError(f"the server did not start: {line!r}")
-    return proc, int(line.split("127.0.0.1:")[1].split()[0])
+    port = int(line.split("127.0.0.1:")[1].split()[0])
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # ready: following a run, once its reload path is warm
+        try:
+            with aiohttp_get(port, "/readyz"):
+                return proc, port
+        except OSError:  # 503 until then
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("the server never became ready")
 
 
 def rss(pid: int) -> int:

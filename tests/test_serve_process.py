@@ -67,7 +67,8 @@ def test_serve_follows_training_under_load_and_stops_on_sigterm(tmp_path):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     with reaped([proc]):
         port = started(proc)
-        assert json.loads(call(port, "/readyz")[1])["step"] == 8
+        poll_for(lambda: call(port, "/readyz")[0] == 200, what="readiness")  # 503 while the reload path warms
+        assert json.loads(call(port, "/readyz")[1]) == {"ready": True, "step": 8}
         results, stop = [], threading.Event()
 
         def load():  # a good request and a malformed one, over and over, while training goes on

@@ -339,12 +339,9 @@ def serve(args) -> int:
     from cardinal.serve.http import PredictionServer, serve as run
     from cardinal.serve.model import ServingModel
 
-    model = ServingModel.load(args.export_dir, args.threads)
     follower = Follower(args.follow) if args.follow else None
-    if follower is not None and any(t.form == "saec" for t in model.tables.values()):
-        raise ValueError("--follow: a saec export's clusters are fixed at export; follow with an fp32, fp16 or "
-                         "int8 export")
-    server = PredictionServer(model, args.max_batch, follower=follower, poll_s=args.poll)
+    server = PredictionServer(ServingModel.load(args.export_dir, args.threads), args.max_batch, follower=follower,
+                              poll_s=args.poll)  # the server holds the only reference: a reload frees the first
     return run(server, args.host, args.port)
 
 

@@ -28,6 +28,13 @@ class Follower:
         self.root = self.run_dir / "checkpoints"
         self.recipe = run_recipe(self.run_dir)
 
+    def warm(self, current: ServingModel) -> None:
+        """Read the served checkpoint once, thrown away: the compiled kernels a reload runs are loaded
+        before the first request, not while a reload holds requests up."""
+        path = Path(current.manifest["checkpoint"])
+        if (path / checkpoint.COMMIT).is_file():
+            self._whole(path, current, current.step)
+
     def newest(self) -> Path | None:
         return checkpoint.latest(self.root)
 

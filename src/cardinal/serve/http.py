@@ -68,6 +68,9 @@ class PredictionServer:
                              f"requests in the Criteo layout ({', '.join(LAYOUTS)} runs) only")
         if max_batch < 1:
             raise ValueError(f"--max-batch must be >= 1, got {max_batch}")
+        if follower is not None and any(t.form == "saec" for t in model.tables.values()):
+            raise ValueError("--follow: a saec export's clusters are fixed at export; follow training with an fp32, "
+                             "fp16 or int8 export")
         self.model, self.max_batch, self.max_body = model, max_batch, int(max_body_mb * (1 << 20))
         self.follower, self.poll_s = follower, poll_s
         self.metrics = Metrics()
@@ -76,6 +79,7 @@ class PredictionServer:
         self._queued: asyncio.Event | None = None
         self._calls = ThreadPoolExecutor(1, thread_name_prefix="predict")  # one model call at a time
         self._stop = threading.Event()
+        self._ready = threading.Event()  # set once a model is served (and, following a run, the reload path warm)
         self._follow_thread: threading.Thread | None = None
 
     # --- the app -------------------------------------------------------------------------
@@ -91,7 +95,9 @@ class PredictionServer:
     async def _start(self, app) -> None:
         self._queued = asyncio.Event()
         app[BATCHER] = asyncio.get_running_loop().create_task(self._batches())
-        if self.follower is not None:
+        if self.follower is None:
+            self._ready.set()
+        else:
             self._follow_thread = threading.Thread(target=self._follow, name="follow", daemon=True)
             self._follow_thread.start()
 
@@ -106,7 +112,8 @@ class PredictionServer:
         return web.json_response({"ok": True})
 
     async def readyz(self, request) -> web.Response:
-        return web.json_response({"ready": True, "step": self.model.step})
+        ready = self._ready.is_set()
+        return web.json_response({"ready": ready, "step": self.model.step}, status=200 if ready else 503)
 
     async def scrape(self, request) -> web.Response:
         return web.Response(body=generate_latest(self.metrics.registry),
@@ -174,6 +181,8 @@ class PredictionServer:
     # --- following training --------------------------------------------------------------
 
     def _follow(self) -> None:
+        self.follower.warm(self.model)  # on this thread: its allocator arena is made now, not at the first reload
+        self._ready.set()
         while not self._stop.wait(self.poll_s):
             self.reload()
 
@@ -192,7 +201,6 @@ class PredictionServer:
         self.metrics.step.set(new.step)
         self.metrics.reloads.labels("ok").inc()
         log.info("serving the model of step %d", new.step)
-        gc.collect()
         _libc_call("malloc_trim", 0)  # freed heap pages back to the system: memory flat across reloads
         return True
 
@@ -214,6 +222,9 @@ def serve(server: PredictionServer, host: str = "127.0.0.1", port: int = 8000) -
     # Table-sized arrays are mapped, not carved from the heap, so each reload's old tables go back to
     # the system when freed (glibc otherwise raises this threshold after the first free of one)
     _libc_call("mallopt", M_MMAP_THRESHOLD, 1 << 20)
+    # What is loaded now lives as long as the process: kept out of the cyclic collector's full passes,
+    # which otherwise walk every torch and onnx object now and then and stall requests for tens of ms
+    gc.freeze()
 
     async def main():
         runner = web.AppRunner(server.app(), handle_signals=False, access_log=None)
