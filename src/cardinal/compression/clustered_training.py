@@ -21,9 +21,13 @@ first push at or past ``SaecSpec.at``) and from then on answers through the froz
   table has one, still decides which new ids may join (the others read zeros, their gradients
   are dropped);
 - a cluster row starts as its centroid (``clustered.cluster_fields``: count-weighted k-means in
-  each field) and the count-weighted mean of its members' optimizer state (Adagrad's
-  accumulators: the step sizes its members had reached); its count is their sum and its last
-  step their latest.
+  each field) and the *sum* of its members' optimizer state; its count is their sum and its last
+  step their latest. The sum is the state of a row its members had shared all along: their
+  gradients summed at each step, uncorrelated, add their squares, so Adagrad's accumulator of the
+  shared row is about the sum of theirs (Adam's moments too; its step count then bias-corrects
+  nothing, as for any row trained a while). With their mean instead, a cluster of 20 took its
+  first steps ~sqrt(20) times too long: measured on 300k generated rows, dim 64, clustered at 80%
+  of the steps, eval AUC 0.6343 (mean) against 0.6436 (sum) and 0.6444 unclustered;
 
 Why server-side: nothing on the wire or on workers changes, so it works the same over every
 transport and with any number of workers; each shard clusters its own rows, and ids route to
@@ -136,7 +140,7 @@ class SaecTable:
         self.lock = threading.RLock()
         self.cold = None
         self.cold_bytes = 0
-        self.refused = self.dropped = self.faulted = self.demoted = self.requested = 0
+        self.created = self.refused = self.dropped = self.faulted = self.demoted = self.requested = 0
         self.evicted: dict[str, int] = {}
         self.deleted: list[np.ndarray] = []
 
@@ -179,19 +183,13 @@ class SaecTable:
         assign, vectors = cluster_fields(ids, work[:, :dim], counts, spec.shift, spec.ratio,
                                          min_clusters=min_clusters)
         k = len(vectors)
-        weight = counts.astype(np.float64)
-        mass = np.bincount(assign, weight, k)
-        size = np.bincount(assign, minlength=k)
-        weight = np.where(mass[assign] > 0, weight, 1.0)  # a cluster whose members have no count: plain mean
-        mass = np.bincount(assign, weight, k)
         rows = np.empty((k, work.shape[1]), np.float32)
         rows[:, :dim] = vectors
-        for j in range(dim, work.shape[1]):  # each state word: its members' weighted mean
-            rows[:, j] = np.bincount(assign, weight * work[:, j], k) / np.maximum(mass, 1e-300)
+        for j in range(dim, work.shape[1]):  # each state word: the sum of its members' (see the module docstring)
+            rows[:, j] = np.bincount(assign, work[:, j].astype(np.float64), k)
         total = np.minimum(np.bincount(assign, counts.astype(np.float64), k), np.iinfo(np.uint32).max)
         last = np.zeros(k, np.uint32)
         np.maximum.at(last, assign, saved["last_step"])
-        assert (size > 0).all()
         slots = np.arange(k, dtype=np.int64)
         cluster_rows = EmbeddingTable(table.config, table.optimizer, capacity=max(k, 16))
         portable = rows if cluster_rows.format.exact else cluster_rows.format.from_working(rows, slots, step, dim)
@@ -216,6 +214,7 @@ class SaecTable:
                 release = admit(len(joining)) if admit is not None else None
                 try:
                     self._join(joining, step)
+                    self.created += len(joining)  # ids given an entry by training pulls
                 finally:
                     if release is not None:
                         release()

@@ -292,6 +292,8 @@ class PSConfig:
                                   # go there and come back when used, bitwise the same run as all in RAM; past it, the
                                   # disk tier's lowest-scored rows are evicted. 0: no disk tier (needs memory_budget)
     disk_dir: str = "$CARDINAL_HOME/tiers"  # where disk tiers make their (temporary) directories
+    metrics_port: int = 0         # cardinal server: Prometheus metrics over HTTP on its --host (GET /metrics) at this
+                                  # port; 0: a free one, printed on its ready line (metrics=PORT); -1: none
 
     def __post_init__(self):
         if self.shards < 1:
@@ -305,6 +307,8 @@ class PSConfig:
                 raise ValueError(f"ps.{name} must be a number >= 1, got {getattr(self, name)!r}")
         if bool(self.tls_cert) != bool(self.tls_key):
             raise ValueError("ps.tls_cert and ps.tls_key go together")
+        if not -1 <= self.metrics_port <= 65535:
+            raise ValueError(f"ps.metrics_port must be a port, 0 (a free one) or -1 (none), got {self.metrics_port}")
         self.budget()
         parse_bytes(self.disk_budget, "ps.disk_budget")
         if parse_bytes(self.disk_budget, "ps.disk_budget") and not self.budget():
@@ -450,7 +454,7 @@ class Recipe:
                              "to one id of a cluster changes every id's row; set cache.bytes = 0")
         if self.embedding.saec_ratio and name == "ftrl":
             raise ValueError("embedding.saec_ratio with sparse_optimizer ftrl: a cluster row starts from its "
-                             "members' mean state, and FTRL's weights are a function of its state (z, n), not the "
+                             "members' summed state, and FTRL's weights are a function of its state (z, n), not the "
                              "centroid; use another sparse optimizer")
         if self.cache.capacity and self.embedding.consistency == "geo":
             raise ValueError("cache.bytes > 0 with embedding.consistency = 'geo': a GEO replica holds its rows on the "
