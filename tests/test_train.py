@@ -123,7 +123,8 @@ def test_no_new_cli_options():
                        # serving is not training: its few knobs are the server's, not a recipe's
                        "export": ["--checkpoint", "--help", "--out", "--ratio", "--tables", "-h"],
                        "serve": ["--follow", "--help", "--host", "--max-batch", "--poll", "--port", "--threads",
-                                 "-h"]}
+                                 "-h"],
+                       "top": ["--help", "--interval", "--once", "-h"]}
 
 
 def test_auto_consistency_is_async_in_one_process_and_sync_with_servers_or_workers(tmp_path):

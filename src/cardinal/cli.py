@@ -12,6 +12,7 @@
     cardinal sweep [RECIPE] --grid section.key=v1,v2 [--grid ...] [--set ...] [--parallel N]
     cardinal export RUN_DIR --out DIR [--checkpoint STEP_DIR] [--tables fp32|fp16|int8|saec] [--ratio R]
     cardinal serve EXPORT_DIR [--port P] [--host H] [--follow RUN_DIR] [--max-batch N]
+    cardinal top HOST:PORT [HOST:PORT ...] [--interval S] [--once]   (servers' and workers' metrics, live)
 
 Every command's exit status says whether it succeeded: 0 when it did; 2 for an error the user
 can fix (bad recipe or data, a run that diverged or trained nothing), named on one line of
@@ -103,6 +104,10 @@ def parser() -> argparse.ArgumentParser:
     v.add_argument("--poll", type=float, default=1.0, help="seconds between looks at the run (default 1)")
     v.add_argument("--max-batch", type=int, default=4096, help="examples in a request, and in one model call")
     v.add_argument("--threads", type=int, default=1, help="onnxruntime threads a model call uses (default 1)")
+    tp = sub.add_parser("top", help="watch a running job: each server's load, rows, bytes, latency; workers' progress")
+    tp.add_argument("addresses", nargs="+", metavar="HOST:PORT", help="metrics endpoints of servers and workers")
+    tp.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes (default 1)")
+    tp.add_argument("--once", action="store_true", help="print one frame and exit")
     c = sub.add_parser("convert", help="convert Criteo TSV files to Parquet")
     c.add_argument("tsv", nargs="+")
     c.add_argument("--out", required=True)
@@ -121,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         commands = {"train": train, "recipe": recipe, "eval": evaluate, "generate": generate, "convert": convert,
                     "server": server, "launch": launch, "data": data, "sweep": sweep,
-                    "export": export, "serve": serve}
+                    "export": export, "serve": serve, "top": top}
         return commands[args.command](args)
     except ValueError as e:  # what the user can change; anything else (a bug) is a traceback (exit 1)
         say(f"cardinal {args.command}: error: {e}")  # on a line of its own, not on a progress bar's
@@ -319,7 +324,8 @@ def server(args) -> int:
     ps = recipe.ps
     store = ShardStore(tables.store_config(recipe), int(shard), int(n), ps.store_limits(), ps.disk_dir)
     options = ServerOptions(host=args.host, port=args.port, tls_cert=ps.tls_cert or None, tls_key=ps.tls_key or None,
-                            max_message_mb=ps.max_message_mb, max_concurrency=ps.max_concurrent_calls)
+                            max_message_mb=ps.max_message_mb, max_concurrency=ps.max_concurrent_calls,
+                            metrics_port=ps.metrics_port)
     return run(store, args.data_dir, ps.job, ps.token(), options)
 
 
@@ -343,6 +349,12 @@ def serve(args) -> int:
     server = PredictionServer(ServingModel.load(args.export_dir, args.threads), args.max_batch, follower=follower,
                               poll_s=args.poll)  # the server holds the only reference: a reload frees the first
     return run(server, args.host, args.port)
+
+
+def top(args) -> int:
+    from cardinal.top import run as watch
+
+    return watch(args.addresses, args.interval, args.once)
 
 
 def convert(args) -> int:

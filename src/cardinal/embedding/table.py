@@ -124,6 +124,7 @@ class EmbeddingTable:
         self.admission = admission
         self.cold = cold
         assert cold is None or cold.width == self.portable_width
+        self.created = 0   # rows made by training pulls
         self.refused = 0   # sightings of ids the filter did not admit (pulls)
         self.dropped = 0   # gradient rows of ids without a row, dropped (pushes, with a filter)
         self.evicted: dict[str, int] = {}  # rows deleted, by reason
@@ -185,6 +186,7 @@ class EmbeddingTable:
                 finally:
                     if release is not None:
                         release()
+                self.created += len(unique) if decision is None else len(admitted)
                 if decision is not None:  # the request went through: count the sightings
                     decision.commit()
                     self.refused += len(unique) - len(admitted)

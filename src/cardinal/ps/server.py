@@ -3,8 +3,8 @@
     cardinal server --shard 0/4 --port 7000 --data-dir /data/ps0 --recipe criteo_synthetic
 
 It listens on 127.0.0.1 unless told ``--host``, prints one machine-readable line once it
-listens (``CARDINAL_SERVER_READY shard=0/4 port=7000 incarnation=...``; port 0 picks a free
-port), and on SIGTERM or SIGINT stops taking calls, lets calls in flight finish, and exits 0.
+listens (``CARDINAL_SERVER_READY shard=0/4 port=7000 incarnation=... metrics=9100``; port 0 picks
+a free port; ``metrics``: its Prometheus endpoint, ``ps.metrics_port``), and on SIGTERM or SIGINT stops taking calls, lets calls in flight finish, and exits 0.
 Checkpoint paths in requests are relative to ``--data-dir`` and may not leave it.
 """
 
@@ -18,6 +18,7 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from cardinal.ps.metrics import ShardMetrics
 from cardinal.ps.servicer import SERVICE, ShardServicer
 from cardinal.ps.store import ShardStore
 
@@ -40,6 +41,7 @@ class ServerOptions:
     grace_s: float = 30.0
     tls_cert: str | None = None   # PEM files: TLS when both are given
     tls_key: str | None = None
+    metrics_port: int = -1        # Prometheus metrics over HTTP on ``host`` (ps/metrics.py): 0 a free port; -1 none
 
 
 class ShardServer:
@@ -50,7 +52,8 @@ class ShardServer:
                                   maximum_concurrent_rpcs=options.max_concurrency,
                                   options=[("grpc.max_receive_message_length", limit),
                                            ("grpc.max_send_message_length", limit)])
-        self.server.add_generic_rpc_handlers((ShardServicer(store, data_dir, job, token, limit).handler(),))
+        self.metrics = ShardMetrics(store) if options.metrics_port >= 0 else None
+        self.server.add_generic_rpc_handlers((ShardServicer(store, data_dir, job, token, limit, self.metrics).handler(),))
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         address = f"{options.host}:{options.port}"
@@ -62,8 +65,11 @@ class ShardServer:
         if self.port == 0:
             raise ValueError(f"cannot listen on {address}")
         self._stopped = threading.Event()
+        self.metrics_port: int | None = None
 
     def start(self) -> "ShardServer":
+        if self.metrics is not None:
+            self.metrics_port = self.metrics.serve(self.options.host, self.options.metrics_port)
         self.server.start()
         for name in ("", SERVICE):
             self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
@@ -73,6 +79,8 @@ class ShardServer:
         """Refuse new calls, let calls in flight finish (up to ``grace`` seconds), stop."""
         self.health.enter_graceful_shutdown()
         self.server.stop(self.options.grace_s if grace is None else grace).wait()
+        if self.metrics is not None:
+            self.metrics.close()
         self._stopped.set()
 
     def wait(self) -> None:
@@ -86,8 +94,9 @@ def run(store: ShardStore, data_dir: str | Path, job: str, token: str, options: 
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
+    metrics = f" metrics={server.metrics_port}" if server.metrics_port is not None else ""
     print(f"{READY} shard={store.shard}/{store.n_shards} host={options.host} port={server.port} "
-          f"incarnation={store.incarnation}", flush=True)
+          f"incarnation={store.incarnation}{metrics}", flush=True)
     while not stop.wait(0.5):
         pass
     log.info("shard %d: stopping (calls in flight may finish)", store.shard)

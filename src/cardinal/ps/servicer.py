@@ -27,6 +27,7 @@ or token, and are cut to ``MAX_DETAILS`` (gRPC metadata is bounded).
 
 import hmac
 import logging
+import time
 from pathlib import Path
 
 import grpc
@@ -52,7 +53,8 @@ class _Abort(Exception):
 
 class ShardServicer:
     def __init__(self, store: ShardStore, data_dir: str | Path, job: str, token: str,
-                 max_message_bytes: int = 16 << 20):
+                 max_message_bytes: int = 16 << 20, metrics=None):
+        self.metrics = metrics  # a ``ShardMetrics`` (ps/metrics.py) that counts every call, or None
         self.store, self.data_dir = store, Path(data_dir).resolve()
         self.job, self.token = job, token
         self.max_message_bytes = max_message_bytes
@@ -65,6 +67,19 @@ class ShardServicer:
 
     def _wrap(self, method: str, fn):
         def call(requests, context: grpc.ServicerContext) -> bytes:
+            if self.metrics is None:
+                return answer(requests, context, {})
+            start, seen = time.perf_counter(), {}
+            code = "OK"
+            try:
+                return answer(requests, context, seen)
+            except Exception:
+                code = context.code().name if context.code() is not None else "UNKNOWN"
+                raise
+            finally:
+                self.metrics.observe(method, seen.get("table", ""), code, time.perf_counter() - start, seen.get("rows", 0))
+
+        def answer(requests, context: grpc.ServicerContext, seen: dict) -> bytes:
             try:
                 self._authorize(dict(context.invocation_metadata()))
                 try:
@@ -75,6 +90,10 @@ class ShardServicer:
                 if request is None:
                     raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, "message: none sent")
                 header, payload = wire.decode(request)
+                if isinstance(header.get("table"), str) and header["table"] in self.store.tables:
+                    seen["table"] = header["table"]  # a metric label: only the names of tables that exist
+                    ids_bytes = header.get("ids_bytes")
+                    seen["rows"] = ids_bytes // 8 if isinstance(ids_bytes, int) and ids_bytes > 0 else 0
                 self._check_target(header)
                 wire.check_schema(method, header)
                 reply, arrays = fn(header, payload)

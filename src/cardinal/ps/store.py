@@ -405,7 +405,7 @@ class ShardStore:
             tables[name] = {"rows": len(t), "bytes": t.nbytes, "dim": t.dim, "optimizer": t.optimizer.name,
                             "admission": t.admission.name if t.admission else "none",
                             "admission_bytes": t.admission.nbytes if t.admission else 0,
-                            "refused": t.refused, "dropped": t.dropped, "evicted": dict(t.evicted),
+                            "created": t.created, "refused": t.refused, "dropped": t.dropped, "evicted": dict(t.evicted),
                             "ram_rows": t.storage.size, "disk_rows": len(t) - t.storage.size, "disk_bytes": t.cold_bytes,
                             "faulted": t.faulted, "demoted": t.demoted, "requested": t.requested,
                             "disk_io": t.cold.io_bytes() if t.cold is not None else (0, 0)}

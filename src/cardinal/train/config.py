@@ -391,6 +391,9 @@ class TrainConfig:
     # affinity). The batch prefetcher adds one thread outside the budget.
     threads: int = 0
     tensorboard: bool = False     # also write loss, samples/s, eval AUC and logloss for TensorBoard
+    metrics_port: int = -1        # each worker serves Prometheus metrics (GET /metrics) at this port + its rank, updated
+                                  # every log_every steps; 0: a free port (printed); -1: none
+    metrics_host: str = "127.0.0.1"  # where workers' metrics listen (0.0.0.0: every interface, for a scraper elsewhere)
                                   # (RUN_DIR/tensorboard; needs `pip install tensorboard`)
     device: str = "auto"          # where the dense model, pooling and the loss run: "cpu", "cuda" (an error without
                                   # a GPU), or "auto" (cuda when torch sees a GPU, else cpu); embedding rows stay
@@ -401,6 +404,8 @@ class TrainConfig:
             raise ValueError("train.epochs must be >= 1; steps, eval_every, checkpoint_every >= 0")
         if self.keep_checkpoints < 1 or self.log_every < 1 or self.full_every < 1:
             raise ValueError("train.keep_checkpoints, train.log_every and train.full_every must be >= 1")
+        if not -1 <= self.metrics_port <= 65535:
+            raise ValueError(f"train.metrics_port must be a port, 0 (a free one) or -1 (none), got {self.metrics_port}")
         if not 0 <= self.checkpoint_minutes < float("inf"):
             raise ValueError(f"train.checkpoint_minutes must be >= 0 (0: no checkpoints by time), "
                              f"got {self.checkpoint_minutes}")

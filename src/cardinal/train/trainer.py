@@ -79,6 +79,7 @@ from cardinal.train.callbacks import Callback, EarlyStopping
 from cardinal.train.checkpoint_clock import CheckpointClock
 from cardinal.train.config import DENSE_OPTIMIZERS, Recipe
 from cardinal.train.input_meter import InputMeter
+from cardinal.train.live_metrics import WorkerMetrics
 from cardinal.train.interrupt import StopFlag
 from cardinal.train.memory_metrics import server_metrics
 from cardinal.train.readers import make_readers
@@ -151,11 +152,15 @@ class Trainer:
         self.best = Best("logloss" if t.early_stop == "logloss" else "auc", t.min_delta)
         self.callbacks = ([EarlyStopping(t.patience)] if t.early_stop != "none" else []) + list(callbacks)
         self.stop_reason: str | None = None
+        self.live = None  # a worker's Prometheus endpoint (train.metrics_port), from fit() on
         self._saved: int | None = None   # the step of the newest checkpoint this run has
         self._kept_best: int | None = None  # the step best.json names
 
     def close(self) -> None:
         """Close the connections to the servers (a no-op for embedded shards); the trainer is done."""
+        if self.live is not None:
+            self.live.close()
+            self.live = None
         try:
             self.client.transport.close()
         except Exception as e:  # noqa: BLE001 - closing is best effort, after the run's own outcome
@@ -277,6 +282,9 @@ class Trainer:
         per_epoch = self.data_info["train_steps"] or self.data_info.get("train_steps_estimate")
         total = t.steps or (per_epoch * t.epochs if per_epoch else None)
         bar = Progress(total=total, initial=self.step, disable=not self.progress, desc="training")
+        if t.metrics_port >= 0 and self.live is None:
+            port = t.metrics_port + w.rank if t.metrics_port else 0
+            self.live = WorkerMetrics(w.rank, t.metrics_host, port)
         prefetching = self.consistency == "async" and self.recipe.embedding.staleness >= 1
         train_time, samples, window, final, trained = 0.0, 0, [], None, None
         if resume and t.early_stop != "none" and self.best.since >= t.patience:
@@ -328,6 +336,10 @@ class Trainer:
                                             "samples_per_s": rate, "time": time.time(), **self._staleness(), **wire,
                                             **self.meter.metrics(train_time), **self._cache_metrics(),
                                             **server_metrics(self.client)})
+                    if self.live is not None:
+                        self.live.update(self.step, samples, loss_sum / count, rate,
+                                         {**self.timings, **self.embedding.timings},
+                                         {**self._staleness(), **self._cache_metrics()})
                     bar.set_postfix(loss=f"{loss_sum / count:.4f}", samples_per_s=f"{rate:,.0f}")
                     window = []
                 if stop:  # a signal on some worker: every worker saves this step and ends, without evaluating
