@@ -45,7 +45,8 @@ OPTIMIZER = "rowwise_adagrad"  # one float of state a row (TorchRec's and FBGEMM
                                # element-wise Adagrad the float32 state would be as large as fp32 values
 
 
-FINAL = ["train.eval_every=0", "train.keep_best=false"]  # fine-tuning runs and their baseline: the last model
+# fine-tuning runs and their baseline: the last model; the push that clusters waits for it (~20 s a shard here)
+FINAL = ["train.eval_every=0", "train.keep_best=false", "ps.timeout_s=300"]
 
 
 def run(recipe: str, sets: list[str], saec: tuple[float, ...] = ()) -> dict:
