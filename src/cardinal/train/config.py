@@ -128,7 +128,9 @@ class EmbeddingConfig:
                                   # about this many ids a cluster (ceil(n / ratio), at least 16 a field), and from then
                                   # on an id reads and trains its cluster's vector (the map frozen; an id first seen
                                   # later joins its field's default cluster). 0: off; else >= 1. Tables lr_X stay whole
-    saec_at: int = 0              # the step after whose push the servers cluster (>= 1 with saec_ratio; 0 without)
+    saec_at: int = 0              # the step after whose push the servers cluster (>= 1 with saec_ratio; 0 without);
+                                  # that push waits for the clustering (1.39M rows, 4 shards: 35 s on 2 cores, one
+                                  # after another), so ps.timeout_s must exceed it
 
     def mode(self, distributed: bool) -> str:
         """The consistency this run trains with: "auto" is sync for servers or several workers."""
