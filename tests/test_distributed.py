@@ -98,6 +98,7 @@ def test_launch_two_servers_two_workers_trains_and_leaves_nothing_behind(tmp_pat
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["workers"] == 2 and summary["eval_auc"] > 0.55
     assert (run_dir / "checkpoints").is_dir() and "[server 1]" in out and "[worker 1]" in out
+    assert re.search(r"watch it with: cardinal top 127\.0\.0\.1:\d+ 127\.0\.0\.1:\d+\n", out)  # servers' metrics
     last = [r for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines()) if "loss" in r][-1]
     assert last["step"] == summary["steps"]  # the last step's line: nothing was pulled for training since
     for key in ("pull_bytes_per_sample", "push_bytes_per_sample"):  # all workers' bytes over all workers' samples

@@ -26,6 +26,16 @@ def scrape(port: int) -> dict:
             for family in text_string_to_metric_families(text) for s in family.samples}
 
 
+def names(port: int) -> set[str]:
+    """Every series name the endpoint declares, also of families with no sample yet (no eviction so far)."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    out = set()
+    for family in text_string_to_metric_families(text):
+        out |= {family.name, f"{family.name}_total" if family.type == "counter" else family.name}
+        out |= {s.name for s in family.samples}
+    return out
+
+
 def value(samples: dict, name: str, **labels) -> float:
     return sum(v for (n, ls), v in samples.items() if n == name and set(labels.items()) <= ls)
 
@@ -160,3 +170,23 @@ def test_latency_quantiles_from_histogram_buckets():
     assert quantile(before, after, 0.7) == pytest.approx(0.0015)
     assert quantile(before, after, 0.99) == pytest.approx(0.0047)
     assert quantile(after, after, 0.5) is None  # no calls between the scrapes
+
+
+def test_the_dashboard_queries_only_metrics_that_exist(cluster, tmp_path):
+    """Every series deploy/grafana-dashboard.json asks for is one a server or a worker serves."""
+    import json
+    import re
+    from pathlib import Path
+
+    from cardinal.train.live_metrics import WorkerMetrics
+
+    cluster.client.pull("user", np.arange(10, dtype=np.int64), step=1).wait()
+    worker = WorkerMetrics(0, "127.0.0.1", 0)
+    try:
+        worker.update(1, 10, 0.5, 100.0, {"compute": 1.0}, {"staleness_p99": 1.0})
+        served = names(cluster.servers[0].metrics_port) | names(worker.port)
+    finally:
+        worker.close()
+    dashboard = json.loads((Path(__file__).parents[1] / "deploy" / "grafana-dashboard.json").read_text())
+    asked = {m for p in dashboard["panels"] for t in p["targets"] for m in re.findall(r"cardinal_[a-z0-9_]+", t["expr"])}
+    assert asked and asked <= served, sorted(asked - served)

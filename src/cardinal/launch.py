@@ -135,6 +135,11 @@ def launch(n_servers: int, n_workers: int, train_args: list[str]) -> int:
                     return 128 + interrupted.signum if interrupted.is_set() else 1
         addresses = [f"127.0.0.1:{p.fields['port']}" for p in processes]
         say(f"cardinal launch: {n_servers} servers at {', '.join(addresses)}; run directory {run_dir}")
+        watch = [f"127.0.0.1:{p.fields['metrics']}" for p in processes if "metrics" in p.fields]
+        if recipe.train.metrics_port > 0:  # each worker at that port + its rank
+            watch += [f"127.0.0.1:{recipe.train.metrics_port + r}" for r in range(n_workers)]
+        if watch:
+            say(f"cardinal launch: watch it with: cardinal top {' '.join(watch)}")
         threads = str(max(1, (os.cpu_count() or 1) // n_workers))  # each worker its share: no oversubscription
         worker_env = {**env, "OMP_NUM_THREADS": env.get("OMP_NUM_THREADS", threads), "WORLD_SIZE": str(n_workers),
                       "MASTER_ADDR": "127.0.0.1",
