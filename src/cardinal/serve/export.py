@@ -15,6 +15,8 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
+
 from cardinal.durable import file_entry, fsync_dir, write_json
 from cardinal.serve.tables import FORMS, SnapshotTable
 
@@ -77,15 +79,44 @@ def dense_state(step_path: Path) -> dict:
     return load_tree(step_path / "dense", entry)["model"]
 
 
-def load_store(recipe, step_path: Path | None):
-    """A one-shard store in this process holding every row of the checkpoint (all in RAM; None: empty)."""
+def load_store(recipe, step_path: Path | None = None, shard: int = 0, n_shards: int = 1):
+    """A store in this process holding shard ``shard`` of ``n_shards`` of the checkpoint, all in RAM
+    (``step_path`` None: empty)."""
     from cardinal.ps import ShardStore
     from cardinal.train import tables
 
-    store = ShardStore(tables.store_config(recipe))
+    store = ShardStore(tables.store_config(recipe), shard, n_shards)
     if step_path is not None:
         store.load(str(step_path))
     return store
+
+
+def load_stores(recipe, step_path: Path) -> list:
+    """Every shard of the checkpoint, each in a store of its own, as it was saved: a clustered
+    table (Saec) loads only into the shard count that saved it."""
+    from cardinal.ps.checkpoint_load import read_commit
+
+    n = read_commit(step_path)["n_shards"]
+    stores = []
+    try:
+        for shard in range(n):
+            stores.append(load_store(recipe, step_path, shard, n))
+    except BaseException:
+        close_all(stores)
+        raise
+    return stores
+
+
+def close_all(stores: list) -> None:
+    for store in stores:
+        store.close()
+
+
+def table_rows(stores: list, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, float32 rows) of every row of table ``name`` in ``stores``: what an eval pull reads."""
+    ids = [s.tables[name].export()["ids"] for s in stores]
+    values = [s.tables[name].pull(i, create=False) for s, i in zip(stores, ids)]
+    return np.concatenate(ids), np.concatenate(values)
 
 
 def export_run(run_dir: str | Path, out: str | Path, checkpoint: str | Path | None = None, form: str = "fp32",
@@ -99,10 +130,10 @@ def export_run(run_dir: str | Path, out: str | Path, checkpoint: str | Path | No
     recipe = run_recipe(run_dir)
     step_path = find_checkpoint(run_dir, checkpoint).resolve()
     model = model_of(recipe, dense_state(step_path))
-    store = load_store(recipe, step_path)
+    stores = load_stores(recipe, step_path)
     made = not out.exists()
     try:
-        return _write(recipe, model, store, step_path, out, form, ratio)
+        return _write(recipe, model, stores, step_path, out, form, ratio)
     except BaseException:
         if made:
             shutil.rmtree(out, ignore_errors=True)
@@ -111,28 +142,30 @@ def export_run(run_dir: str | Path, out: str | Path, checkpoint: str | Path | No
                 shutil.rmtree(p) if p.is_dir() else p.unlink()
         raise
     finally:
-        store.close()
+        close_all(stores)
 
 
-def _write(recipe, model, store, step_path: Path, out: Path, form: str, ratio: float) -> dict:
-    from cardinal.compression.clustered import cluster_table
+def _write(recipe, model, stores: list, step_path: Path, out: Path, form: str, ratio: float) -> dict:
+    from cardinal.compression.clustered import ClusteredTable, cluster_table
     from cardinal.serve.onnx_model import export_onnx
     from cardinal.train import tables
 
     (out / "tables").mkdir(parents=True, exist_ok=True)
     files, table_info = {}, {}
     for name in sorted(set(tables.features(recipe).values())):
-        t = store.tables[name]
-        ids = t.export()["ids"]
-        clusters = cluster_table(t, FIELD_SHIFT.get(recipe.data.format, 32), ratio) if form == "saec" else None
-        snap = SnapshotTable.build(ids, t.pull(ids, create=False), form, clusters=clusters)
+        ids, values = table_rows(stores, name)
+        clusters = None
+        if form == "saec":  # each shard's rows clustered per field, as a server would
+            shift = FIELD_SHIFT.get(recipe.data.format, 32)
+            clusters = ClusteredTable.combine([cluster_table(s.tables[name], shift, ratio) for s in stores])
+        snap = SnapshotTable.build(ids, values, form, clusters=clusters)
         files |= {f"tables/{k}": v for k, v in snap.save(out / "tables", name).items()}
         table_info[name] = {"form": form, "width": snap.width, "rows": len(snap), "bytes": snap.nbytes,
                             **({"ratio": ratio, "vectors": len(clusters.vectors)} if form == "saec" else {})}
     export_onnx(model, len(dense_fields(recipe)), out / "model.onnx")
     files["model.onnx"] = file_entry(out / "model.onnx")
     fsync_dir(out / "tables")
-    manifest = {"kind": KIND, "version": 1, "step": store.step, "checkpoint": str(step_path), "data_format": recipe.data.format, "model": recipe.model["name"],
+    manifest = {"kind": KIND, "version": 1, "step": stores[0].step, "checkpoint": str(step_path), "data_format": recipe.data.format, "model": recipe.model["name"],
                 "dim": recipe.embedding.dim, "uses_wide": bool(model.uses_wide),
                 "uses_embedding": bool(model.uses_embedding), "pooling": recipe.embedding.pooling,
                 "hash_buckets": recipe.embedding.hash_buckets, "dense_fields": dense_fields(recipe),

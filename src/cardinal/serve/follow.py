@@ -17,7 +17,7 @@ import numpy as np
 
 from cardinal.ps import checkpoint
 from cardinal.ps.checkpoint_load import check_compatible, deleted_ids, read_chain, table_chunks
-from cardinal.serve.export import dense_state, load_store, run_recipe
+from cardinal.serve.export import close_all, dense_state, load_store, load_stores, run_recipe, table_rows
 from cardinal.serve.model import ServingModel
 from cardinal.serve.tables import SnapshotTable
 
@@ -56,7 +56,7 @@ class Follower:
 
     def _delta_rows(self, path: Path, info: dict, current: ServingModel) -> dict:
         """{table: (ids, float32 values, deleted ids)} of one delta, every shard's, decoded."""
-        store = load_store(self.recipe, None)
+        store = load_store(self.recipe)
         try:
             check_compatible(path, info, store.tables)
             out = {}
@@ -71,17 +71,15 @@ class Follower:
             store.close()
 
     def _whole(self, found: Path, current: ServingModel, step: int) -> ServingModel:
-        store = load_store(self.recipe, found)
+        stores = load_stores(self.recipe, found)
         try:
             tables = {}
             for name, old in current.tables.items():
-                t = store.tables[name]
-                ids = t.export()["ids"]
                 if old.form == "saec":
                     raise ValueError("a saec export cannot follow training (its clusters are fixed at export)")
-                tables[name] = SnapshotTable.build(ids, t.pull(ids, create=False), old.form)
+                tables[name] = SnapshotTable.build(*table_rows(stores, name), old.form)
         finally:
-            store.close()
+            close_all(stores)
         runner = current.runner.reweighted(dense_state(found))
         return ServingModel({**current.manifest, "step": step, "checkpoint": str(found)}, tables, runner, step)
 
