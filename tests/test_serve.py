@@ -102,6 +102,7 @@ def test_export_refuses_a_used_directory_and_a_bad_form_writing_nothing(run, tmp
         export_run(run[0], tmp_path / "used")
     assert [p.name for p in (tmp_path / "used").iterdir()] == ["keep.txt"]
     assert cli.main(["export", str(run[0]), "--out", str(tmp_path / "y"), "--tables", "int4"]) == 2
+    assert cli.main(["export", str(run[0]), "--out", str(tmp_path / "y"), "--tables", "saec", "--ratio", "0.5"]) == 2
     assert not (tmp_path / "y").exists()
 
 

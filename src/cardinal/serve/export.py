@@ -124,6 +124,8 @@ def export_run(run_dir: str | Path, out: str | Path, checkpoint: str | Path | No
     """Write the export of ``run_dir``'s checkpoint into ``out`` (new or empty); returns the manifest."""
     if form not in FORMS:
         raise ValueError(f"--tables must be one of {', '.join(FORMS)}, got {form!r}")
+    if form == "saec" and not ratio >= 1:
+        raise ValueError(f"--ratio is rows per cluster, >= 1; got {ratio!r}")
     run_dir, out = Path(run_dir), Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ValueError(f"{out} exists and is not an empty directory: export into a new one")
@@ -165,7 +167,8 @@ def _write(recipe, model, stores: list, step_path: Path, out: Path, form: str, r
     export_onnx(model, len(dense_fields(recipe)), out / "model.onnx")
     files["model.onnx"] = file_entry(out / "model.onnx")
     fsync_dir(out / "tables")
-    manifest = {"kind": KIND, "version": 1, "step": stores[0].step, "checkpoint": str(step_path), "data_format": recipe.data.format, "model": recipe.model["name"],
+    manifest = {"kind": KIND, "version": 1, "step": stores[0].step, "checkpoint": str(step_path),
+                "data_format": recipe.data.format, "model": recipe.model["name"],
                 "dim": recipe.embedding.dim, "uses_wide": bool(model.uses_wide),
                 "uses_embedding": bool(model.uses_embedding), "pooling": recipe.embedding.pooling,
                 "hash_buckets": recipe.embedding.hash_buckets, "dense_fields": dense_fields(recipe),
