@@ -49,6 +49,26 @@ OPTIMIZER = "rowwise_adagrad"  # one float of state a row (TorchRec's and FBGEMM
 FINAL = ["train.eval_every=0", "train.keep_best=false", "ps.timeout_s=300"]
 
 
+def speed(args, dim: int) -> None:
+    """samples/s of FIITED against fp32 on the same data, runs alternated so a slow moment hits both."""
+    sets = [f"data.synthetic.rows={args.rows}", f"embedding.dim={dim}"]
+    fiited = [*sets, f"embedding.chunks={args.chunks}", f"embedding.chunk_target={args.chunk_target}"]
+    rates = {"fp32": [], "fiited": []}
+    for k in range(args.speed):
+        for name in (("fp32", "fiited") if k % 2 == 0 else ("fiited", "fp32")):
+            rates[name].append(run("criteo_synthetic", sets if name == "fp32" else fiited)["samples/s"])
+            print(name, f"{rates[name][-1]:,.0f} samples/s", flush=True)
+    med = {k: float(np.median(v)) for k, v in rates.items()}
+    rows = [{"method": k, "samples/s (median)": med[k], "runs": ", ".join(f"{x:,.0f}" for x in v)}
+            for k, v in rates.items()]
+    rows.append({"method": "fiited / fp32", "samples/s (median)": med["fiited"] / med["fp32"], "runs": ""})
+    write("compression_speed", "FIITED's throughput against fp32 rows", rows,
+          [f"the default recipe at dim {dim}, row-wise Adagrad, {args.rows:,} generated rows (one epoch), lr baseline "
+           f"off; FIITED: {args.chunks} chunks a row, chunk_target {args.chunk_target}, a pass every 100 steps; runs "
+           "alternate", f"reproduce: python benchmarks/compression.py --rows {args.rows} --dims {dim} --speed "
+           f"{args.speed}"])
+
+
 def run(recipe: str, sets: list[str], saec: tuple[float, ...] = ()) -> dict:
     """One training run; with ``saec`` ratios, also the same model evaluated with each field's rows
     clustered (every shard clusters its own rows), under results["saec"][ratio]."""
@@ -172,9 +192,13 @@ def main():
     parser.add_argument("--saec-only", action="store_true",
                         help="only Saec: the fp32 run clustered after training and the fine-tuning runs")
     parser.add_argument("--chunks", type=int, default=4, help="FIITED: chunks a row (dims it divides)")
+    parser.add_argument("--speed", type=int, default=0, metavar="N",
+                        help="only FIITED's throughput: fp32 and FIITED runs alternated N times each (Zipf, last dim)")
     parser.add_argument("--chunk-target", type=float, default=0.35, help="FIITED: the share of chunks kept")
     args = parser.parse_args()
     dims = [int(d) for d in args.dims.split(",")]
+    if args.speed:
+        return speed(args, dims[-1])
     ratios = tuple(float(r) for r in args.saec.split(","))
     data = {"zipf": ("criteo_synthetic", [f"data.synthetic.rows={args.rows}"]),
             "movielens": ("movielens", [f'data.train=["{data_dir()}"]'])}
