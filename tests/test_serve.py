@@ -278,15 +278,21 @@ def test_two_deltas_merge_as_applied_one_after_the_other():
     assert got["u"][0].tolist() == [7]
 
 
-def test_follower_reads_a_checkpoint_off_the_chain_whole(run, tmp_path):
+def test_follower_reads_whole_what_is_not_a_delta_on_the_served_checkpoint(run, tmp_path, monkeypatch):
+    """The same step of another run (or a step no chain holds) is no base for this run's deltas."""
     run_dir, _ = run
-    root = run_dir / "checkpoints"
-    export_run(run_dir, tmp_path / "x", checkpoint=checkpoint.step_dir(root, 4))
+    export_run(run_dir, tmp_path / "x", checkpoint=checkpoint.step_dir(run_dir / "checkpoints", 4))
     old = ServingModel.load(tmp_path / "x")
-    stranger = ServingModel(old.manifest, old.tables, old.runner, 3)  # a step no chain holds
-    new = Follower(run_dir).next_model(stranger)
+    elsewhere = ServingModel({**old.manifest, "checkpoint": str(tmp_path / "other-run" / "step-0000000004")},
+                             old.tables, old.runner, 4)
+    deltas = []
+    real = Follower._delta_rows
+    monkeypatch.setattr(Follower, "_delta_rows", lambda self, *a: deltas.append(a) or real(self, *a))
+    new = Follower(run_dir).next_model(elsewhere)
+    assert new.step == 12 and not deltas
     fresh = ServingModel.load(export_run(run_dir, tmp_path / "y") and tmp_path / "y")
     np.testing.assert_array_equal(new.tables["emb"].arrays["values"], fresh.tables["emb"].arrays["values"])
+    assert Follower(run_dir).next_model(old).step == 12 and len(deltas) == 2  # this run's step 4: its deltas
 
 
 # --- the HTTP app ----------------------------------------------------------------------------

@@ -46,12 +46,13 @@ class Follower:
         step = chain[-1][1]["step"]
         if step <= current.step:
             return None
-        steps = [info["step"] for _, info in chain]
-        if current.step in steps:  # a delta (or several) on what is served: apply their rows only
+        served = Path(current.manifest["checkpoint"]).resolve()
+        at = [k for k, (path, _) in enumerate(chain) if path.resolve() == served]
+        if at:  # a delta (or several) on the very checkpoint served: apply their rows only
             rows = {}
-            for path, info in chain[steps.index(current.step) + 1:]:
+            for path, info in chain[at[0] + 1:]:
                 rows = _merge(rows, self._delta_rows(path, info, current))
-            return current.updated(step, dense_state(found), rows)
+            return current.updated(step, str(found), dense_state(found), rows)
         return self._whole(found, current, step)
 
     def _delta_rows(self, path: Path, info: dict, current: ServingModel) -> dict:

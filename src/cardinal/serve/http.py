@@ -195,7 +195,10 @@ class PredictionServer:
     # --- following training --------------------------------------------------------------
 
     def _follow(self) -> None:
-        self.follower.warm(self.model)  # on this thread: its allocator arena is made now, not at the first reload
+        try:
+            self.follower.warm(self.model)  # on this thread: its allocator arena is made now, not at the first reload
+        except Exception as e:  # the served checkpoint gone since the export...: serve, and follow what comes
+            log.warning("could not warm the reload path on the served checkpoint: %s", e)
         gc.collect()
         gc.freeze()  # what warming imported (onnx) stays out of the collector's passes too
         self._ready.set()
