@@ -1,11 +1,12 @@
 """Following a training run: each newer committed checkpoint becomes the next served model.
 
-    follower = Follower(RUN_DIR, recipe)
+    follower = Follower(RUN_DIR)
     new = follower.next_model(current)    # None while the run has nothing newer than current.step
 
-A delta checkpoint whose chain passes through the served step is applied as it is: only its
-rows (new and changed) and its deleted ids, over copies of the served tables, in their form;
-the dense weights are swapped into the same ONNX graph (``DenseRunner.reweighted``). Anything
+A delta checkpoint whose chain passes through the very checkpoint served is applied as it is:
+only its rows (new and changed) and its deleted ids, over copies of the served tables, in their
+form (the chain is walked back only as far as the served checkpoint: a reload reads its new
+links); the dense weights are swapped into the same ONNX graph (``DenseRunner.reweighted``). Anything
 else (a new full checkpoint, a chain from elsewhere) is read whole, as ``cardinal export``
 reads it. Nothing is changed in place: the server swaps the reference, and the old model's
 memory goes once its last request is answered, so memory stays flat across reloads.
@@ -16,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from cardinal.ps import checkpoint
-from cardinal.ps.checkpoint_load import check_compatible, deleted_ids, read_chain, table_chunks
+from cardinal.ps.checkpoint_load import check_compatible, deleted_ids, read_commit, table_chunks
 from cardinal.serve.export import close_all, dense_state, load_store, load_stores, run_recipe, table_rows
 from cardinal.serve.model import ServingModel
 from cardinal.serve.tables import SnapshotTable
@@ -42,18 +43,35 @@ class Follower:
         found = self.newest()
         if found is None:
             return None
-        chain = read_chain(found)
-        step = chain[-1][1]["step"]
+        info = read_commit(found)
+        step = info["step"]
         if step <= current.step:
             return None
-        served = Path(current.manifest["checkpoint"]).resolve()
-        at = [k for k, (path, _) in enumerate(chain) if path.resolve() == served]
-        if at:  # a delta (or several) on the very checkpoint served: apply their rows only
+        links = self._deltas_since(found, info, current)
+        if links:  # deltas on the very checkpoint served: apply their rows only
             rows = {}
-            for path, info in chain[at[0] + 1:]:
+            for path, info in links:
                 rows = _merge(rows, self._delta_rows(path, info, current))
             return current.updated(step, str(found), dense_state(found), rows)
         return self._whole(found, current, step)
+
+    def _deltas_since(self, found: Path, info: dict, current: ServingModel) -> list[tuple[Path, dict]]:
+        """The deltas from the served checkpoint to ``found``, oldest first, each ``read_commit``-checked;
+        empty when ``found`` is no delta chain through it. Walks back only as far as the served one:
+        a reload reads its new links, not the whole chain, however long ``train.full_every`` makes it."""
+        served = Path(current.manifest["checkpoint"]).resolve()
+        links, path = [], found
+        while True:
+            if info["step"] <= current.step:
+                return []
+            links.append((path, info))
+            base = info.get("base")
+            if base is None:
+                return []
+            path = checkpoint.step_dir(path.parent, base)
+            if path.resolve() == served:
+                return links[::-1]
+            info = read_commit(path)
 
     def _delta_rows(self, path: Path, info: dict, current: ServingModel) -> dict:
         """{table: (ids, float32 values, deleted ids)} of one delta, every shard's, decoded."""
