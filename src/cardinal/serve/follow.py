@@ -18,7 +18,7 @@ import numpy as np
 
 from cardinal.ps import checkpoint
 from cardinal.ps.checkpoint_load import check_compatible, deleted_ids, read_commit, table_chunks
-from cardinal.serve.export import close_all, dense_state, load_store, load_stores, run_recipe, table_rows
+from cardinal.serve.export import close_all, dense_state, load_store, load_stores, lookup, run_recipe, table_rows
 from cardinal.serve.model import ServingModel
 from cardinal.serve.tables import SnapshotTable
 
@@ -84,7 +84,7 @@ class Follower:
                 for _, block in table_chunks(path, info, 0, 1, name):
                     t.import_rows(*block)
                 ids = t.export()["ids"]
-                out[name] = (ids, t.pull(ids, create=False), deleted_ids(path, info, 0, 1, name))
+                out[name] = (ids, lookup(t, ids), deleted_ids(path, info, 0, 1, name))
             return out
         finally:
             store.close()
