@@ -328,8 +328,9 @@ def test_http_predicts_answers_health_and_counts_in_metrics(run, exported):
         out["bad"] = (r.status, await r.json())
         r = await client.post("/predict", json={"rows": lines[:9]})
         out["big"] = r.status
-        r = await client.post("/predict", data=b"{not json")
-        out["garbage"] = r.status
+        out["garbage"] = [(await client.post("/predict", data=body)).status
+                          for body in (b"{not json", b"[" * 100_000 + b"]" * 100_000, b'{"rows": [' + b"9" * 5000 + b"]}",
+                                       b"\xff\xfe")]
         out["health"] = ((await client.get("/healthz")).status, await (await client.get("/readyz")).json())
         out["metrics"] = await (await client.get("/metrics")).text()
         return out
@@ -340,15 +341,15 @@ def test_http_predicts_answers_health_and_counts_in_metrics(run, exported):
     assert status == 200 and body["step"] == 4
     np.testing.assert_allclose(body["probabilities"], expected, rtol=0, atol=1e-7)
     assert out["bad"][0] == 400 and "I1 'x'" in out["bad"][1]["error"]
-    assert (out["big"], out["garbage"]) == (413, 400)
+    assert (out["big"], out["garbage"]) == (413, [400] * 4)  # deep nesting and huge numbers too: no 500
     assert out["health"] == (200, {"ready": True, "step": 4})
     text = out["metrics"]
     assert metric(text, 'cardinal_serve_requests_total{status="200"}') == 1
-    assert metric(text, 'cardinal_serve_requests_total{status="400"}') == 2
+    assert metric(text, 'cardinal_serve_requests_total{status="400"}') == 5
     assert metric(text, 'cardinal_serve_requests_total{status="413"}') == 1
     assert metric(text, "cardinal_serve_predictions_total") == 3
     assert metric(text, "cardinal_serve_lookups_total") > metric(text, "cardinal_serve_unknown_ids_total") >= 0
-    assert metric(text, "cardinal_serve_request_seconds_count") == 4
+    assert metric(text, "cardinal_serve_request_seconds_count") == 7
     assert metric(text, "cardinal_serve_model_step") == 4
 
 

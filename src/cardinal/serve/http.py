@@ -129,8 +129,8 @@ class PredictionServer:
         try:
             try:
                 body = json.loads(await request.read())
-            except (json.JSONDecodeError, UnicodeDecodeError) as e:
-                raise BadRequest(f"the body is not JSON: {e}") from None
+            except (ValueError, RecursionError) as e:  # not JSON, not UTF-8, a 5,000-digit number, deep nesting
+                raise BadRequest(f"the body is not JSON this server reads: {str(e)[:200]}") from None
             rows = parse_request(body, self.max_batch)
             done = asyncio.get_running_loop().create_future()
             self._queue.append((rows, done))
