@@ -155,6 +155,36 @@ def test_top_shows_each_servers_load_and_skew_and_names_what_it_cannot_reach(clu
     assert "127.0.0.1:1:" in out  # named, not a crash
 
 
+def test_top_names_an_address_that_is_not_a_metrics_endpoint_and_goes_on(cluster, capsys):
+    """A server's gRPC port (not HTTP) and an HTTP page that is not Prometheus text."""
+    import http.server
+    import threading
+
+    from cardinal import cli
+
+    class Page(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"<html>hello world</html>")
+
+        def log_message(self, *args):
+            pass
+
+    page = http.server.HTTPServer(("127.0.0.1", 0), Page)
+    t = threading.Thread(target=page.serve_forever, daemon=True)
+    t.start()
+    try:
+        grpc_port, metrics_port = cluster.servers[0].port, cluster.servers[0].metrics_port
+        addresses = [f"127.0.0.1:{grpc_port}", f"127.0.0.1:{page.server_port}", f"127.0.0.1:{metrics_port}"]
+        assert cli.main(["top", *addresses, "--once", "--interval", "0.2"]) == 0
+    finally:
+        page.shutdown()
+        page.server_close()
+    out = capsys.readouterr().out
+    assert out.count("not a metrics endpoint") == 2 and f"127.0.0.1:{metrics_port}" in out
+
+
 def test_latency_quantiles_from_histogram_buckets():
     from cardinal.top import Scrape, quantile
 

@@ -102,8 +102,18 @@ def test_export_refuses_a_used_directory_and_a_bad_form_writing_nothing(run, tmp
         export_run(run[0], tmp_path / "used")
     assert [p.name for p in (tmp_path / "used").iterdir()] == ["keep.txt"]
     assert cli.main(["export", str(run[0]), "--out", str(tmp_path / "y"), "--tables", "int4"]) == 2
-    assert cli.main(["export", str(run[0]), "--out", str(tmp_path / "y"), "--tables", "saec", "--ratio", "0.5"]) == 2
+    for ratio in ("0.5", "inf", "nan"):
+        assert cli.main(["export", str(run[0]), "--out", str(tmp_path / "y"), "--tables", "saec", "--ratio", ratio]) == 2
     assert not (tmp_path / "y").exists()
+    (tmp_path / "afile").write_text("")
+    assert cli.main(["export", str(run[0]), "--out", str(tmp_path / "afile" / "x")]) == 2
+    stranger = tiny_recipe(tmp_path, 'model={name="dlrm", bottom=[8], top=[8]}')
+    other = Trainer(stranger, tmp_path / "dlrm", progress=False)
+    other.fit()
+    other.close()
+    with pytest.raises(ValueError, match="not this run's 'deepfm' model"):
+        export_run(run[0], tmp_path / "z", checkpoint=checkpoint.latest(tmp_path / "dlrm" / "checkpoints"))
+    assert not (tmp_path / "z").exists()
 
 
 @pytest.mark.parametrize("form", ["fp16", "int8", "saec"])
@@ -201,7 +211,7 @@ def test_requests_parse_as_the_readers_do(run, tmp_path):
     lines = eval_lines(run[0], 64)
     (tmp_path / "part.tsv").write_text("\n".join(lines) + "\n")
     expected = next(iter(CriteoReader([tmp_path / "part.tsv"], 64))).sparse
-    with_label = parse_request({"rows": lines}, 64).to_batch()
+    with_label = parse_request({"labelled_rows": lines}, 64).to_batch()
     without = parse_request({"rows": [ln.split("\t", 1)[1] for ln in lines]}, 64).to_batch()
     named = parse_request({"examples": [{name: (int(v) if name[0] == "I" else v)
                                          for name, v in zip([f"I{i}" for i in range(1, 14)] +
@@ -217,6 +227,8 @@ def test_requests_parse_as_the_readers_do(run, tmp_path):
 
 @pytest.mark.parametrize("body, status, says", [
     ({"rows": ["1\t2"]}, 400, "rows[0]: 2 tab-separated columns"),
+    ({"rows": ["\t" * 39]}, 400, "rows[0]: 40 tab-separated columns; rows have 39"),  # a label: labelled_rows
+    ({"labelled_rows": ["\t" * 38]}, 400, "labelled_rows[0]: 39 tab-separated columns; labelled_rows have 40"),
     ({"examples": [{}, {"I4": "7"}]}, 400, "examples[1]: I4 '7' is not an integer"),
     ({"examples": [{"C3": "abcdefabc"}]}, 400, "C3 'abcdefabc' is not a hex value"),
     ({"examples": [{"C30": "ab"}]}, 400, "unknown field 'C30'"),
@@ -237,8 +249,8 @@ def test_bad_requests_name_what_to_change(body, status, says):
 def test_a_bad_tsv_value_is_named(run):
     fields = eval_lines(run[0], 1)[0].split("\t")
     fields[20] = "xyz"  # C7
-    with pytest.raises(BadRequest, match=r"rows\[0\]: C7 'xyz'"):
-        parse_request({"rows": ["\t".join(fields)]}, 8)
+    with pytest.raises(BadRequest, match=r"labelled_rows\[0\]: C7 'xyz'"):
+        parse_request({"labelled_rows": ["\t".join(fields)]}, 8)
 
 
 # --- following training ----------------------------------------------------------------------
@@ -322,14 +334,14 @@ def test_http_predicts_answers_health_and_counts_in_metrics(run, exported):
 
     async def go(client):
         out = {}
-        r = await client.post("/predict", json={"rows": lines[:3]})
+        r = await client.post("/predict", json={"labelled_rows": lines[:3]})
         out["ok"] = (r.status, await r.json())
         r = await client.post("/predict", json={"examples": [{"I1": "x"}]})
         out["bad"] = (r.status, await r.json())
-        r = await client.post("/predict", json={"rows": lines[:9]})
+        r = await client.post("/predict", json={"labelled_rows": lines[:9]})
         out["big"] = r.status
         out["garbage"] = [(await client.post("/predict", data=body)).status
-                          for body in (b"{not json", b"[" * 100_000 + b"]" * 100_000, b'{"rows": [' + b"9" * 5000 + b"]}",
+                          for body in (b"{not json", b"[" * 100_000 + b"]" * 100_000, b'{"labelled_rows": [' + b"9" * 5000 + b"]}",
                                        b"\xff\xfe")]
         out["health"] = ((await client.get("/healthz")).status, await (await client.get("/readyz")).json())
         out["metrics"] = await (await client.get("/metrics")).text()
@@ -337,7 +349,7 @@ def test_http_predicts_answers_health_and_counts_in_metrics(run, exported):
 
     out = with_client(server, go)
     status, body = out["ok"]
-    expected = exported.predict(parse_request({"rows": lines[:3]}, 8).to_batch())
+    expected = exported.predict(parse_request({"labelled_rows": lines[:3]}, 8).to_batch())
     assert status == 200 and body["step"] == 4
     np.testing.assert_allclose(body["probabilities"], expected, rtol=0, atol=1e-7)
     assert out["bad"][0] == 400 and "I1 'x'" in out["bad"][1]["error"]
@@ -353,13 +365,22 @@ def test_http_predicts_answers_health_and_counts_in_metrics(run, exported):
     assert metric(text, "cardinal_serve_model_step") == 4
 
 
+def test_serve_refuses_a_poll_or_port_it_cannot_use(run, exported):
+    from cardinal.serve.http import serve
+
+    with pytest.raises(ValueError, match="--poll must be > 0"):
+        PredictionServer(exported, follower=Follower(run[0]), poll_s=0)
+    with pytest.raises(ValueError, match="--port must be in"):
+        serve(PredictionServer(exported), port=70000)
+
+
 def test_an_oversized_body_is_refused_and_the_server_goes_on(run, exported):
     server = PredictionServer(exported, max_body_mb=0.01)
     lines = eval_lines(run[0], 2)
 
     async def go(client):
         big = await client.post("/predict", data=b"[" + b"1," * 20_000 + b"1]")
-        ok = await client.post("/predict", json={"rows": lines})
+        ok = await client.post("/predict", json={"labelled_rows": lines})
         return big.status, ok.status
 
     assert with_client(server, go) == (413, 200)
@@ -380,13 +401,13 @@ def test_concurrent_requests_share_model_calls(run, exported, monkeypatch):
 
     async def go(client):
         async def one(line):
-            r = await client.post("/predict", json={"rows": [line]})
+            r = await client.post("/predict", json={"labelled_rows": [line]})
             return (await r.json())["probabilities"][0]
         return await asyncio.gather(*(one(ln) for ln in lines))
 
     got = with_client(server, go)
     monkeypatch.setattr(ServingModel, "predict", real)
-    expected = exported.predict(parse_request({"rows": lines}, 64).to_batch())
+    expected = exported.predict(parse_request({"labelled_rows": lines}, 64).to_batch())
     np.testing.assert_allclose(got, expected, rtol=0, atol=1e-7)  # each request its own answer, in order
     assert sum(calls) == 40 and len(calls) < 10
 
@@ -395,14 +416,14 @@ def test_a_reload_under_load_serves_old_or_new_never_a_mix(run, exported, tmp_pa
     run_dir, _ = run
     lines = eval_lines(run_dir, 30)
     newer = Follower(run_dir).next_model(exported)
-    batch = parse_request({"rows": lines}, 64).to_batch()
+    batch = parse_request({"labelled_rows": lines}, 64).to_batch()
     answers = {4: exported.predict(batch), 12: newer.predict(batch)}
     assert np.abs(answers[4] - answers[12]).max() > 1e-4
     server = PredictionServer(exported, follower=Follower(run_dir))
 
     async def go(client):
         async def one():
-            r = await client.post("/predict", json={"rows": lines})
+            r = await client.post("/predict", json={"labelled_rows": lines})
             return r.status, await r.json()
 
         first = await asyncio.gather(*(one() for _ in range(5)))

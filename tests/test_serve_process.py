@@ -73,7 +73,7 @@ def test_serve_follows_training_under_load_and_stops_on_sigterm(tmp_path):
 
         def load():  # a good request and a malformed one, over and over, while training goes on
             while not stop.is_set() and len(results) < 2000:
-                status, body = call(port, "/predict", {"rows": [line]})
+                status, body = call(port, "/predict", {"labelled_rows": [line]})
                 results.append((status, json.loads(body).get("step")))
                 results.append((call(port, "/predict", {"examples": [{"C9": "not hex"}]})[0], None))
 

@@ -13,6 +13,7 @@ seconds each is scraped; rates come from the difference between two scrapes:
 ``--once`` prints one frame (after one interval) and exits: for scripts and logs.
 """
 
+import http.client
 import time
 import urllib.request
 from dataclasses import dataclass, field
@@ -42,15 +43,18 @@ class Scrape:
 
 
 def scrape(address: str, timeout: float = 5.0) -> Scrape:
-    url = address if address.startswith("http") else f"http://{address}/metrics"
+    """One endpoint's samples; whatever goes wrong (unreachable, not HTTP, not Prometheus text) is
+    ``error``, so one bad address never stops the view of the others."""
+    url = address if address.startswith(("http://", "https://")) else f"http://{address}/metrics"
     s = Scrape(address, time.monotonic())
     try:
         text = urllib.request.urlopen(url, timeout=timeout).read().decode()
+        s.samples = {(x.name, frozenset(x.labels.items())): x.value
+                     for family in text_string_to_metric_families(text) for x in family.samples}
     except OSError as e:
         s.error = str(getattr(e, "reason", e))
-        return s
-    s.samples = {(x.name, frozenset(x.labels.items())): x.value
-                 for family in text_string_to_metric_families(text) for x in family.samples}
+    except (http.client.HTTPException, ValueError) as e:  # a gRPC port, an HTML page...
+        s.error = f"not a metrics endpoint ({type(e).__name__})"
     return s
 
 

@@ -12,6 +12,7 @@ into one shard in this process, then pulling every id as a lookup: the values
 """
 
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -57,7 +58,11 @@ def model_of(recipe, state: dict):
     spec = dict(recipe.model)
     model = MODELS[spec.pop("name")](len(dense_fields(recipe)), len(tables.sparse_fields(recipe)),
                                      recipe.embedding.dim, **spec)
-    model.load_state_dict(state)
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as e:  # missing, unexpected or misshapen weights
+        raise ValueError(f"the checkpoint's dense model is not this run's {recipe.model['name']!r} model (is it "
+                         f"another run's?): {str(e).splitlines()[0]}") from None
     return model.eval()
 
 
@@ -132,11 +137,14 @@ def export_run(run_dir: str | Path, out: str | Path, checkpoint: str | Path | No
     """Write the export of ``run_dir``'s checkpoint into ``out`` (new or empty); returns the manifest."""
     if form not in FORMS:
         raise ValueError(f"--tables must be one of {', '.join(FORMS)}, got {form!r}")
-    if form == "saec" and not ratio >= 1:
+    if form == "saec" and not (ratio >= 1 and math.isfinite(ratio)):
         raise ValueError(f"--ratio is rows per cluster, >= 1; got {ratio!r}")
     run_dir, out = Path(run_dir), Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ValueError(f"{out} exists and is not an empty directory: export into a new one")
+    if any(p.exists() and not p.is_dir() for p in out.parents):
+        raise ValueError(f"{out}: {next(p for p in out.parents if p.exists() and not p.is_dir())} is a file, "
+                         "not a directory")
     recipe = run_recipe(run_dir)
     step_path = find_checkpoint(run_dir, checkpoint).resolve()
     model = model_of(recipe, dense_state(step_path))

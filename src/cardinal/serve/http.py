@@ -1,6 +1,6 @@
 """``cardinal serve DIR``: predictions over HTTP with JSON, concurrent requests batched.
 
-    POST /predict   {"rows": [TSV line, ...]} or {"examples": [{"I1": 3, "C1": "68fd1e64"}, ...]}
+    POST /predict   {"rows": [TSV line, ...]}, {"labelled_rows": [...]} or {"examples": [{"I1": 3}, ...]}
                     -> {"probabilities": [0.031, ...], "step": 1200}     (``requests.py`` for the rules)
     GET  /healthz   200 while the process serves          GET /readyz   200 once a model is loaded
     GET  /metrics   Prometheus text: requests by status, latency and batch-size histograms,
@@ -73,6 +73,8 @@ class PredictionServer:
                              f"requests in the Criteo layout ({', '.join(LAYOUTS)} runs) only")
         if max_batch < 1:
             raise ValueError(f"--max-batch must be >= 1, got {max_batch}")
+        if not poll_s > 0:
+            raise ValueError(f"--poll must be > 0 seconds, got {poll_s}")
         if follower is not None and any(t.form == "saec" for t in model.tables.values()):
             raise ValueError("--follow: a saec export's clusters are fixed at export; follow training with an fp32, "
                              "fp16 or int8 export")
@@ -234,6 +236,8 @@ def _libc_call(name: str, *args) -> None:
 
 
 def serve(server: PredictionServer, host: str = "127.0.0.1", port: int = 8000) -> int:
+    if not 0 <= port <= 65535:
+        raise ValueError(f"--port must be in [0, 65535] (0: a free one), got {port}")
     """Run until SIGINT or SIGTERM; prints ``serving on http://HOST:PORT`` once it listens (port 0:
     a free one, the printed one)."""
 

@@ -1,11 +1,15 @@
 """A prediction request's body, parsed into the rows the readers make, by the readers' own parser.
 
-Two forms of the same Criteo layout as training input (label column optional):
+Three forms of the same Criteo layout as training input:
 
-    {"rows": ["\\t3\\t\\t...\\t68fd1e64\\t...", ...]}      TSV lines: 39 columns, or 40 with a label first
+    {"rows": ["\\t3\\t\\t...\\t68fd1e64\\t...", ...]}      TSV lines of the 39 feature columns (test.txt's)
+    {"labelled_rows": ["0\\t\\t3\\t...", ...]}             training lines: the label first (not used), 40
     {"examples": [{"I1": 3, "C1": "68fd1e64"}, ...]}    named fields; a field left out is missing
 
-Both become one buffer of TSV lines parsed by ``criteo.parse_buffer`` (the compiled kernel the
+The two line forms are separate keys, not told apart by counting columns: a labelled line that
+lost a trailing empty field would otherwise be read as an unlabelled one, shifted a column.
+
+Each becomes one buffer of TSV lines parsed by ``criteo.parse_buffer`` (the compiled kernel the
 readers run), so a value means in serving what it meant in training. A request that breaks a
 rule is refused whole with ``BadRequest`` naming the example and the field (``rows[3]: C7
 'xyz' is not a hex value of at most 8 digits``); nothing of it is predicted.
@@ -19,6 +23,7 @@ from cardinal.data import criteo
 from cardinal.data import tsv_kernels as K
 
 COLUMNS = criteo.DENSE + criteo.SPARSE
+KEYS = ("rows", "labelled_rows", "examples")
 _INT = re.compile(r"-?[0-9]{1,18}")
 _HEX = re.compile(r"[0-9a-fA-F]{1,8}")
 
@@ -32,16 +37,19 @@ class BadRequest(ValueError):
 
 
 def parse_request(body, max_examples: int) -> criteo.Rows:
-    if not isinstance(body, dict) or len(body) != 1 or not set(body) <= {"rows", "examples"}:
-        raise BadRequest('the body must be a JSON object with one key, "rows" (TSV lines) or "examples" '
-                         '(objects of named fields I1..I13, C1..C26)')
+    if not isinstance(body, dict) or len(body) != 1 or not set(body) <= set(KEYS):
+        raise BadRequest('the body must be a JSON object with one key: "rows" (TSV lines of I1..I13, C1..C26), '
+                         '"labelled_rows" (the same with the label first) or "examples" (objects of named fields)')
     key, items = next(iter(body.items()))
     if not isinstance(items, list) or not items:
         raise BadRequest(f'"{key}" must be a non-empty list')
     if len(items) > max_examples:
         raise BadRequest(f'"{key}" holds {len(items)} examples, more than the {max_examples} a request may '
                          f"(the server's --max-batch)", 413)
-    lines = [_line(i, x) for i, x in enumerate(items)] if key == "rows" else [_named(i, x) for i, x in enumerate(items)]
+    if key == "examples":
+        lines = [_named(i, x) for i, x in enumerate(items)]
+    else:
+        lines = [_line(key, i, x) for i, x in enumerate(items)]
     rows, bad_line, _ = criteo.parse_buffer("\n".join(lines).encode())
     if len(bad_line):
         i = int(bad_line[0])
@@ -50,18 +58,18 @@ def parse_request(body, max_examples: int) -> criteo.Rows:
     return rows
 
 
-def _line(i: int, line) -> str:
+def _line(key: str, i: int, line) -> str:
     if not isinstance(line, str):
-        raise BadRequest(f"rows[{i}]: must be a string (a TSV line), got {type(line).__name__}")
+        raise BadRequest(f"{key}[{i}]: must be a string (a TSV line), got {type(line).__name__}")
     if "\n" in line or "\r" in line:
-        raise BadRequest(f"rows[{i}]: one line per row: it holds a line break")
-    columns = line.count("\t") + 1
-    if columns == len(COLUMNS):
-        return "0\t" + line  # no label: the parser's label column is not used
-    if columns == len(COLUMNS) + 1:
-        return line
-    raise BadRequest(f"rows[{i}]: {columns} tab-separated columns; the layout is {len(COLUMNS)} "
-                     f"(I1..I13, C1..C26), or {len(COLUMNS) + 1} with the label first")
+        raise BadRequest(f"{key}[{i}]: one line per row: it holds a line break")
+    columns, labelled = line.count("\t") + 1, key == "labelled_rows"
+    if columns != len(COLUMNS) + labelled:
+        other = "rows" if labelled else "labelled_rows"
+        raise BadRequest(f"{key}[{i}]: {columns} tab-separated columns; {key} have {len(COLUMNS) + labelled} "
+                         f"({'the label, then ' if labelled else ''}I1..I13, C1..C26; keep empty fields), "
+                         f"{other} {len(COLUMNS) + (not labelled)}")
+    return line if labelled else "0\t" + line  # the parser's label column is not used
 
 
 def _named(i: int, example) -> str:
