@@ -17,9 +17,9 @@ from cardinal.embedding.tiers import RocksTier
 from cardinal.memory_config import EvictionConfig
 from cardinal.optim import make_optimizer
 from cardinal.ps import ShardStore, StoreConfig, StoreLimits, checkpoint
-from cardinal.ps.routing import route
 from cardinal.train import config, resume
 from cardinal.train.tables import store_config
+from resharded import pulled_resharded
 
 F32_MAX = np.float32(3.4028235e38)
 
@@ -184,13 +184,8 @@ def test_the_store_runs_passes_and_a_checkpoint_loads_bitwise_into_any_shard_cou
     ids = np.arange(300, dtype=np.int64)
     want = s.pull("t", ids, create=False)
     for n in (1, 2):
-        shards = [chunk_store(4, k, n) for k in range(n)]
-        for sh in shards:
-            sh.load(str(checkpoint.step_dir(tmp_path / "ck", 6)))
-        got = np.zeros_like(want)
-        for k, sh in enumerate(shards):
-            mine = np.flatnonzero(route(ids, n) == k)
-            got[mine] = sh.pull("t", ids[mine], create=False)
+        got, shards = pulled_resharded(checkpoint.step_dir(tmp_path / "ck", 6), lambda k, n: chunk_store(4, k, n),
+                                       ids, n)
         assert got.tobytes() == want.tobytes()
     assert shards[0].tables["t"].format.live + shards[1].tables["t"].format.live == st["live_chunks"]
     one = chunk_store()

@@ -17,8 +17,8 @@ from cardinal.embedding.table import NonFiniteUpdate
 from cardinal.optim import make_optimizer
 from cardinal.memory_config import EvictionConfig
 from cardinal.ps import ShardStore, StoreConfig, StoreLimits, checkpoint
-from cardinal.ps.routing import route
 from cardinal.train import config
+from resharded import pulled_resharded
 
 CODED = ("fp16", "bf16", "int8")
 
@@ -243,13 +243,7 @@ def test_a_checkpoint_keeps_the_stored_form_reshards_and_refuses_another_format(
     ids = np.arange(300, dtype=np.int64)
     want = s.pull("t", ids, create=False)
     for n in (1, 2):
-        shards = [store(name, k, n) for k in range(n)]
-        for sh in shards:
-            sh.load(str(checkpoint.step_dir(tmp_path / "ck", 5)))
-        got = np.zeros_like(want)
-        for k, sh in enumerate(shards):
-            mine = np.flatnonzero(route(ids, n) == k)
-            got[mine] = sh.pull("t", ids[mine], create=False)
+        got, shards = pulled_resharded(checkpoint.step_dir(tmp_path / "ck", 5), lambda k, n: store(name, k, n), ids, n)
         assert got.tobytes() == want.tobytes()
         if n == 1:
             assert shards[0].tables["t"].digest() == s.tables["t"].digest()
