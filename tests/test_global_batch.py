@@ -12,6 +12,7 @@ import torch
 
 from cardinal.ps import ShardStore
 from cardinal.ps.checkpoint_load import load_shard_rows, read_commit
+from cardinal.ps.plan import ShardingPlan
 from cardinal.train import Trainer, config, tables
 from cardinal.train.state_io import load_tree
 from test_distributed import launch_cmd, leftovers, run_launch
@@ -30,7 +31,7 @@ def model_of(tmp_path, run_dir: Path) -> tuple[dict, dict, dict]:
     recipe = config.from_dict(json.loads((run_dir / "recipe.json").read_text()))
     fresh = ShardStore(tables.store_config(recipe))._fresh_tables()
     rows = {}
-    for name, cols in load_shard_rows(step, info, 0, 1, fresh).items():
+    for name, cols in load_shard_rows(step, info, ShardingPlan(1), 0, fresh).items():
         dim = fresh[name].dim
         rows.update({(name, int(i)): d[:dim] for i, d in zip(cols["ids"], cols["data"])})
     return summary, dense, rows

@@ -51,23 +51,30 @@ def route_hash(key):
 
 
 @nb.njit(nogil=True, cache=True)
-def init_rows(ids, data, start, stop, dim, seed, scale):
+def init_rows(ids, data, start, stop, dim, seed, scale, first=0):
     """Fill ``data[start:stop, :dim]`` with values drawn from (seed, id) alone.
 
     ids,   # (>= stop,) int64: the id of each row
     data,  # (>= stop, dim + state) float32: values, then optimizer state (left untouched)
+    first  # the row's first value is value ``first`` of the whole row (a column piece, ``ps/plan.py``)
     Each value is uniform in [-scale, scale): values 2k and 2k+1 of the row of ``id`` take
-    24 bits each of one hash of (seed, id, k), so a row is the same whatever the shard count
-    or arrival order.
+    24 bits each of one hash of (seed, id, k), so a row is the same whatever the shard count,
+    the column split or the arrival order.
     """
     s = index_hash(seed)
     for r in range(start, stop):
         base = index_hash(ids[r]) ^ s
-        for j in range(0, dim, 2):
-            bits = index_hash(base + U64(j // 2) * U64(0xD1B54A32D192ED03))
+        j = 0
+        if first % 2:  # the piece starts at the second value of a pair
+            bits = index_hash(base + U64(first // 2) * U64(0xD1B54A32D192ED03))
+            data[r, 0] = _uniform((bits >> U64(8)) & U64(0xFFFFFF), scale)
+            j = 1
+        while j < dim:
+            bits = index_hash(base + U64((first + j) // 2) * U64(0xD1B54A32D192ED03))
             data[r, j] = _uniform(bits >> U64(40), scale)
             if j + 1 < dim:
                 data[r, j + 1] = _uniform((bits >> U64(8)) & U64(0xFFFFFF), scale)
+            j += 2
 
 
 @nb.njit(inline="always")

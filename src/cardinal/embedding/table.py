@@ -60,6 +60,7 @@ class TableConfig:
     chunks: int = 1           # > 1: values (fp32) in this many chunks a row frees and revives (formats/chunked.py)
     chunk_target: float = 1.0  # ... keeping at most this share of the RAM rows' chunks live
     chunk_tail: int = 0       # ... after the chunks, this many columns never freed (a wide part's weight)
+    first_column: int = 0     # a column piece of a wider row (``ps/plan.py``): where its values start in it
 
     def __post_init__(self):
         if not self.name or not self.name.replace("_", "").replace("-", "").isalnum():
@@ -75,6 +76,8 @@ class TableConfig:
             raise ValueError(f"table {self.name!r}: chunks must be an integer >= 1 (1: off), got {self.chunks!r}")
         if not isinstance(self.chunk_tail, int) or not 0 <= self.chunk_tail < self.dim:
             raise ValueError(f"table {self.name!r}: chunk_tail must be an integer in [0, dim), got {self.chunk_tail!r}")
+        if not isinstance(self.first_column, int) or self.first_column < 0:
+            raise ValueError(f"table {self.name!r}: first_column must be an integer >= 0, got {self.first_column!r}")
         if not 0 < self.chunk_target <= 1:
             raise ValueError(f"table {self.name!r}: chunk_target must be in (0, 1], got {self.chunk_target!r}")
         if self.chunks > 1:
@@ -358,7 +361,8 @@ class EmbeddingTable:
     def _fresh(self, ids: np.ndarray) -> np.ndarray:
         """The working rows (float32 values, then optimizer state) new ``ids`` would start as, not stored."""
         fresh = np.zeros((len(ids), self.dim + self.optimizer.state_width(self.dim)), np.float32)
-        init_rows(ids, fresh, 0, len(ids), self.dim, np.int64(self.config.seed), np.float32(self.config.init_scale))
+        init_rows(ids, fresh, 0, len(ids), self.dim, np.int64(self.config.seed), np.float32(self.config.init_scale),
+                  self.config.first_column)
         self.optimizer.init_state(fresh, 0, len(ids), self.dim)
         return fresh
 
@@ -376,7 +380,8 @@ class EmbeddingTable:
         rows, n_new = self.index.find_or_insert(cols.ids, n, ids)
         if n_new > n and init and self.format.exact:
             seed, scale = np.int64(self.config.seed), np.float32(self.config.init_scale)
-            parallel.over_rows(n, n_new, lambda lo, hi: init_rows(cols.ids, cols.data, lo, hi, self.dim, seed, scale))
+            parallel.over_rows(n, n_new, lambda lo, hi: init_rows(cols.ids, cols.data, lo, hi, self.dim, seed, scale,
+                                                                    self.config.first_column))
             self.optimizer.init_state(cols.data, n, n_new, self.dim)
         elif n_new > n and init:
             self.format.place(cols.data, np.arange(n, n_new), self._made(cols.ids[n:n_new], INIT_STEP), self.dim)

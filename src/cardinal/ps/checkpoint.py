@@ -121,13 +121,15 @@ def _write_chunks(out: Path, name: str, table) -> dict:
     return files
 
 
-def commit(step_path: Path, step: int, n_shards: int, extra: dict | None = None, base: int | None = None) -> None:
+def commit(step_path: Path, step: int, n_shards: int, extra: dict | None = None, base: int | None = None,
+           plan: dict | None = None) -> None:
     """Write the commit marker after checking that every shard's manifest is in place.
 
     The marker lists every other top-level file of the checkpoint with its size and crc32:
     each shard's manifest and any ``<dir>/state.json`` written beside them (the trainer's
     dense state), and carries the crc32 of its own canonical JSON, so that no file of a
-    committed checkpoint can be edited unnoticed.
+    committed checkpoint can be edited unnoticed. ``plan``: the sharding plan the shards were
+    saved in (``ShardingPlan.to_json``; recorded unless it is the hash plan, ``plan.py``).
     """
     files = {}
     for s in range(n_shards):
@@ -143,6 +145,8 @@ def commit(step_path: Path, step: int, n_shards: int, extra: dict | None = None,
               "routing": ROUTING_NAME, "shards": shard_names(n_shards), "files": files, "extra": extra or {}}
     if base is not None:
         marker["base"] = base
+    if plan is not None:
+        marker["plan"] = plan
     write_json(step_path / COMMIT, {**marker, "crc32": crc32_json(marker)})
 
 

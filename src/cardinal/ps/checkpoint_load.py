@@ -2,13 +2,15 @@
 
 A load trusts nothing it reads. In order:
 
-    commit.json       its own crc32; format, routing; shard list == shard-00000-of-N .. (N-1)-of-N
+    commit.json       its own crc32; format, routing, sharding plan; shard list == shard-00000-of-N
+                      .. (N-1)-of-N
     files it lists    each shard manifest (and dense state.json) by size and crc32
-    each manifest     shard, n_shards, step, routing agree with the commit; same tables, dims,
-                      widths, row formats and optimizer in every shard; file names exactly
-                      "<table>.<column>.npy"
+    each manifest     shard, n_shards, step, routing agree with the commit; the tables its plan
+                      puts on that shard; a table's dims, widths, row formats and optimizer the
+                      same in every shard; file names exactly "<table>.<column>.npy"
     each array        size and crc32 from its manifest; exact dtype and shape (no broadcasting);
-                      unique ids, each routing to the shard that saved it; finite values (decoded)
+                      unique ids, each routing to the shard that saved it by its plan; finite
+                      values (decoded)
     admission state   size and crc32; its dtypes and shapes checked by the filter that loads it
     a Saec table      its own files (``checkpoint_saec.py``), in the shard count that saved it only
     a delta           its base: an earlier committed checkpoint in the same directory, read the
@@ -17,10 +19,12 @@ A load trusts nothing it reads. In order:
 A delta is loaded as its chain: the full checkpoint at its root, then each delta in order
 (its deleted ids removed, its rows put in place of older ones); admission state is the newest's.
 
-Each failure is a ValueError naming the file and what is wrong. Resharding: a store of
-shard s of N keeps, from every saved shard, the rows whose id routes to s under N
-(``routing.route``); with the same N it reads only its own files. A swapped, renamed or
-edited file is caught whichever way it loads.
+Each failure is a ValueError naming the file and what is wrong. Resharding, into any shard
+count and any sharding plan (``plan.py``): a store of shard s keeps, from every saved shard
+holding a piece of the same columns, the rows whose id routes to s by its plan; with the same
+servers for that piece it reads only its own files. A table whose columns were split otherwise
+is joined and cut again (``checkpoint_columns.py``). A swapped, renamed or edited file is
+caught whichever way it loads.
 """
 
 import re
@@ -34,8 +38,8 @@ from cardinal.embedding.hashing import ROUTING_NAME
 from cardinal.embedding.storage import Columns
 from cardinal.ps.checkpoint import (COLUMNS, COMMIT, DELETED, FORMAT_VERSION, MANIFEST, STATE, admission_file,
                                     shard_dir, shard_names, step_dir)
-from cardinal.ps import checkpoint_saec
-from cardinal.ps.routing import route
+from cardinal.ps import checkpoint_columns, checkpoint_saec
+from cardinal.ps.plan import ShardingPlan
 
 DTYPES = {"ids": np.dtype(np.int64), "data": np.dtype(np.float32), "count": np.dtype(np.uint32),
           "last_step": np.dtype(np.uint32)}
@@ -62,6 +66,9 @@ def read_commit(step_path: Path) -> dict:
     base = info.get("base")
     if base is not None and not (_is_int(base) and 0 <= base < step):
         raise ValueError(f"{marker}: base {base!r} must be the step of an earlier checkpoint (0 <= base < {step})")
+    info["plan"] = ShardingPlan.from_json(info["plan"], f"{marker}: plan") if "plan" in info else ShardingPlan(n)
+    if info["plan"].n_shards != n:
+        raise ValueError(f"{marker}: its plan is for {info['plan'].n_shards} shards, its n_shards is {n}")
     if info.get("shards") != shard_names(n):
         raise ValueError(f"{marker}: shard list {info.get('shards')!r} is not the {n} shards its n_shards says")
     files = info.get("files")
@@ -80,7 +87,7 @@ def read_commit(step_path: Path) -> dict:
     for s, name in enumerate(shard_names(n)):
         path = step_path / name / MANIFEST
         info["manifests"][name] = _check_manifest(path, read_json(path), s, n, step, base)
-    _check_same_tables(step_path, list(info["manifests"].values()))
+    _check_same_tables(step_path, list(info["manifests"].values()), info["plan"])
     return info
 
 
@@ -106,8 +113,8 @@ def _check_manifest(path: Path, m: dict, shard: int, n_shards: int, step: int, b
     if m.get("base") != base:
         raise ValueError(f"{path}: base is {m.get('base')!r}, its commit marker says {base!r}")
     tables = m.get("tables")
-    if not isinstance(tables, dict) or not tables:
-        raise ValueError(f"{path}: 'tables' must be a non-empty object")
+    if not isinstance(tables, dict):
+        raise ValueError(f"{path}: 'tables' must be an object")
     for name, t in tables.items():
         where = f"{path}, table {name!r}"
         if not _TABLE.fullmatch(name):
@@ -150,19 +157,28 @@ def _check_manifest(path: Path, m: dict, shard: int, n_shards: int, step: int, b
     return m
 
 
-def _check_same_tables(step_path: Path, manifests: list[dict]) -> None:
-    first = manifests[0]["tables"]
-    for m in manifests[1:]:
+def _check_same_tables(step_path: Path, manifests: list[dict], plan: ShardingPlan) -> None:
+    """Each shard holds the tables its plan puts there, and a table is alike wherever it is held."""
+    try:
+        tables = sorted({plan.locate(name)[0] for m in manifests for name in m["tables"]})
+    except ValueError as e:
+        raise ValueError(f"checkpoint {step_path.name}: {e}") from None
+    if not tables:
+        raise ValueError(f"checkpoint {step_path.name}: no shard holds a table")
+    first = {}
+    for m in manifests:
         where = f"checkpoint {step_path.name}, shard {m['shard']}"
-        if set(m["tables"]) != set(first):
-            raise ValueError(f"{where}: tables {sorted(m['tables'])} differ from shard 0's {sorted(first)}")
+        if sorted(m["tables"]) != sorted(plan.names(tables, m["shard"])):
+            raise ValueError(f"{where}: holds tables {sorted(m['tables'])}, its sharding plan puts "
+                             f"{sorted(plan.names(tables, m['shard']))} there")
         for name, t in m["tables"].items():
+            seen = first.setdefault(name, (m["shard"], t))
             for key in ("dim", "width", "optimizer", "chunks", "chunk_tail"):
-                if t.get(key) != first[name].get(key):
-                    raise ValueError(f"{where}: table {name!r} has {key} {t.get(key)!r}, shard 0 has "
-                                     f"{first[name].get(key)!r}")
-            if storage(t) != storage(first[name]):
-                raise ValueError(f"{where}: table {name!r} stores {storage(t)}, shard 0 {storage(first[name])}")
+                if t.get(key) != seen[1].get(key):
+                    raise ValueError(f"{where}: table {name!r} has {key} {t.get(key)!r}, shard {seen[0]} has "
+                                     f"{seen[1].get(key)!r}")
+            if storage(t) != storage(seen[1]):
+                raise ValueError(f"{where}: table {name!r} stores {storage(t)}, shard {seen[0]} {storage(seen[1])}")
 
 
 def storage(entry: dict) -> str:
@@ -175,16 +191,29 @@ def chunks(entry: dict):
     return entry.get("chunks", 1)
 
 
-def check_compatible(step_path: Path, info: dict, tables: dict) -> None:
-    """The saved tables are exactly the store's (names, dims, widths, optimizer, row format and chunks)."""
-    saved = next(iter(info["manifests"].values()))["tables"]
+def check_compatible(step_path: Path, info: dict, tables: dict, plan: ShardingPlan | None = None,
+                     names=None) -> None:
+    """The saved tables are exactly the job's, ``names`` (the store's ``tables`` when None), with
+    the same dims, optimizer, row format and chunks. The store holds pieces of them by ``plan``
+    (the hash plan of one shard when None): a piece saved with the same columns must also have
+    the same width; one whose columns were split otherwise must be of a form that can be cut."""
+    plan = plan or ShardingPlan(1)
+    saved_plan, saved = info["plan"], saved_tables(info)
     where = f"checkpoint {step_path.name}"
-    if set(saved) != set(tables):
-        raise ValueError(f"{where} has tables {sorted(saved)}, the store has {sorted(tables)}")
+    logical = sorted({saved_plan.locate(n)[0] for n in saved})
+    if logical != sorted(names if names is not None else tables):
+        raise ValueError(f"{where} has tables {logical}, the store has {sorted(names if names is not None else tables)}")
     for name, table in tables.items():
-        s = saved[name]
-        if s["dim"] != table.dim:
-            raise ValueError(f"{where}: table {name!r} has dim {s['dim']}, the store expects {table.dim}")
+        logical_name, piece = plan.locate(name)
+        pieces = saved_plan.pieces(logical_name)
+        dim = pieces[-1].columns[1] if pieces[-1].columns else saved[logical_name]["dim"]
+        want = plan.pieces(logical_name)[-1].columns[1] if piece.columns else table.dim
+        if dim != want:
+            raise ValueError(f"{where}: table {logical_name!r} has dim {dim}, the store expects {want}")
+        same = [p for p in pieces if p.columns == piece.columns]
+        s = saved[(same or pieces)[0].name(logical_name)]
+        if not same:
+            checkpoint_columns.check_cuttable(where, logical_name, s, table)
         if s["optimizer"]["name"] != table.optimizer.name:
             raise ValueError(f"{where}: table {name!r} was trained with {s['optimizer']['name']!r}, "
                              f"the store uses {table.optimizer.name!r} (their state does not carry over)")
@@ -197,49 +226,77 @@ def check_compatible(step_path: Path, info: dict, tables: dict) -> None:
             raise ValueError(f"{where}: table {name!r} was saved with {layout[0]} chunks a row (tail {layout[1]}), "
                              f"the store has {table.config.chunks} (tail {table.config.chunk_tail}): rows load in "
                              f"the layout they were saved in; set embedding.chunks = {layout[0]}")
-        if s["width"] != table.portable_width:
+        if same and s["width"] != table.portable_width:
             raise ValueError(f"{where}: table {name!r} has rows of width {s['width']}, "
                              f"the store's are {table.portable_width} wide")
 
 
-def load_shard_rows(step_path: Path, info: dict, shard: int, n_shards: int, tables: dict) -> dict:
-    """Rows for shard ``shard`` of ``n_shards``, whole: {table: {column: array}} (``table_chunks``,
-    concatenated: for tables that fit in memory). ``tables``: name -> EmbeddingTable."""
-    check_compatible(step_path, info, tables)
+def saved_tables(info: dict) -> dict:
+    """Stored table name -> its manifest entry (the first shard's that holds it)."""
     out = {}
-    for name in tables:
-        chunks = [rows for _, rows in table_chunks(step_path, info, shard, n_shards, name)]
+    for m in info["manifests"].values():
+        for name, t in m["tables"].items():
+            out.setdefault(name, t)
+    return out
+
+
+def load_shard_rows(step_path: Path, info: dict, plan: ShardingPlan, shard: int, tables: dict) -> dict:
+    """Rows for shard ``shard`` of ``plan``, whole: {table: {column: array}} (``table_chunks``,
+    concatenated: for tables that fit in memory). ``tables``: name -> EmbeddingTable."""
+    check_compatible(step_path, info, tables, plan, {plan.locate(n)[0] for n in tables})
+    out = {}
+    for name, table in tables.items():
+        chunks = [rows for _, rows in table_chunks(step_path, info, plan, shard, table)]
         out[name] = {c: np.concatenate([getattr(rows, c) for rows in chunks]) for c in COLUMNS}
     return out
 
 
-def table_chunks(step_path: Path, info: dict, shard: int, n_shards: int, name: str, size: int = 1 << 20):
-    """(ids file, ``Columns``) of the rows of table ``name`` for shard ``shard`` of ``n_shards``, a
-    block of at most ``size`` saved rows at a time (a table larger than RAM is never whole in
-    memory); each saved file verified and its dtype and shape checked before its first block, each
-    block's ids checked to route to the shard that saved them and its values to be finite. Ids
-    unique within a file are checked by the table they go into (``import_rows``)."""
-    same_layout = info["n_shards"] == n_shards
+def table_chunks(step_path: Path, info: dict, plan: ShardingPlan, shard: int, table, size: int = 1 << 20):
+    """(ids file, ``Columns``) of the rows of the store's table ``table`` (an ``EmbeddingTable``,
+    a piece of a job's table by ``plan``) for shard ``shard``, a block of at most ``size`` saved
+    rows at a time (a table larger than RAM is never whole in memory); each saved file verified
+    and its dtype and shape checked before its first block, each block's ids checked to route to
+    the shard that saved them and its values to be finite. Ids unique within a file are checked
+    by the table they go into (``import_rows``). A piece whose columns were saved split otherwise
+    comes whole, in one block (``checkpoint_columns.py``)."""
+    name, saved_plan = table.config.name, info["plan"]
+    logical, piece = plan.locate(name)
+    same = [p for p in saved_plan.pieces(logical) if p.columns == piece.columns]
+    if not same:
+        yield from checkpoint_columns.cut(step_path, info, plan, shard, table, _saved_rows)
+        return
+    own = same[0].servers == piece.servers and saved_plan.n_shards == plan.n_shards  # its own files only
+    for where, rows in _saved_rows(step_path, info, logical, same[0], size, shard if own else None):
+        if not own:
+            keep = plan.route(name, rows.ids) == shard
+            rows = Columns(*(c[keep] for c in rows))
+        yield where, rows
+
+
+def _saved_rows(step_path: Path, info: dict, logical: str, piece, size: int = 1 << 20, shard: int | None = None):
+    """(ids file, ``Columns``) blocks of the saved piece ``piece`` of table ``logical``, from each
+    shard that saved it (only ``shard``'s own files when ``shard`` is not None), each verified."""
+    name = piece.name(logical)
     for m in info["manifests"].values():
-        if same_layout and m["shard"] != shard:
+        if m["shard"] not in piece.servers or shard is not None and m["shard"] != shard:
             continue
         base = shard_dir(step_path, m["shard"], m["n_shards"])
         cols = _open_table(base, m, name)
         where = base / m["tables"][name]["files"]["ids"]["file"]
         for lo in range(0, len(cols["ids"]), size):
             rows = Columns(*(np.array(cols[c][lo:lo + size]) for c in COLUMNS))
-            _check_block(base, m, name, rows, lo)
-            if not same_layout:
-                keep = route(rows.ids, n_shards) == shard
-                rows = Columns(*(c[keep] for c in rows))
+            _check_block(base, m, name, rows, lo, info["plan"])
             yield where, rows
 
 
-def deleted_ids(step_path: Path, info: dict, shard: int, n_shards: int, name: str) -> np.ndarray:
-    """A delta's ids of table ``name`` deleted since its base, those that route to ``shard``."""
-    ids = np.concatenate([_read_deleted(shard_dir(step_path, m["shard"], m["n_shards"]), m, name)
-                          for m in info["manifests"].values()])
-    return ids[route(ids, n_shards) == shard]
+def deleted_ids(step_path: Path, info: dict, plan: ShardingPlan, shard: int, name: str) -> np.ndarray:
+    """A delta's ids of the store's table ``name`` deleted since its base, those that route to
+    ``shard`` by ``plan``: from every saved piece of its table."""
+    logical = plan.locate(name)[0]
+    parts = [_read_deleted(shard_dir(step_path, m["shard"], m["n_shards"]), m, p.name(logical))
+             for p in info["plan"].pieces(logical) for m in info["manifests"].values() if m["shard"] in p.servers]
+    ids = np.unique(np.concatenate(parts))
+    return ids[plan.route(name, ids) == shard]
 
 
 def _read_deleted(base: Path, manifest: dict, name: str) -> np.ndarray:
@@ -252,19 +309,22 @@ def _read_deleted(base: Path, manifest: dict, name: str) -> np.ndarray:
     return ids
 
 
-def load_admission(step_path: Path, info: dict, shard: int, n_shards: int, tables: dict) -> None:
-    """Each table's admission filter state, from every saved shard (this shard's own when the
-    shard count is unchanged), each file verified. A table saved with another policy, or none,
-    starts with an empty filter: counters of one kind do not carry over to another."""
-    same_layout = info["n_shards"] == n_shards
+def load_admission(step_path: Path, info: dict, plan: ShardingPlan, shard: int, tables: dict) -> None:
+    """Each table's admission filter state, from every shard that saved its first piece (this
+    shard's own when that piece had the same servers), each file verified; every piece of a table
+    counts the same sightings. A table saved with another policy, or none, starts with an empty
+    filter: counters of one kind do not carry over to another."""
     for name, table in tables.items():
         if table.admission is None:
             continue
+        logical, piece = plan.locate(name)
+        source = info["plan"].pieces(logical)[0]
+        own = source.servers == piece.servers and info["n_shards"] == plan.n_shards
         parts = []
         for m in info["manifests"].values():
-            if same_layout and m["shard"] != shard:
+            if m["shard"] not in source.servers or own and m["shard"] != shard:
                 continue
-            saved = m["tables"][name].get("admission")
+            saved = m["tables"][source.name(logical)].get("admission")
             if saved is None or saved["policy"] != table.admission.name:
                 parts = []
                 break
@@ -275,7 +335,7 @@ def load_admission(step_path: Path, info: dict, shard: int, n_shards: int, table
                 part[key] = np.asarray(load_array(base / entry["file"], mmap=False))
             parts.append(part)
         try:
-            table.admission.load(parts, lambda ids: route(ids, n_shards) == shard)
+            table.admission.load(parts, lambda ids: plan.route(name, ids) == shard)
         except ValueError as e:
             raise ValueError(f"checkpoint {step_path.name}, table {name!r}: admission state: {e}") from None
 
@@ -298,9 +358,9 @@ def _open_table(base: Path, manifest: dict, name: str) -> dict:
     return cols
 
 
-def _check_block(base: Path, manifest: dict, name: str, rows: Columns, offset: int) -> None:
+def _check_block(base: Path, manifest: dict, name: str, rows: Columns, offset: int, plan: ShardingPlan) -> None:
     files = manifest["tables"][name]["files"]
-    wrong = np.flatnonzero(route(rows.ids, manifest["n_shards"]) != manifest["shard"])
+    wrong = np.flatnonzero(plan.route(name, rows.ids) != manifest["shard"])
     if len(wrong):
         raise ValueError(f"checkpoint file {base / files['ids']['file']}: ids (e.g. {rows.ids[wrong[0]]}) do not "
                          f"route to shard {manifest['shard']} of {manifest['n_shards']}, which saved them "

@@ -55,7 +55,7 @@ def check_meta(where: str, entry: dict) -> None:
 
 def refuse_reshard(step_path: Path, info: dict, name: str, n_shards: int) -> None:
     """A clustered table loads only into the shard count that saved it: a ValueError otherwise."""
-    if info["n_shards"] != n_shards and any("saec" in m["tables"][name] for m in info["manifests"].values()):
+    if info["n_shards"] != n_shards and any("saec" in m["tables"].get(name, {}) for m in info["manifests"].values()):
         raise ValueError(f"checkpoint {step_path.name}: table {name!r} is clustered (Saec), each of its "
                          f"{info['n_shards']} shards holding its own clusters; it loads only into "
                          f"{info['n_shards']} shards, not {n_shards}: set ps.shards = {info['n_shards']} (or "

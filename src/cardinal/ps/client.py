@@ -5,8 +5,10 @@
     client.push("user", ids, grads, step=3).wait()
     client.save("ckpt/", step=3)                         # every shard, then the commit marker
 
-The client routes ids to shards (``routing.split``, stable), sends one request per shard
-that has ids, and assembles the answers when waited on. Every pull and push carries a
+The client routes ids to shards by its sharding plan (``plan.py``: row-wise over every shard
+by default; stable), sends one request per (piece, shard) that has ids, and assembles the
+answers when waited on: a table split by columns is pulled from each piece and its rows put
+side by side, and its gradients cut by the same columns. Every pull and push carries a
 request id; on a TransientError the client sends it again, and the store applies it once. A request is checked here in full
 before any shard sees it, and every shard checks the rest the same way, so a bad request is
 rejected everywhere or nowhere.
@@ -27,7 +29,8 @@ import numpy as np
 from cardinal import codecs
 from cardinal.embedding import combine_digests
 from cardinal.ps import checkpoint, checkpoint_load, validate
-from cardinal.ps.routing import split
+from cardinal.ps.plan import ShardingPlan
+from cardinal.ps.routing import group
 from cardinal.ps.traffic import Traffic
 from cardinal.ps.transport.base import DEFAULT_TIMEOUT, Handle, TransientError, Transport
 from cardinal.ps.worker_steps import Origin
@@ -64,53 +67,66 @@ class Gathered(Handle):
         return self.combine([h.wait(timeout) for h in self.handles])
 
 
-def _push_reply(replies: list[dict]) -> dict:
+def _push_reply(shards: list[int], replies: list[dict]) -> dict:
     out = {"clock": min(r["clock"] for r in replies)}
-    logs = {s: r["log"] for s, r in enumerate(replies) if "log" in r}
+    logs = {s: r["log"] for s, r in zip(shards, replies) if "log" in r}
     return {**out, "log": logs} if logs else out
 
 
 class PSClient:
+    """``plan``: where each table's rows live (``plan.py``); row-wise over every shard when None."""
+
     def __init__(self, transport: Transport, retries: int = 5, *, pull_codec: str = "fp32",
-                 push_codec: str = "fp32"):
+                 push_codec: str = "fp32", plan: ShardingPlan | None = None):
         self.transport, self.retries = transport, retries
         self.pull_codec, self.push_codec = codecs.get(pull_codec), codecs.get(push_codec)
         self.traffic = Traffic()
         self.n_shards = transport.n_shards
+        self.plan = plan or ShardingPlan(self.n_shards)
+        if self.plan.n_shards != self.n_shards:
+            raise ValueError(f"the sharding plan is for {self.plan.n_shards} shards, the transport has {self.n_shards}")
         self._client = uuid.uuid4().hex[:12]
         self._seq = itertools.count()
 
     def _request_id(self) -> str:
         return f"{self._client}-{next(self._seq)}"
 
-    def _parts(self, ids: np.ndarray):
-        """(shard, positions) for each shard that has ids; shard 0 for an empty request."""
-        order, offsets = split(ids, self.n_shards)
-        parts = [(s, order[offsets[s]:offsets[s + 1]]) for s in range(self.n_shards)
-                 if offsets[s + 1] > offsets[s]]
-        return parts or [(0, order)]
+    def _parts(self, table: str, ids: np.ndarray, every: bool = False):
+        """(stored table, columns, shard, positions) for each piece of ``table`` and each of its
+        shards that has ids (``every``: each of its shards); a piece's first shard when it has none."""
+        out = []
+        for piece in self.plan.pieces(table):
+            name = piece.name(table)
+            order, offsets = group(self.plan.route(name, ids), self.n_shards)
+            found = [(s, order[offsets[s]:offsets[s + 1]]) for s in (piece.servers if every else range(self.n_shards))
+                     if every or offsets[s + 1] > offsets[s]]
+            out += [(name, piece.columns, s, pos) for s, pos in found or [(piece.servers[0], order)]]
+        return out
 
     def pull(self, table: str, ids: np.ndarray, *, create: bool = True, step: int = 0) -> Handle:
         validate.check_ids(ids)
-        parts = self._parts(ids)
+        parts = self._parts(table, ids)
         codec = self.pull_codec.name
-        handles = [self._resending(lambda s=s, pos=pos, rid=self._request_id(): self.transport.pull(
-            s, table, ids[pos], create=create, step=step, request_id=rid, codec=codec)) for s, pos in parts]
+        handles = [self._resending(lambda s=s, name=name, pos=pos, rid=self._request_id(): self.transport.pull(
+            s, name, ids[pos], create=create, step=step, request_id=rid, codec=codec)) for name, _, s, pos in parts]
         kind = "pull" if create else "lookup"  # training pulls apart from evaluation's
         self.traffic.add(**{f"{kind}_ids": len(ids)})
         counted = []
 
         def combine(results):
-            dim = results[0].shape[1]
+            widths = {name: rows.shape[1] for (name, *_), rows in zip(parts, results)}
+            dim = sum(widths.values())
             if not counted:  # once, however often the handle is waited on
-                self.traffic.add(**{f"{kind}_row_bytes": len(ids) * self.pull_codec.row_bytes(dim)})
+                self.traffic.add(**{f"{kind}_row_bytes": sum(len(ids) * self.pull_codec.row_bytes(w)
+                                                             for w in widths.values())})
                 counted.append(True)
-            if len(parts) == 1 and len(parts[0][1]) == len(ids) and results[0].flags.writeable:
+            if len(parts) == 1 and len(parts[0][3]) == len(ids) and results[0].flags.writeable:
                 out = results[0]  # one shard holds every id, in order (a stable split): nothing to place
             else:
                 out = np.empty((len(ids), dim), np.float32)
-                for (_, pos), rows in zip(parts, results):
-                    out[pos] = rows
+                for (_, columns, _, pos), rows in zip(parts, results):
+                    lo, hi = columns or (0, dim)
+                    out[pos, lo:hi] = rows
             validate.check_decoded(out, self.pull_codec, table)
             return out
         return Gathered(handles, combine)
@@ -121,8 +137,8 @@ class PSClient:
         """Route and send; ``wait()`` gives {} or, for a push with an ``origin`` (one worker of
         several, see ``worker_steps.py``), {"clock": the slowest worker's clock over the shards}.
         ``counts`` (len(ids),) int32 >= 1: updates each gradient row accumulates (``optim/base.py``).
-        A push with an origin goes to every shard, empty where it has no ids, so that every
-        shard sees every worker's every step. ``since`` (with an origin): per shard, the update
+        A push with an origin goes to every shard holding a piece of the table, empty where it
+        has no ids, so that each of them sees every worker's every step. ``since`` (with an origin): per shard, the update
         log position to report from; the reply then has "log": {shard: ``UpdateLog.since``}."""
         validate.check_ids(ids)
         if not isinstance(grads, np.ndarray) or grads.ndim != 2 or len(grads) != len(ids):
@@ -132,23 +148,24 @@ class PSClient:
         validate.check_encodable(grads, self.push_codec, table)
         validate.check_kind(kind)
         validate.check_counts(counts, len(ids), kind)
-        parts = self._parts(ids)
-        if origin is not None:
-            empty = np.zeros(0, np.int64)
-            parts = [dict(parts).get(s, empty) for s in range(self.n_shards)]
-            parts = list(enumerate(parts))
+        last = self.plan.pieces(table)[-1].columns
+        if last is not None and last[1] != grads.shape[1]:
+            raise ValueError(f"table {table!r} is {last[1]} columns wide by the sharding plan, the gradients "
+                             f"{grads.shape[1]}")
+        parts = self._parts(table, ids, every=origin is not None)
         if since is not None and (origin is None or len(since) != self.n_shards):
             raise ValueError(f"since needs an origin and one position per shard ({self.n_shards}), got {since!r}")
         origins = [origin if since is None else replace(origin, since=since[s]) for s in range(self.n_shards)]
         codec = self.push_codec.name
-        handles = [self._resending(lambda s=s, pos=pos, rid=self._request_id(): self.transport.push(
-            s, table, ids[pos], grads[pos], step=step, kind=kind, request_id=rid, origin=origins[s], codec=codec,
+        handles = [self._resending(lambda s=s, name=name, pos=pos, cols=slice(*(columns or (None,))),
+                                   rid=self._request_id(): self.transport.push(
+            s, name, ids[pos], grads[pos, cols], step=step, kind=kind, request_id=rid, origin=origins[s], codec=codec,
             counts=None if counts is None else counts[pos]))
-            for s, pos in parts]
+            for name, columns, s, pos in parts]
         self.traffic.add(push_ids=len(ids), push_row_bytes=len(ids) * self.push_codec.row_bytes(grads.shape[1]))
         if origin is None:
             return Gathered(handles, lambda _: {})
-        return Gathered(handles, _push_reply)
+        return Gathered(handles, lambda replies: _push_reply([s for _, _, s, _ in parts], replies))
 
     def metrics(self) -> dict[str, int]:
         """What this client moved (``traffic.py``): ids and row bytes each way, message bytes over gRPC."""
@@ -162,11 +179,12 @@ class PSClient:
         out: dict[str, tuple[int, int, int]] = {}
         for s, h in enumerate(handles):
             st = h.wait(timeout)
-            for table in st["tables"]:
-                known = st["clocks"].get(table, {})
+            for name in st["tables"]:  # a piece of a table (plan.py) counts for its table
+                table = self.plan.locate(name)[0]
+                known = st["clocks"].get(name, {})
                 c, w = min((known.get(str(w), st["clock_base"]), w) for w in range(workers))
                 if table not in out or c < out[table][0]:
-                    waiting = st["held"].get(table, {}).get(str(c + 1))
+                    waiting = st["held"].get(name, {}).get(str(c + 1))
                     if waiting is not None:  # the step after: held, waiting for the workers not yet in
                         w = next((x for x in range(workers) if x not in waiting), w)
                     out[table] = (c, w, s)
@@ -194,7 +212,7 @@ class PSClient:
         path = checkpoint.step_dir(root, step)
         if before_commit is not None:
             before_commit(path)
-        checkpoint.commit(path, step, self.n_shards, extra, base)
+        checkpoint.commit(path, step, self.n_shards, extra, base, None if self.plan.is_hash() else self.plan.to_json())
         checkpoint.remove_older(root, keep, protect)
         return path
 
@@ -232,8 +250,13 @@ class PSClient:
             except Exception as e:
                 raise RuntimeError(f"checkpoint {path}: shard {s} did not commit it ({e}), shards "
                                    f"{list(range(s))} did: load it again") from e
-        return {"path": str(path), "step": info["step"], "extra": info["extra"],
-                "rows": {t: sum(r["rows"][t] for r in results) for t in results[0]["rows"]}}
+        rows: dict[str, int] = {}
+        for r in results:  # per table: the rows of its first piece (a shard may hold none of a table, plan.py)
+            for name, n in r["rows"].items():
+                table, piece = self.plan.locate(name)
+                if piece == self.plan.pieces(table)[0]:
+                    rows[table] = rows.get(table, 0) + n
+        return {"path": str(path), "step": info["step"], "extra": info["extra"], "rows": rows}
 
     def stats(self, check: bool = False) -> list[dict]:
         """Every shard's stats; ``check=True`` verifies each shard's invariants first."""
@@ -243,8 +266,22 @@ class PSClient:
         return [self.transport.health(s).wait() for s in range(self.n_shards)]
 
     def digest(self, table: str) -> str:
-        """Digest of a whole table across shards: equal for any shard count."""
+        """Digest of a whole table across shards: equal for any shard count and any plan that keeps
+        its rows whole (row-wise, table-wise); a table split by columns digests its pieces."""
         stats = [self.transport.stats(s, True).wait() for s in range(self.n_shards)]
-        if table not in stats[0]["tables"]:
-            raise ValueError(f"unknown table {table!r}; the stores have {sorted(stats[0]['tables'])}")
-        return combine_digests([tuple(st["tables"][table]["digest_parts"]) for st in stats])
+        names = set(self.plan.names([table]))
+        parts = [tuple(t["digest_parts"]) for st in stats for name, t in st["tables"].items() if name in names]
+        if not parts:
+            held = sorted({n for st in stats for n in st["tables"]})
+            raise ValueError(f"unknown table {table!r}; the stores have {held}")
+        return combine_digests(parts)
+
+    def check_plan(self, tables, timeout: float | None = DEFAULT_TIMEOUT) -> None:
+        """Each shard holds exactly the pieces of ``tables`` the client's plan puts there: a
+        ValueError naming the first that does not (a server started with another plan)."""
+        for s in range(self.n_shards):
+            held = sorted(self.transport.stats(s).wait(timeout)["tables"])
+            want = sorted(self.plan.names(tables, s))
+            if held != want:
+                raise ValueError(f"server {s} holds tables {held}, the sharding plan puts {want} there: start every "
+                                 "server and worker with the same ps.plan")

@@ -41,7 +41,13 @@ def route(ids: np.ndarray, n_shards: int) -> np.ndarray:
 
 def split(ids: np.ndarray, n_shards: int) -> tuple[np.ndarray, np.ndarray]:
     """(order, offsets): a stable grouping of positions by shard."""
-    order = np.empty(len(ids), np.int64)
+    return group(route(ids, n_shards), n_shards)
+
+
+def group(shards: np.ndarray, n_shards: int) -> tuple[np.ndarray, np.ndarray]:
+    """(order, offsets) of positions grouped by their shard ``shards`` (n,) int64, stably
+    (the shards of a sharding plan, ``plan.py``)."""
+    order = np.empty(len(shards), np.int64)
     offsets = np.zeros(n_shards + 1, np.int64)
-    _split(route(ids, n_shards), n_shards, order, offsets)
+    _split(shards, n_shards, order, offsets)
     return order, offsets

@@ -36,6 +36,7 @@ from cardinal.optim import make_optimizer
 from cardinal.ps import checkpoint, checkpoint_load, checkpoint_saec, validate
 from cardinal.ps.limits import StoreFull, StoreLimits
 from cardinal.ps.memory import Memory
+from cardinal.ps.plan import ShardingPlan
 from cardinal.ps.request_log import RequestLog, quote
 from cardinal.ps.update_log import UpdateLog
 from cardinal.ps.worker_steps import Origin, WorkerSteps, combined_counts
@@ -85,10 +86,14 @@ class ShardStore:
     the store's end, removes it."""
 
     def __init__(self, config: StoreConfig, shard: int = 0, n_shards: int = 1, limits: StoreLimits | None = None,
-                 tier_dir: str | None = None):
+                 tier_dir: str | None = None, plan: ShardingPlan | None = None):
         if not 0 <= shard < n_shards:
             raise ValueError(f"shard must be in [0, {n_shards}), got {shard}")
-        self.config = config
+        self.plan = plan or ShardingPlan(n_shards)
+        if self.plan.n_shards != n_shards:
+            raise ValueError(f"the sharding plan is for {self.plan.n_shards} shards, this store is one of {n_shards}")
+        self.config = self.plan.shard_config(config, shard)  # the pieces of tables on this shard (plan.py)
+        self.tables_of_plan = tuple(t.name for t in config.tables)  # every table of the job, on any shard
         self.shard, self.n_shards = shard, n_shards
         self.limits = limits or StoreLimits()
         self.incarnation = uuid.uuid4().hex
@@ -282,7 +287,7 @@ class ShardStore:
     def _check_ids(self, table, ids):
         validate.check_table(table, self.tables)
         validate.check_ids(ids)
-        validate.check_routing(ids, self.shard, self.n_shards)
+        validate.check_routing(ids, self.shard, self.plan, table)
 
     def save(self, root: str, step: int, base: int | None = None) -> dict:
         """Write this shard's part of checkpoint ``step`` under ``root`` (not committed yet).
@@ -340,7 +345,7 @@ class ShardStore:
             try:
                 for k, link in enumerate(chain):
                     self._load_rows(*link, fresh, delta=k > 0)
-                checkpoint_load.load_admission(path, info, self.shard, self.n_shards, fresh)
+                checkpoint_load.load_admission(path, info, self.plan, self.shard, fresh)
             except BaseException:
                 _close_tiers(fresh)
                 raise
@@ -375,18 +380,18 @@ class ShardStore:
         """One checkpoint's rows into ``tables`` (staged), block by block, the memory budget held as
         they arrive (rows past it go to the disk tier); a delta's deleted ids go first, and its rows
         replace the ones older checkpoints gave."""
-        checkpoint_load.check_compatible(step_path, info, tables)
+        checkpoint_load.check_compatible(step_path, info, tables, self.plan, self.tables_of_plan)
         for name, t in list(tables.items()):
             checkpoint_saec.refuse_reshard(step_path, info, name, self.n_shards)
             own = checkpoint.shard_dir(step_path, self.shard, self.n_shards).name
-            if own in info["manifests"] and "saec" in info["manifests"][own]["tables"][name]:  # clustered here
+            if "saec" in info["manifests"].get(own, {}).get("tables", {}).get(name, {}):  # clustered here
                 tables[name] = checkpoint_saec.read(step_path, info, self.shard, name, t)
                 if t.cold is not None:
                     t.cold.close()
                 continue
             if delta:  # deletions the chain records are not changes since the checkpoint: not logged
-                t.delete(checkpoint_load.deleted_ids(step_path, info, self.shard, self.n_shards, name), log=False)
-            for where, rows in checkpoint_load.table_chunks(step_path, info, self.shard, self.n_shards, name):
+                t.delete(checkpoint_load.deleted_ids(step_path, info, self.plan, self.shard, name), log=False)
+            for where, rows in checkpoint_load.table_chunks(step_path, info, self.plan, self.shard, t):
                 if delta:
                     t.delete(rows.ids, log=False)
                 try:

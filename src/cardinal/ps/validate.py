@@ -7,7 +7,6 @@ leaves the store exactly as it was (tests compare digests before and after).
 import numpy as np
 
 from cardinal.ps.request_log import quote
-from cardinal.ps.routing import route
 
 MAX_STEP = 2**32 - 1
 
@@ -91,13 +90,14 @@ def check_step(step) -> None:
         raise ValueError(f"step must be an integer in [0, {MAX_STEP}], got {shown}")
 
 
-def check_routing(ids: np.ndarray, shard: int, n_shards: int) -> None:
-    if n_shards == 1 or len(ids) == 0:
+def check_routing(ids: np.ndarray, shard: int, plan, table: str) -> None:
+    """Every id of a request to stored table ``table`` is shard ``shard``'s by ``plan`` (``plan.py``)."""
+    if plan.n_shards == 1 or len(ids) == 0:
         return
-    wrong = np.flatnonzero(route(ids, n_shards) != shard)
+    wrong = np.flatnonzero(plan.route(table, ids) != shard)
     if len(wrong):
-        raise ValueError(f"id {int(ids[wrong[0]])} belongs to another shard than {shard} of {n_shards}; "
-                         "route ids with cardinal.ps.routing.split")
+        raise ValueError(f"id {int(ids[wrong[0]])} of table {table!r} belongs to another shard than {shard} of "
+                         f"{plan.n_shards} by the sharding plan; route ids with the client (ps/plan.py)")
 
 
 def _describe(x) -> str:

@@ -81,10 +81,10 @@ class Follower:
             out = {}
             for name in current.tables:
                 t = store.tables[name]
-                for _, block in table_chunks(path, info, 0, 1, name):
+                for _, block in table_chunks(path, info, store.plan, 0, t):
                     t.import_rows(*block)
                 ids = t.export()["ids"]
-                out[name] = (ids, lookup(t, ids), deleted_ids(path, info, 0, 1, name))
+                out[name] = (ids, lookup(t, ids), deleted_ids(path, info, store.plan, 0, name))
             return out
         finally:
             store.close()

@@ -38,7 +38,6 @@ from collections import Counter, deque
 import numpy as np
 import torch
 
-from cardinal.ps.routing import route
 from cardinal.ps.transport.base import DEFAULT_TIMEOUT, Handle
 from cardinal.worker.sources.base import RowSource
 from cardinal.worker.sources.cache_policy import Admission, make_policy
@@ -73,7 +72,11 @@ class CachedSource(RowSource):
                                  "give it more bytes, or 0 for no cache")
             self.slots[table] = Slots(n, dim, self.device)
         self.admission = {t: Admission(admit_after) for t in dims}
-        self.n_shards = inner.client.n_shards
+        self.n_shards, self.plan = inner.client.n_shards, inner.client.plan
+        split = [t for t in dims if len(self.plan.pieces(t)) > 1]
+        if split:
+            raise ValueError(f"the hot-row cache keeps whole rows, each from one server; the sharding plan splits "
+                             f"table {split[0]!r} by columns: place it row-wise or table-wise (ps.plan)")
         self.held: dict[str, tuple] = {}                  # table -> (ids, grads, counts, step): not sent yet
         self.outbox: dict[str, list[tuple]] = {t: [] for t in dims}  # pending sums of evicted rows
         self.pushed: dict[str, int] = {}                  # table -> the last step sent
@@ -160,7 +163,7 @@ class CachedSource(RowSource):
         if not len(new):
             return
         cached, evicted, n_evicted = sl.insert(ids[new], rows[torch.from_numpy(new).to(self.device)], seen,
-                                               route(ids[new], self.n_shards), step, self.policy)
+                                               self.plan.route(table, ids[new]), step, self.policy)
         placed = new[cached]
         sl.behind[sl.lookup(ids[placed])] = behind[placed]
         self._evicted(table, evicted)

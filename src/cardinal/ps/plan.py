@@ -1,0 +1,167 @@
+"""``ShardingPlan``: which servers hold which part of each table.
+
+A plan gives each table one or more pieces. A piece is a range of the table's columns,
+spread row-wise over a tuple of servers (an id goes to ``servers[route_hash(id) % len]``):
+
+    row-wise, all servers (today's, the default)   C1   all columns   over (0, 1, 2, 3)
+    table-wise                                      C7   all columns   over (2,)
+    row-wise over some servers                      C3   all columns   over (1, 3)
+    column-wise                                     C5   [0, 64)       over (0,)
+                                                         [64, 129)     over (1,)
+
+A table not named in the plan is row-wise over every server, so ``ShardingPlan(n)`` is the
+hash plan and stores and checkpoints are exactly as before plans existed. A store holds
+each piece of its shard as an ordinary table: a whole-row piece under the table's name, a
+column piece under ``<table>-cols<lo>-<hi>`` (its optimizer state alike, cut by the same
+columns). A column piece's rows start from the same values as the columns of the whole row
+(``TableConfig.first_column``), so with an element-wise optimizer (SGD, Adagrad, Adam, FTRL)
+any plan trains the same model; row-wise Adagrad keeps one accumulator a piece, as
+TorchRec's column-wise shards do.
+
+The client splits each request by the plan, the store checks each id is its own by it, and
+each checkpoint records it: a checkpoint loads into any other plan (``checkpoint_load.py``).
+"""
+
+import re
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from cardinal.ps.routing import route as hash_route
+
+_COLS = re.compile(r"(.+)-cols(\d+)-(\d+)")
+
+
+@dataclass(frozen=True)
+class Piece:
+    """Columns [lo, hi) of a table's rows (``None``: all of them), row-wise over ``servers``."""
+
+    servers: tuple[int, ...]
+    columns: tuple[int, int] | None = None
+
+    def name(self, table: str) -> str:
+        """The name of the table that holds this piece on its servers."""
+        return table if self.columns is None else f"{table}-cols{self.columns[0]}-{self.columns[1]}"
+
+
+@dataclass(frozen=True)
+class ShardingPlan:
+    """``tables``: table -> its pieces, in column order; a table not named is row-wise over all."""
+
+    n_shards: int
+    tables: dict[str, tuple[Piece, ...]] = field(default_factory=dict)
+
+    def __post_init__(self):
+        if not _is_int(self.n_shards) or self.n_shards < 1:
+            raise ValueError(f"a plan needs n_shards >= 1, got {self.n_shards!r}")
+        object.__setattr__(self, "tables", {t: tuple(p) for t, p in self.tables.items()})
+        for table, pieces in self.tables.items():
+            where = f"plan: table {table!r}"
+            if not pieces:
+                raise ValueError(f"{where}: no pieces")
+            for p in pieces:
+                if not p.servers or not all(_is_int(s) and 0 <= s < self.n_shards for s in p.servers) or \
+                        len(set(p.servers)) != len(p.servers):  # ints first: a list in servers is unhashable
+                    raise ValueError(f"{where}: servers {list(p.servers)} must be distinct shards in [0, {self.n_shards})")
+            if len(pieces) == 1:
+                if pieces[0].columns is not None:
+                    raise ValueError(f"{where}: one piece holds all columns (columns = null)")
+                continue
+            at = 0
+            for p in pieces:
+                if p.columns is None or not all(_is_int(c) for c in p.columns) or p.columns[0] != at \
+                        or p.columns[1] <= at:
+                    raise ValueError(f"{where}: column pieces must cover [0, width) in order, without gaps or "
+                                     f"overlap; got {[p.columns for p in pieces]}")
+                at = p.columns[1]
+
+    # --- where rows live -------------------------------------------------------------------
+
+    def pieces(self, table: str) -> tuple[Piece, ...]:
+        return self.tables.get(table) or (Piece(tuple(range(self.n_shards))),)
+
+    def locate(self, name: str) -> tuple[str, Piece]:
+        """(table, piece) of a stored table name: a piece of a named table, else the table whole."""
+        m = _COLS.fullmatch(name)
+        if m and m.group(1) in self.tables:
+            for p in self.tables[m.group(1)]:
+                if p.name(m.group(1)) == name:
+                    return m.group(1), p
+        pieces = self.pieces(name)
+        if len(pieces) > 1:
+            raise ValueError(f"table {name!r} is split by columns into {self.names([name])}: name one of those")
+        return name, pieces[0]
+
+    def route(self, name: str, ids: np.ndarray) -> np.ndarray:
+        """The shard of each id (n,) int64 in the stored table ``name``."""
+        servers = self.locate(name)[1].servers
+        if servers == tuple(range(self.n_shards)):
+            return hash_route(ids, self.n_shards)
+        return np.asarray(servers, np.int64)[hash_route(ids, len(servers))]
+
+    def names(self, tables, shard: int | None = None) -> list[str]:
+        """The stored tables of ``tables`` (logical names) on ``shard`` (every shard: None)."""
+        return [p.name(t) for t in tables for p in self.pieces(t) if shard is None or shard in p.servers]
+
+    def is_hash(self) -> bool:
+        """Every table row-wise over every server: the layout of checkpoints before plans."""
+        return all(self.pieces(t) == (Piece(tuple(range(self.n_shards))),) for t in self.tables)
+
+    # --- stores ----------------------------------------------------------------------------
+
+    def shard_config(self, config, shard: int):
+        """The ``StoreConfig`` of shard ``shard``: its pieces, each an ordinary table of its own width."""
+        names = {t.name for t in config.tables}
+        unknown = sorted(set(self.tables) - names)
+        if unknown:
+            raise ValueError(f"the plan places table {unknown[0]!r}, which is not one of {sorted(names)}")
+        tables, admission = [], {}
+        for t in config.tables:
+            pieces = self.pieces(t.name)
+            if pieces[-1].columns is not None and pieces[-1].columns[1] != t.dim:
+                raise ValueError(f"plan: table {t.name!r} is {t.dim} columns wide, its pieces cover "
+                                 f"[0, {pieces[-1].columns[1]})")
+            if t.name in self.tables and (t.name in config.saec or len(pieces) > 1 and t.chunks > 1):
+                raise ValueError(f"plan: table {t.name!r} is clustered (embedding.saec_ratio) or has chunked rows "
+                                 "(embedding.chunks): it can only be row-wise over every server; leave it out of "
+                                 "the plan")
+            for p in pieces:
+                if shard not in p.servers:
+                    continue
+                lo, hi = p.columns or (0, t.dim)
+                tables.append(replace(t, name=p.name(t.name), dim=hi - lo, first_column=t.first_column + lo))
+                if t.name in config.admission:
+                    admission[p.name(t.name)] = config.admission[t.name]
+        return replace(config, tables=tuple(tables), admission=admission,
+                       saec={n: s for n, s in config.saec.items() if any(t.name == n for t in tables)})
+
+    # --- files -----------------------------------------------------------------------------
+
+    def to_json(self) -> dict:
+        return {"n_shards": self.n_shards,
+                "tables": {t: [{"servers": list(p.servers), "columns": None if p.columns is None else list(p.columns)}
+                               for p in pieces] for t, pieces in sorted(self.tables.items())}}
+
+    @classmethod
+    def from_json(cls, obj, where: str = "plan") -> "ShardingPlan":
+        """A plan from ``to_json``'s form; a ValueError naming ``where`` for anything else."""
+        try:
+            if not isinstance(obj, dict) or set(obj) != {"n_shards", "tables"} or not isinstance(obj["tables"], dict):
+                raise ValueError("must be an object with exactly 'n_shards' and 'tables'")
+            tables = {}
+            for t, pieces in obj["tables"].items():
+                if not isinstance(pieces, list) or not all(
+                        isinstance(p, dict) and set(p) == {"servers", "columns"} and isinstance(p["servers"], list)
+                        and (p["columns"] is None or isinstance(p["columns"], list) and len(p["columns"]) == 2)
+                        for p in pieces):
+                    raise ValueError(f"table {t!r}: pieces must be a list of {{'servers': [...], 'columns': "
+                                     "[lo, hi] or null}")
+                tables[t] = tuple(Piece(tuple(p["servers"]), None if p["columns"] is None else tuple(p["columns"]))
+                                  for p in pieces)
+            return cls(obj["n_shards"], tables)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{where}: {str(e).removeprefix('plan: ')}") from None
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
