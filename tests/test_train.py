@@ -124,7 +124,8 @@ def test_no_new_cli_options():
                        "export": ["--checkpoint", "--help", "--out", "--ratio", "--tables", "-h"],
                        "serve": ["--follow", "--help", "--host", "--max-batch", "--poll", "--port", "--threads",
                                  "-h"],
-                       "top": ["--help", "--interval", "--once", "-h"]}
+                       "top": ["--help", "--interval", "--once", "-h"],
+                       "plan": ["--help", "--out", "--set", "--stats", "-h"]}
 
 
 def test_auto_consistency_is_async_in_one_process_and_sync_with_servers_or_workers(tmp_path):

@@ -39,8 +39,9 @@ file lists (data.train, data.eval, ps.servers): a path, a comma list a.tsv,b.tsv
 '["a.tsv","b.tsv"]' (a path holding a comma needs the quoted TOML list).
 --resume RUN: the run's recipe.json plus the --set values. Learning rates, train.* (steps, epochs,
 eval and checkpoint cadence), data files and ps.* may change; keys that fix the saved shapes
-(model.*, embedding.dim, embedding.shared, optimizer names, data.format, data.batch_size) may not,
-nor those that choose the held-out rows (data.holdout, data.holdout_by, train.seed) or train.baseline.
+(model.*, embedding.dim, embedding.dims, embedding.shared, optimizer names, data.format,
+data.batch_size) may not, nor those that choose the held-out rows (data.holdout, data.holdout_by,
+train.seed) or train.baseline.
 train.steps and train.epochs are totals from the run's start: to go on, raise them past where the
 run is (a run already there is an error, exit 2).
 """
@@ -108,6 +109,12 @@ def parser() -> argparse.ArgumentParser:
     tp.add_argument("addresses", nargs="+", metavar="HOST:PORT", help="metrics endpoints of servers and workers")
     tp.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes (default 1)")
     tp.add_argument("--once", action="store_true", help="print one frame and exit")
+    pl = sub.add_parser("plan", help="propose a sharding plan for a recipe's tables (for its ps.servers or "
+                                     "ps.shards servers); print each server's load")
+    pl.add_argument("recipe", nargs="?", default="criteo_synthetic", help="a shipped recipe or a TOML path")
+    pl.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override a recipe value")
+    pl.add_argument("--stats", metavar="RUN_DIR", help="table sizes from this run's newest checkpoint")
+    pl.add_argument("--out", metavar="FILE", help="write the plan here; train with --set ps.plan=FILE")
     c = sub.add_parser("convert", help="convert Criteo TSV files to Parquet")
     c.add_argument("tsv", nargs="+")
     c.add_argument("--out", required=True)
@@ -126,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         commands = {"train": train, "recipe": recipe, "eval": evaluate, "generate": generate, "convert": convert,
                     "server": server, "launch": launch, "data": data, "sweep": sweep,
-                    "export": export, "serve": serve, "top": top}
+                    "export": export, "serve": serve, "top": top, "plan": plan}
         return commands[args.command](args)
     except ValueError as e:  # what the user can change; anything else (a bug) is a traceback (exit 1)
         say(f"cardinal {args.command}: error: {e}")  # on a line of its own, not on a progress bar's
@@ -313,6 +320,7 @@ def sweep(args) -> int:
 
 
 def server(args) -> int:
+    from cardinal import planner
     from cardinal.ps import ShardStore
     from cardinal.ps.server import ServerOptions, run
     from cardinal.train import config, tables
@@ -322,7 +330,8 @@ def server(args) -> int:
         raise ValueError(f"--shard takes I/N with 0 <= I < N, got {args.shard!r}")
     recipe = config.load(args.recipe, args.set)
     ps = recipe.ps
-    store = ShardStore(tables.store_config(recipe), int(shard), int(n), ps.store_limits(), ps.disk_dir)
+    store = ShardStore(tables.store_config(recipe), int(shard), int(n), ps.store_limits(), ps.disk_dir,
+                       planner.resolve(recipe, int(n)))
     options = ServerOptions(host=args.host, port=args.port, tls_cert=ps.tls_cert or None, tls_key=ps.tls_key or None,
                             max_message_mb=ps.max_message_mb, max_concurrency=ps.max_concurrent_calls,
                             metrics_port=ps.metrics_port)
@@ -349,6 +358,24 @@ def serve(args) -> int:
     server = PredictionServer(ServingModel.load(args.export_dir, args.threads), args.max_batch, follower=follower,
                               poll_s=args.poll)  # the server holds the only reference: a reload frees the first
     return run(server, args.host, args.port)
+
+
+def plan(args) -> int:
+    from cardinal import planner
+    from cardinal.planner.propose import propose
+    from cardinal.planner.report import report
+    from cardinal.planner.stats import from_run, from_sample
+    from cardinal.train import config
+
+    recipe = config.load(args.recipe, args.set)
+    n = len(recipe.ps.servers) or recipe.ps.shards
+    stats = from_run(args.stats, recipe) if args.stats else from_sample(recipe, progress=True)
+    proposed = propose(stats, n, recipe.ps.budget())
+    print(report(proposed, stats))
+    if args.out:
+        planner.write(proposed, args.out)
+        print(f"wrote {args.out}; train with it: cardinal train {args.recipe} --set ps.plan={args.out}")
+    return 0
 
 
 def top(args) -> int:

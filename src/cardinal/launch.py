@@ -119,6 +119,14 @@ def launch(n_servers: int, n_workers: int, train_args: list[str]) -> int:
     job = f"{recipe.train.name}-{secrets.token_hex(4)}"
     env = {**os.environ, "CARDINAL_TOKEN": secrets.token_hex(16), "PYTHONUNBUFFERED": "1"}
     common = [*sum((["--set", s] for s in sets), []), "--set", f'ps.job="{job}"']
+    if recipe.ps.plan == "auto":  # the planner once, its plan to every process (each would read the data)
+        from cardinal import planner
+
+        plan_file = run_dir / "plan.json"
+        if not (resume and plan_file.is_file()):
+            run_dir.mkdir(parents=True, exist_ok=True)
+            planner.write(planner.resolve(recipe, n_servers), plan_file)
+        common += ["--set", f'ps.plan="{plan_file}"']
     me = [sys.executable, "-m", "cardinal.cli"]
     processes: list[Process] = []
     interrupted = Signals()

@@ -1,6 +1,7 @@
 """``cardinal export RUN_DIR --out DIR``: a trained model as serving needs it, and nothing more.
 
-    DIR/model.onnx        the dense model, probabilities out (``onnx_model.py``)
+    DIR/model.onnx        the dense model, probabilities out (``onnx_model.py``), with its projections
+                          when tables have dims of their own (``models/projection.py``; manifest "dims")
     DIR/tables/<t>.*.npy  each model table's live rows, sorted by id, in the chosen form (``tables.py``)
     DIR/manifest.json     written last: the recipe, fields, tables, the checkpoint it came from,
                           and every file's size and crc32 (checked when ``cardinal serve`` loads it)
@@ -53,11 +54,13 @@ def run_recipe(run_dir: Path):
 def model_of(recipe, state: dict):
     """The recipe's dense model with ``state`` loaded, in eval mode."""
     from cardinal.models import MODELS
+    from cardinal.models.projection import with_projections
     from cardinal.train import tables
 
     spec = dict(recipe.model)
     model = MODELS[spec.pop("name")](len(dense_fields(recipe)), len(tables.sparse_fields(recipe)),
                                      recipe.embedding.dim, **spec)
+    model = with_projections(model, tables.features(recipe), tables.table_dims(recipe))  # embedding.dims
     try:
         model.load_state_dict(state)
     except RuntimeError as e:  # missing, unexpected or misshapen weights
@@ -165,6 +168,7 @@ def export_run(run_dir: str | Path, out: str | Path, checkpoint: str | Path | No
 
 def _write(recipe, model, stores: list, step_path: Path, out: Path, form: str, ratio: float) -> dict:
     from cardinal.compression.clustered import ClusteredTable, cluster_table
+    from cardinal.models.projection import Projected
     from cardinal.serve.onnx_model import export_onnx
     from cardinal.train import tables
 
@@ -190,6 +194,7 @@ def _write(recipe, model, stores: list, step_path: Path, out: Path, form: str, r
                 "hash_buckets": recipe.embedding.hash_buckets, "dense_fields": dense_fields(recipe),
                 "features": [[f, t] for f, t in tables.features(recipe).items()],  # pairs: the JSON sorts keys
                 "tables": table_info, "files": files,
+                **({"dims": model.dims} if isinstance(model, Projected) else {}),  # the graph's emb: side by side
                 "recipe": recipe_dict(recipe)}
     write_json(out / MANIFEST, manifest)
     fsync_dir(out)

@@ -94,6 +94,13 @@ class ServingModel:
     def predict(self, batch) -> np.ndarray:
         """(B,) float32 click probabilities of ``batch`` (not thread-safe: one caller at a time)."""
         m = self.manifest
+        if "dims" in m:  # tables of their own dims: the graph projects the fields' values, side by side
+            with torch.no_grad():
+                emb, wide = self._embedding.split(batch.sparse, m["dims"], m["uses_wide"])
+            feed = {"dense": batch.dense.numpy(), "emb": emb.numpy()}
+            if wide is not None:
+                feed["wide"] = wide.numpy()
+            return self.runner.predict(feed)
         with torch.no_grad():
             rows = self._embedding.stacked(batch.sparse).numpy()  # (B, fields, dim [+ 1])
         dim = m["dim"] if m["uses_embedding"] else 0

@@ -1,6 +1,7 @@
 """The dense model as ONNX: exported once from the trained torch model, run by onnxruntime.
 
     export_onnx(model, n_dense, path)        model.onnx: inputs dense (B, n_dense), emb (B, fields, dim)
+                                             (a ``Projected`` model's: (B, sum of the fields' dims))
                                              [, wide (B, fields)]; output p (B,), the click probabilities
     runner = DenseRunner(path.read_bytes())  runner.predict({"dense": ..., "emb": ..., "wide": ...}) -> (B,)
     runner.reweighted(state_dict)            the same graph with a checkpoint's weights (a reload)
@@ -36,7 +37,8 @@ def export_onnx(model, n_dense: int, path: Path) -> None:
 
     model.eval()
     dim = model.dim if model.uses_embedding else 0
-    example = (torch.zeros(2, n_dense), torch.zeros(2, model.n_fields, dim))
+    emb = (sum(model.field_dims),) if hasattr(model, "field_dims") else (model.n_fields, dim)  # Projected: side by side
+    example = (torch.zeros(2, n_dense), torch.zeros(2, *emb))
     names = ["dense", "emb"]
     if model.uses_wide:
         example, names = example + (torch.zeros(2, model.n_fields),), names + ["wide"]

@@ -3,7 +3,7 @@
     [data]              DataConfig         where batches come from
     [data.synthetic]    SyntheticConfig    the generated data set (format = "synthetic")
     [model]             name + that model's own arguments (checked against its signature)
-    [embedding]         EmbeddingConfig    tables, dim, pooling, consistency
+    [embedding]         EmbeddingConfig    tables, dim (dims per table), pooling, consistency
     [sparse_optimizer]  name + that optimizer's hyper-parameters (server side)
     [dense_optimizer]   DenseOptimizerConfig (worker side, torch.optim)
     [ps]                PSConfig           shards of the embedded parameter server
@@ -96,7 +96,8 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class EmbeddingConfig:
-    dim: int = 16                 # width of every embedding row (fixed for a run: --resume cannot change it)
+    dim: int = 16                 # width of every embedding row, and of the models' input (fixed for a run: --resume
+                                  # cannot change it); a table of embedding.dims is projected to it
     pooling: str = "sum"          # how a field's several ids become one vector: "sum" or "mean"
     shared: bool = True           # one table for all fields (ids never collide) or one per field
     init_scale: float = 0.01      # a new row starts uniform in [-init_scale, init_scale]...
@@ -116,6 +117,9 @@ class EmbeddingConfig:
     storage: str = "fp32"         # how servers store values (embedding/formats): fp32, fp16, bf16, int8 (a per-row
                                   # scale); optimizer state stays float32; pulls read float32 either way
     table_storage: dict = field(default_factory=dict)  # per table, e.g. {emb = "int8"}; baseline tables lr_X: fp32
+    dims: dict = field(default_factory=dict)  # per table, e.g. {C5 = 128}: that table's own dim (mixed-dimension
+                                  # embeddings; fixed for a run); its fields reach the model through a learned
+                                  # projection to dim (models/projection.py); the others, and lr_X, keep theirs
     hash_buckets: int = 0         # the hashing trick (a baseline for the formats): ids fold into this many rows per
                                   # table, colliding ids share one; 0: every id its own row
     chunks: int = 1               # FIITED (embedding/formats/chunked.py): > 1 splits each row's dim values into this
@@ -155,6 +159,17 @@ class EmbeddingConfig:
                 (f"embedding.table_storage.{t}", n) for t, n in self.table_storage.items())]:
             if name not in STORAGE:
                 raise ValueError(f"{where} must be one of {list(STORAGE)}, got {name!r}")
+        if not isinstance(self.dims, dict) or not all(
+                isinstance(t, str) and isinstance(d, int) and not isinstance(d, bool) and d >= 1
+                for t, d in self.dims.items()):
+            raise ValueError(f"embedding.dims maps table names to their dims (integers >= 1), e.g. {{C5 = 128}}; "
+                             f"got {self.dims!r}")
+        if self.dims and self.chunks > 1:
+            raise ValueError("embedding.dims with embedding.chunks > 1 is not supported (the chunks split one dim "
+                             "for every table); set embedding.chunks = 1 or drop embedding.dims")
+        if self.dims and self.saec_ratio:
+            raise ValueError("embedding.dims with embedding.saec_ratio is not supported (clustered training assumes "
+                             "one dim for every table); set embedding.saec_ratio = 0 or drop embedding.dims")
         if self.pooling not in ("sum", "mean"):
             raise ValueError(f"embedding.pooling must be 'sum' or 'mean', got {self.pooling!r}")
         if not isinstance(self.chunks, int) or self.chunks < 1 or self.dim % self.chunks:
@@ -296,6 +311,10 @@ class PSConfig:
     disk_dir: str = "$CARDINAL_HOME/tiers"  # where disk tiers make their (temporary) directories
     metrics_port: int = 0         # cardinal server: Prometheus metrics over HTTP on its --host (GET /metrics) at this
                                   # port; 0: a free one, printed on its ready line (metrics=PORT); -1: none
+    plan: str = "hash"            # where each table's rows live (cardinal/planner): "hash", every table row-wise over
+                                  # every server; "auto", the planner's plan from a sample of the data (tables whole on
+                                  # one server where the load stays balanced: fewer requests a step); or a plan file
+                                  # from `cardinal plan RECIPE --out FILE`. A checkpoint loads into any plan
 
     def __post_init__(self):
         if self.shards < 1:
@@ -309,6 +328,10 @@ class PSConfig:
                 raise ValueError(f"ps.{name} must be a number >= 1, got {getattr(self, name)!r}")
         if bool(self.tls_cert) != bool(self.tls_key):
             raise ValueError("ps.tls_cert and ps.tls_key go together")
+        if not isinstance(self.plan, str) or not self.plan:
+            raise ValueError(f"ps.plan must be 'hash', 'auto' or a plan file's path, got {self.plan!r}")
+        if self.plan not in ("hash", "auto"):
+            object.__setattr__(self, "plan", expand(self.plan))
         if not -1 <= self.metrics_port <= 65535:
             raise ValueError(f"ps.metrics_port must be a port, 0 (a free one) or -1 (none), got {self.metrics_port}")
         self.budget()

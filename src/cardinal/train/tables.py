@@ -1,10 +1,11 @@
 """The embedding tables a recipe needs, derived the same way by trainers and servers.
 
 One table ``emb`` for all sparse fields (``embedding.shared``, ids never collide across
-fields) or one per field; each row is ``dim`` values, plus one first-order weight for models
-with a wide part (DeepFM, Wide&Deep), so a step needs one pull and one push per table. With ``train.baseline =
-"lr"`` each table has a twin ``lr_<name>`` of one weight per id: the logistic-regression
-baseline trained on the same batches, on the same servers. With ``embedding.chunks > 1`` the
+fields) or one per field; each row is ``dim`` values (a table's own with ``embedding.dims``, whose
+fields the dense side projects to ``dim``: ``models/projection.py``), plus one first-order weight
+for models with a wide part (DeepFM, Wide&Deep), so a step needs one pull and one push per table.
+With ``train.baseline = "lr"`` each table has a twin ``lr_<name>`` of one weight per id: the
+logistic-regression baseline trained on the same batches, on the same servers. With ``embedding.chunks > 1`` the
 model's tables keep their rows in chunks (``embedding/formats/chunked.py``), the wide part's
 weight after them, never freed; the baseline's stay whole. With ``embedding.saec_ratio`` the
 model's tables are clustered at ``embedding.saec_at`` (``compression/clustered_training.py``), each
@@ -23,10 +24,20 @@ def sparse_fields(recipe: Recipe) -> list[str]:
     return list(movielens.SPARSE if recipe.data.format == "movielens" else criteo.SPARSE)
 
 
-def row_width(recipe: Recipe, model: str | None = None) -> int:
-    """dim embedding values (models that use them) + 1 first-order weight (models with a wide part)."""
+def row_width(recipe: Recipe, table: str, model: str | None = None) -> int:
+    """The table's dim embedding values (models that use them) + 1 first-order weight (models with a wide part)."""
     cls = MODELS[model or recipe.model["name"]]
-    return (recipe.embedding.dim if cls.uses_embedding else 0) + (1 if cls.uses_wide else 0)
+    return (table_dim(recipe, table) if cls.uses_embedding else 0) + (1 if cls.uses_wide else 0)
+
+
+def table_dim(recipe: Recipe, table: str) -> int:
+    """A model table's embedding dim: its own (``embedding.dims``), else ``embedding.dim``."""
+    return recipe.embedding.dims.get(table, recipe.embedding.dim)
+
+
+def table_dims(recipe: Recipe) -> dict[str, int]:
+    """model table -> its embedding dim."""
+    return {t: table_dim(recipe, t) for t in sorted(set(features(recipe).values()))}
 
 
 def baseline(recipe: Recipe) -> bool:
@@ -51,9 +62,12 @@ def features(recipe: Recipe) -> dict[str, str]:
 
 def store_config(recipe: Recipe) -> StoreConfig:
     e = recipe.embedding
-    widths = {n: row_width(recipe) for n in features(recipe).values()}
+    widths = {n: row_width(recipe, n) for n in features(recipe).values()}
+    _check_named("embedding.dims", e.dims, widths, "" if not e.shared else
+                 " (embedding.shared = true: every field reads table 'emb'; set embedding.shared = false for "
+                 "a table per field)")
     if baseline(recipe):
-        widths |= {n: row_width(recipe, "lr") for n in baseline_features(recipe).values()}
+        widths |= {n: row_width(recipe, n, "lr") for n in baseline_features(recipe).values()}
     _check_named("admission.tables", recipe.admission.tables, widths)
     _check_named("embedding.table_storage", e.table_storage, widths)
     admission = {}
@@ -65,6 +79,9 @@ def store_config(recipe: Recipe) -> StoreConfig:
     twins = set(baseline_features(recipe).values()) if baseline(recipe) else set()  # the baseline stays exact
     storage = {n: e.table_storage.get(n, "fp32" if n in twins else e.storage) for n in widths}
     cls = MODELS[recipe.model["name"]]
+    if e.dims and not cls.uses_embedding:
+        raise ValueError(f"embedding.dims: model {recipe.model['name']!r} has no embedding values (its rows hold one "
+                         "weight); drop embedding.dims")
     if e.chunks > 1 and not cls.uses_embedding:
         raise ValueError(f"embedding.chunks = {e.chunks}: model {recipe.model['name']!r} has no embedding values to "
                          "chunk (its rows hold one weight); set embedding.chunks = 1")
@@ -77,7 +94,8 @@ def store_config(recipe: Recipe) -> StoreConfig:
                         for n in sorted(set(features(recipe).values()))} if e.saec_ratio else {})
 
 
-def _check_named(key: str, named: dict, tables: dict) -> None:
+def _check_named(key: str, named: dict, tables: dict, hint: str = "") -> None:
     unknown = sorted(set(named) - set(tables))
     if unknown:
-        raise ValueError(f"{key} names {unknown[0]!r}, not a table of this recipe; its tables are {sorted(tables)}")
+        raise ValueError(f"{key} names {unknown[0]!r}, not a table of this recipe; its tables are "
+                         f"{sorted(tables)}{hint}")

@@ -67,8 +67,10 @@ import torch.nn.functional as F
 from torchmetrics.functional.classification import binary_auroc
 from tqdm import tqdm
 
+from cardinal import planner
 from cardinal.data.prefetch import prefetched
 from cardinal.models import MODELS, dropout_seed
+from cardinal.models.projection import Projected, with_projections
 from cardinal.ps import PSClient, checkpoint, embedded
 from cardinal.ps.transport.grpc_transport import GrpcTransport
 from cardinal.progress import Progress
@@ -121,7 +123,8 @@ class Trainer:
         assert self.fields == tables.sparse_fields(recipe)
         model_spec = dict(recipe.model)
         model_cls = MODELS[model_spec.pop("name")]
-        self.model = model_cls(len(self.train_data.dense_fields), len(self.fields), e.dim, **model_spec)
+        self.model = with_projections(model_cls(len(self.train_data.dense_fields), len(self.fields), e.dim,
+                                                **model_spec), tables.features(recipe), tables.table_dims(recipe))
         self.model_seeds = bool(model_spec.get("dropout"))
         self.model.to(self.device)
         self.staging = staging_for(self.device)  # None on the CPU: no copies, today's path
@@ -184,7 +187,7 @@ class Trainer:
         c = self.recipe.cache
         if not c.capacity:
             return source
-        dims = {t: tables.row_width(self.recipe) for t in set(tables.features(self.recipe).values())}
+        dims = {t: tables.row_width(self.recipe, t) for t in set(tables.features(self.recipe).values())}
         return CachedSource(source, dims, c.capacity, c.staleness, c.policy, c.admit_after,
                             self.device if c.device == "auto" else c.device)  # auto: the worker's device
 
@@ -215,18 +218,26 @@ class Trainer:
             scale = math.sqrt(self.workers.world)
         return d.lr * scale
 
-    @staticmethod
-    def _client(recipe: Recipe) -> PSClient:
+    def _client(self, recipe: Recipe) -> PSClient:
+        """The servers' client, with the recipe's sharding plan (``cardinal/planner``; written to
+        the run's plan.json when it is not the hash plan); servers are checked to hold what it says."""
         ps, codecs = recipe.ps, {"pull_codec": recipe.wire.pull, "push_codec": recipe.wire.push}
+        plan = planner.resolve(recipe, len(ps.servers) or ps.shards)
+        if self.workers.leader and not plan.is_hash():
+            planner.write(plan, self.run_dir / "plan.json")
         if not ps.servers:
             return embedded(tables.store_config(recipe), ps.shards, ps.concurrent, ps.store_limits(ps.shards), **codecs,
-                            tier_dir=ps.disk_dir)
-        return PSClient(GrpcTransport(ps.servers, ps.job, ps.token(), timeout=ps.timeout_s, tls_ca=ps.tls_ca or None,
-                                      max_message_mb=ps.max_message_mb), **codecs)
+                            tier_dir=ps.disk_dir, plan=plan)
+        client = PSClient(GrpcTransport(ps.servers, ps.job, ps.token(), timeout=ps.timeout_s, tls_ca=ps.tls_ca or None,
+                                        max_message_mb=ps.max_message_mb), **codecs, plan=plan)
+        client.check_plan([t.name for t in tables.store_config(recipe).tables], ps.timeout_s)
+        return client
 
     # --- one step ------------------------------------------------------------------------
 
     def _embed(self, batch):
+        if isinstance(self.model, Projected):  # tables of several dims: their fields' values side by side
+            return self.embedding.split(batch.sparse, self.model.dims, self.model.uses_wide)
         rows = self.embedding.stacked(batch.sparse)  # (B, fields, dim [+ 1]), or (B, fields, 1) for `lr`
         dim = self.recipe.embedding.dim if self.model.uses_embedding else 0
         return rows[..., :dim], (rows[..., dim] if self.model.uses_wide else None)

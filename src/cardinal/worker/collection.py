@@ -3,6 +3,7 @@
     emb = EmbeddingCollection(client, {"user": "users", "item": "items", "tag": "items"},
                               pooling="sum")
     pooled = emb(batch.sparse)          # {"user": (B, dim), "item": (B, dim), "tag": (B, dim)}
+    emb.stacked(batch.sparse)           # (B, 3, dim); tables of several dims: emb.split(...)
     loss(model(pooled)).backward()      # pushes one gradient row per unique id to the servers
 
 Used like ``nn.EmbeddingBag``: per field, ids come as a ``Bag`` (values + offsets; multi-hot
@@ -177,6 +178,20 @@ class EmbeddingCollection(nn.Module):
         if len(self.tables) == 1:
             return blocks[self.tables[0]]  # already in feature order, no copy
         return torch.stack([blocks[t][:, self._column[f]] for f, t in self.features.items()], 1)
+
+    def split(self, sparse: dict[str, Bag], dims: dict[str, int],
+              wide: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Tables of several widths (``embedding.dims``), table t's rows dims[t] values [+ 1 weight with
+        ``wide``]: (B, sum of the features' dims) the pooled values side by side in feature order (what
+        ``models/projection.py`` takes), and (B, n_features) the pooled weights (None without ``wide``)."""
+        if self.pooling == "none":
+            raise ValueError("split() needs pooling 'sum' or 'mean'")
+        blocks = self._pooled(sparse)
+        for t, block in blocks.items():
+            assert block.shape[-1] == dims[t] + wide, f"table {t!r}: rows of {block.shape[-1]}, not {dims[t] + wide}"
+        fields = [(blocks[t][:, self._column[f]], dims[t]) for f, t in self.features.items()]  # (B, width)
+        values = torch.cat([v[:, :d] for v, d in fields], 1)
+        return values, (torch.stack([v[:, d] for v, d in fields], 1) if wide else None)
 
     def _pooled(self, sparse) -> dict[str, torch.Tensor]:
         """table -> (B, fields of that table, dim), or field -> vectors for pooling "none"."""

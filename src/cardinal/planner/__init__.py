@@ -1,0 +1,46 @@
+"""Sharding plans for a recipe: the hash plan, one read from a file, or one the planner proposes.
+
+    ps.plan = "hash"          every table row-wise over every server (the default)
+    ps.plan = "auto"          the planner's (``propose.py``), from a sample of the data (``stats.py``)
+    ps.plan = "plan.json"     a plan written by ``cardinal plan RECIPE --out plan.json`` (or by hand)
+
+Every process of a job must use the same plan: ``cardinal launch`` resolves "auto" once and
+hands its servers and workers the file; a worker checks each server holds what the plan puts
+there (``PSClient.check_plan``). A checkpoint loads into any plan, so a resumed run may change it.
+"""
+
+import json
+from pathlib import Path
+
+from cardinal.ps.plan import ShardingPlan
+
+
+def resolve(recipe, n_shards: int, sample_rows: int = 200_000) -> ShardingPlan:
+    """The plan ``recipe.ps.plan`` names, for ``n_shards`` servers."""
+    choice = recipe.ps.plan
+    if choice == "hash":
+        return ShardingPlan(n_shards)
+    if choice == "auto":
+        from cardinal.planner.propose import propose
+        from cardinal.planner.stats import from_sample
+
+        return propose(from_sample(recipe, sample_rows), n_shards, recipe.ps.budget())
+    plan = read(choice)
+    if plan.n_shards != n_shards:
+        raise ValueError(f"ps.plan {choice} is a plan for {plan.n_shards} servers, this job has {n_shards}: "
+                         f"make one with cardinal plan RECIPE --servers {n_shards} --out FILE")
+    return plan
+
+
+def read(path: str | Path) -> ShardingPlan:
+    try:
+        obj = json.loads(Path(path).read_text())
+    except OSError as e:
+        raise ValueError(f"ps.plan: cannot read {path}: {e.strerror}") from None
+    except ValueError as e:
+        raise ValueError(f"ps.plan: {path} is not JSON: {e}") from None
+    return ShardingPlan.from_json(obj, f"ps.plan {path}")
+
+
+def write(plan: ShardingPlan, path: str | Path) -> None:
+    Path(path).write_text(json.dumps(plan.to_json(), indent=1) + "\n")

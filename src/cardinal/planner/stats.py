@@ -1,0 +1,150 @@
+"""What the planner knows of each table: rows, bytes, and how many ids a step asks for.
+
+From a sample of the training data (``from_sample``): the first ``rows`` rows, read by the
+recipe's own reader, each field's ids folded as training folds them (``hash_buckets``). A
+table's ids a step is the mean of its distinct ids per global batch (what a pull and a push
+carry after de-duplication). Its rows over the whole data follow Heaps' law, the distinct
+ids of a Zipf-like stream growing as n^b: b is fitted from the sample's first half and the
+whole, and the count extrapolated to the data's rows.
+
+From a previous run (``from_run``): its newest checkpoint's rows per table, exact; the ids a
+step still come from a sample (a checkpoint does not record access).
+"""
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+ROW_OVERHEAD = 32  # bytes a row takes beside its words: id, count, last step, index slot
+
+
+@dataclass(frozen=True)
+class TableStats:
+    name: str
+    rows: int             # rows the table will hold
+    width: int            # values a row (embedding dim, + 1 for a wide part's weight)
+    words: int            # float32 words a stored row takes (values and optimizer state)
+    ids_per_step: float   # distinct ids a global batch pulls (and pushes)
+    state_per_column: int = 1  # optimizer words that scale with the row's width (Adagrad: 1)
+
+    def row_bytes(self, width: int | None = None) -> int:
+        """Bytes a stored row (or a piece of ``width`` of its columns) takes."""
+        if width is None:
+            return 4 * self.words + ROW_OVERHEAD
+        fixed = self.words - self.width * (1 + self.state_per_column)
+        return 4 * (width * (1 + self.state_per_column) + fixed) + ROW_OVERHEAD
+
+    @property
+    def bytes(self) -> int:
+        return self.rows * self.row_bytes()
+
+
+def from_sample(recipe, rows: int = 200_000, progress: bool = False) -> list[TableStats]:
+    """Each table's stats from the first ``rows`` training rows of ``recipe``'s data."""
+    from cardinal.train.readers import make_readers
+
+    train, _, info = make_readers(recipe.data, recipe.train.seed, progress=progress)
+    seen = _table_ids(recipe)
+    per_batch = {t: [] for t in seen}
+    distinct = {t: [] for t in seen}  # arrays of ids, folded per table
+    read, half = 0, {}
+    for batch in train:
+        for table, ids in _batch_ids(recipe, batch).items():
+            per_batch[table].append(len(np.unique(ids)))
+            distinct[table].append(ids)
+        read += len(batch.labels)
+        if not half and read >= rows // 2:
+            half = {t: (read, len(np.unique(np.concatenate(v)))) for t, v in distinct.items()}
+        if read >= rows:
+            break
+    if hasattr(train, "close"):
+        train.close()
+    total_rows = (info.get("train_steps") or info.get("train_steps_estimate") or 0) * recipe.data.batch_size
+    out = []
+    for table, widths in _widths(recipe).items():
+        d = len(np.unique(np.concatenate(distinct[table]))) if distinct[table] else 0
+        n_half, d_half = half.get(table, (read, d))
+        estimate = heaps(d_half, n_half, d, read, max(total_rows, read))
+        if recipe.embedding.hash_buckets:
+            estimate = min(estimate, recipe.embedding.hash_buckets)
+        out.append(TableStats(table, estimate, *widths, float(np.mean(per_batch[table])) if per_batch[table] else 0.0,
+                              _state_per_column(recipe)))
+    return out
+
+
+def from_run(run_dir, recipe, rows: int = 200_000) -> list[TableStats]:
+    """Rows per table from ``run_dir``'s newest checkpoint (every piece's rows, any plan), ids a
+    step from a sample of the recipe's data."""
+    from pathlib import Path
+
+    from cardinal.ps import checkpoint
+    from cardinal.ps.checkpoint_load import read_commit
+
+    found = checkpoint.latest(Path(run_dir) / "checkpoints")
+    if found is None:
+        raise ValueError(f"{run_dir} has no committed checkpoint to read table sizes from")
+    info = read_commit(found)
+    counted: dict[str, int] = {}
+    for table in _widths(recipe):
+        first = info["plan"].pieces(table)[0]  # every piece of a table holds the same ids
+        counted[table] = sum(m["tables"].get(first.name(table), {}).get("rows", 0)
+                             for m in info["manifests"].values())
+    sampled = from_sample(recipe, rows)
+    return [TableStats(s.name, counted.get(s.name, s.rows), s.width, s.words, s.ids_per_step, s.state_per_column)
+            for s in sampled]
+
+
+def heaps(d_half: int, n_half: int, d: int, n: int, total: int) -> int:
+    """Distinct ids in ``total`` rows, from ``d_half`` in the first ``n_half`` and ``d`` in ``n``:
+    Heaps' law d ~ n^b, b fitted from the two points (in [0, 1])."""
+    if d == 0 or total <= n:
+        return d
+    if n_half >= n or d_half <= 0:
+        return d
+    b = min(1.0, max(0.0, math.log(d / d_half) / math.log(n / n_half)))
+    return int(round(d * (total / n) ** b))
+
+
+def _widths(recipe) -> dict[str, tuple[int, int]]:
+    """table -> (values a row, float32 words a stored row), from the recipe's store config."""
+    from cardinal.embedding.table import stored_width
+    from cardinal.optim import make_optimizer
+    from cardinal.train import tables
+
+    config = tables.store_config(recipe)
+    optimizer = make_optimizer(config.optimizer)
+    return {t.name: (t.dim, stored_width(t, optimizer)) for t in config.tables}
+
+
+def _state_per_column(recipe) -> int:
+    from cardinal.optim import make_optimizer
+
+    o = make_optimizer(dict(recipe.sparse_optimizer))
+    return o.state_width(2) - o.state_width(1)
+
+
+def _table_ids(recipe) -> dict[str, list[str]]:
+    """table -> the fields whose ids it holds (a baseline twin ``lr_X`` the same as X)."""
+    from cardinal.train import tables
+
+    out: dict[str, list[str]] = {}
+    for field, table in tables.features(recipe).items():
+        out.setdefault(table, []).append(field)
+    if tables.baseline(recipe):
+        for field, table in tables.baseline_features(recipe).items():
+            out.setdefault(table, []).append(field)
+    return out
+
+
+def _batch_ids(recipe, batch) -> dict[str, np.ndarray]:
+    from cardinal.embedding.hashing import fold
+
+    out = {}
+    for table, fields in _table_ids(recipe).items():
+        ids = np.concatenate([batch.sparse[f].values for f in fields])
+        if recipe.embedding.hash_buckets:
+            ids = ids.copy()
+            fold(ids, recipe.embedding.hash_buckets, ids)
+        out[table] = ids
+    return out
