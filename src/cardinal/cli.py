@@ -39,9 +39,9 @@ file lists (data.train, data.eval, ps.servers): a path, a comma list a.tsv,b.tsv
 '["a.tsv","b.tsv"]' (a path holding a comma needs the quoted TOML list).
 --resume RUN: the run's recipe.json plus the --set values. Learning rates, train.* (steps, epochs,
 eval and checkpoint cadence), data files and ps.* may change; keys that fix the saved shapes
-(model.*, embedding.dim, embedding.dims, embedding.shared, optimizer names, data.format,
-data.batch_size) may not, nor those that choose the held-out rows (data.holdout, data.holdout_by,
-train.seed) or train.baseline.
+(model.*, embedding.dim, embedding.dims, embedding.shared, embedding.field_tables, optimizer names,
+data.format, data.batch_size) may not, nor those that choose the held-out rows (data.holdout,
+data.holdout_by, train.seed) or train.baseline.
 train.steps and train.epochs are totals from the run's start: to go on, raise them past where the
 run is (a run already there is an error, exit 2).
 """

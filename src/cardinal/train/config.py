@@ -120,6 +120,9 @@ class EmbeddingConfig:
     dims: dict = field(default_factory=dict)  # per table, e.g. {C5 = 128}: that table's own dim (mixed-dimension
                                   # embeddings; fixed for a run); its fields reach the model through a learned
                                   # projection to dim (models/projection.py); the others, and lr_X, keep theirs
+    field_tables: dict = field(default_factory=dict)  # with shared = false, fields that read another table than
+                                  # their own, e.g. {C2 = "C1", C3 = "C1"}: their ids share its rows (a table several
+                                  # features look up, as an item table read by the item and the history fields)
     hash_buckets: int = 0         # the hashing trick (a baseline for the formats): ids fold into this many rows per
                                   # table, colliding ids share one; 0: every id its own row
     chunks: int = 1               # FIITED (embedding/formats/chunked.py): > 1 splits each row's dim values into this
@@ -164,6 +167,13 @@ class EmbeddingConfig:
                 for t, d in self.dims.items()):
             raise ValueError(f"embedding.dims maps table names to their dims (integers >= 1), e.g. {{C5 = 128}}; "
                              f"got {self.dims!r}")
+        if not isinstance(self.field_tables, dict) or not all(
+                isinstance(f, str) and isinstance(t, str) and t and t.replace("_", "").replace("-", "").isalnum()
+                for f, t in self.field_tables.items()):
+            raise ValueError("embedding.field_tables maps fields to the table they read (letters, digits, '_', '-'), "
+                             f"e.g. {{C2 = \"C1\"}}; got {self.field_tables!r}")
+        if self.field_tables and self.shared:
+            raise ValueError("embedding.field_tables needs embedding.shared = false (shared: every field reads 'emb')")
         if self.dims and self.chunks > 1:
             raise ValueError("embedding.dims with embedding.chunks > 1 is not supported (the chunks split one dim "
                              "for every table); set embedding.chunks = 1 or drop embedding.dims")

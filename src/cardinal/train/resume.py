@@ -15,7 +15,8 @@ from cardinal.train import config
 from cardinal.train.config import Recipe
 
 # a key, or a whole section or sub-table, whose change the checkpoint cannot follow
-FROZEN = ("model", "embedding.dim", "embedding.dims", "embedding.shared", "embedding.pooling", "embedding.init_scale",
+FROZEN = ("model", "embedding.dim", "embedding.dims", "embedding.shared", "embedding.field_tables",
+          "embedding.pooling", "embedding.init_scale",
           "embedding.seed", "embedding.storage", "embedding.table_storage",
           "embedding.hash_buckets", "embedding.chunks",
           "embedding.saec_ratio", "embedding.saec_at",  # clustered tables, or the step they will be

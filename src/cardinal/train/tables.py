@@ -56,8 +56,13 @@ def field_shift(recipe: Recipe) -> int:
 
 
 def features(recipe: Recipe) -> dict[str, str]:
-    """sparse field -> table name."""
-    return {f: "emb" if recipe.embedding.shared else f for f in sparse_fields(recipe)}
+    """sparse field -> table name: ``emb``, or the field's own (``embedding.field_tables`` may name another)."""
+    fields, named = sparse_fields(recipe), recipe.embedding.field_tables
+    unknown = sorted(set(named) - set(fields))
+    if unknown:
+        raise ValueError(f"embedding.field_tables names {unknown[0]!r}, not a sparse field of this data; its fields "
+                         f"are {fields}")
+    return {f: "emb" if recipe.embedding.shared else named.get(f, f) for f in fields}
 
 
 def store_config(recipe: Recipe) -> StoreConfig:
