@@ -20,7 +20,7 @@ from cardinal.ps import PSClient, ShardStore, StoreConfig, checkpoint, embedded
 from cardinal.ps.server import READY, ServerOptions, ShardServer
 from cardinal.ps.servicer import SERVICE, ShardServicer
 from cardinal.ps.routing import route
-from cardinal.ps.transport import wire
+from cardinal.ps.transport import grpc_transport, wire
 from cardinal.ps.transport.grpc_transport import GrpcTransport, ServerRestarted, ShardRequestError
 from checkpoint_edit import reseal
 from cluster import JOB, TOKEN, Cluster
@@ -287,6 +287,21 @@ def test_a_client_backs_off_when_its_own_requests_exceed_the_limit(cluster):
     c = cluster(1, max_concurrency=1, threads=4)
     rows = c.client.pull("item", np.arange(600_000, dtype=np.int64)).wait()  # several chunks at once
     assert rows.shape == (600_000, 4)
+
+
+@pytest.mark.parametrize("in_flight", [1, 2])
+def test_a_client_keeps_its_calls_within_the_servers_limit(cluster, monkeypatch, in_flight):
+    """Many tables' pulls sent at once (a step's fan-out) wait for a free call at the client
+    instead of being refused by the server and backing off."""
+    monkeypatch.setattr(grpc_transport, "BUSY_RETRIES", 0)  # a refused call fails the test, not backs off
+    c = cluster(1, max_concurrency=2, threads=8)
+    transport = GrpcTransport(c.addresses, JOB, TOKEN, timeout=20, max_in_flight=in_flight)
+    try:
+        client, rng = PSClient(transport), np.random.default_rng(0)
+        handles = [client.pull("item", rng.integers(0, 10**6, 2000), step=1) for _ in range(60)]
+        assert all(h.wait().shape == (2000, 4) for h in handles)
+    finally:
+        transport.close()
 
 
 def _self_signed(key_path, cert_path) -> None:

@@ -97,6 +97,8 @@ class ShardingPlan:
         servers = self.locate(name)[1].servers
         if servers == tuple(range(self.n_shards)):
             return hash_route(ids, self.n_shards)
+        if len(servers) == 1:  # table-wise: no hash to compute
+            return np.full(len(ids), servers[0], np.int64)
         return np.asarray(servers, np.int64)[hash_route(ids, len(servers))]
 
     def names(self, tables, shard: int | None = None) -> list[str]:

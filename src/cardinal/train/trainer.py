@@ -228,8 +228,9 @@ class Trainer:
         if not ps.servers:
             return embedded(tables.store_config(recipe), ps.shards, ps.concurrent, ps.store_limits(ps.shards), **codecs,
                             tier_dir=ps.disk_dir, plan=plan)
+        in_flight = max(1, ps.max_concurrent_calls // self.workers.world)  # each worker its share of a server's calls
         client = PSClient(GrpcTransport(ps.servers, ps.job, ps.token(), timeout=ps.timeout_s, tls_ca=ps.tls_ca or None,
-                                        max_message_mb=ps.max_message_mb), **codecs, plan=plan)
+                                        max_message_mb=ps.max_message_mb, max_in_flight=in_flight), **codecs, plan=plan)
         client.check_plan([t.name for t in tables.store_config(recipe).tables], ps.timeout_s)
         return client
 

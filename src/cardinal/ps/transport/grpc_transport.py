@@ -10,7 +10,9 @@ shards go out in parallel, and ``wait`` has a deadline. Errors name the shard an
                                       its rows are gone or older, so training must not go on
 Requests carry ids (``PSClient`` resends on a TransientError; the server applies each id
 once). A call refused for the server's concurrency limit never ran, and is sent again after
-a backoff. Requests are split into messages of at most ``chunk_mb``, sent together. Pulls and
+a backoff; a client keeps at most ``max_in_flight`` calls in flight to each server, so that its
+own fan-out (a request per table to every server, for many tables at once) waits for a free
+call instead of being refused and backing off. Requests are split into messages of at most ``chunk_mb``, sent together. Pulls and
 pushes take a ``codec`` (``cardinal.codecs``): rows and gradients cross encoded by it.
 """
 
@@ -58,8 +60,16 @@ class _Call(Handle):
         self.future = self._send()
 
     def _send(self):
-        return self.t._stubs[self.shard][self.method].future(self.message, timeout=self.t.timeout,
-                                                             metadata=self.t._metadata)
+        slots = self.t._slots[self.shard]
+        slots.acquire()  # given back when the call ends, however it ends
+        try:
+            future = self.t._stubs[self.shard][self.method].future(self.message, timeout=self.t.timeout,
+                                                                   metadata=self.t._metadata)
+        except BaseException:
+            slots.release()
+            raise
+        future.add_done_callback(lambda _: slots.release())
+        return future
 
     def wait(self, timeout: float | None = DEFAULT_TIMEOUT):
         where = f"shard {self.shard} at {self.t.addresses[self.shard]}"
@@ -127,7 +137,8 @@ def _update_log(head: dict, payload) -> dict:
 
 class GrpcTransport(Transport):
     def __init__(self, addresses: list[str], job: str, token: str, *, timeout: float = DEFAULT_TIMEOUT,
-                 tls_ca: str | None = None, max_message_mb: int = 64, chunk_mb: float = 4.0):
+                 tls_ca: str | None = None, max_message_mb: int = 64, chunk_mb: float = 4.0,
+                 max_in_flight: int = 16):
         if not addresses:
             raise ValueError("a gRPC transport needs at least one server address")
         self.addresses, self.n_shards, self.timeout = list(addresses), len(addresses), timeout
@@ -140,6 +151,9 @@ class GrpcTransport(Transport):
         self._stubs = [{m: ch.unary_unary(f"/{SERVICE}/{m}") for m in ("Pull", "Push", "Save", "Load", "Stats")}
                        for ch in self._channels]
         self._metadata = (("x-cardinal-job", job), ("x-cardinal-token", token))
+        if max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
+        self._slots = [threading.BoundedSemaphore(max_in_flight) for _ in self.addresses]
         self._incarnations: list[str | None] = [None] * self.n_shards
         self._client = uuid.uuid4().hex[:12]
         self._seq = itertools.count()
