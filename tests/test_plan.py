@@ -638,8 +638,13 @@ def test_check_plan_over_grpc_names_the_server_started_with_another_plan(tmp_pat
                   (ShardingPlan(3, {**served.tables, "user": (user[0], P(2, columns=(3, 9)))}), 1),
                   (ShardingPlan(3, {**served.tables, "user": (user[0], P(0, 1, 2, columns=(3, 9)))}), 0)]  # holds less
         for other, shard in others:
-            with pytest.raises(ValueError, match=rf"server {shard} holds tables .*, the sharding plan puts .* there"):
+            with pytest.raises(ValueError, match=rf"server {shard} was started with another sharding plan \(it holds "
+                                                 rf"tables .*, this worker's plan puts .* there\)"):
                 client(other).check_plan(list(DIMS))
+        routed = ShardingPlan(3, {**served.tables, "user": (user[0], P(2, 1, columns=(3, 9)))})  # servers reordered
+        with pytest.raises(ValueError, match=r"server 0 was started with another sharding plan \(the same tables, "
+                                             r"their rows on other servers: "):
+            client(routed).check_plan(list(DIMS))
     finally:
         for c in clients:
             c.transport.close()

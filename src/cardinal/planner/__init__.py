@@ -10,13 +10,19 @@ there (``PSClient.check_plan``). A checkpoint loads into any plan, so a resumed 
 """
 
 import json
+import logging
 from pathlib import Path
 
 from cardinal.ps.plan import ShardingPlan
 
+log = logging.getLogger(__name__)
 
-def resolve(recipe, n_shards: int, sample_rows: int = 200_000) -> ShardingPlan:
-    """The plan ``recipe.ps.plan`` names, for ``n_shards`` servers."""
+
+def resolve(recipe, n_shards: int, sample_rows: int = 200_000, budget: int | None = None) -> ShardingPlan:
+    """The plan ``recipe.ps.plan`` names, for ``n_shards`` servers of ``budget`` bytes each (None:
+    ``ps.memory_budget``; embedded shards split it). Tables past the servers' budgets together are
+    not an error in a run (the rows past it are evicted, or go to disk): "auto" is then the hash
+    plan, which spreads them evenly."""
     choice = recipe.ps.plan
     if choice == "hash":
         return ShardingPlan(n_shards)
@@ -24,11 +30,19 @@ def resolve(recipe, n_shards: int, sample_rows: int = 200_000) -> ShardingPlan:
         from cardinal.planner.propose import propose
         from cardinal.planner.stats import from_sample
 
-        return propose(from_sample(recipe, sample_rows), n_shards, recipe.ps.budget())
+        stats = from_sample(recipe, sample_rows)
+        budget = recipe.ps.budget() if budget is None else budget
+        need = sum(t.bytes for t in stats)
+        if budget and need > budget * n_shards:
+            log.warning("ps.plan = \"auto\": the tables need about %.1f MB, %d servers of ps.memory_budget hold "
+                        "%.1f MB: rows past it are evicted (or go to disk); the hash plan spreads them evenly",
+                        need / 1e6, n_shards, budget * n_shards / 1e6)
+            return ShardingPlan(n_shards)
+        return propose(stats, n_shards, budget)
     plan = read(choice)
     if plan.n_shards != n_shards:
         raise ValueError(f"ps.plan {choice} is a plan for {plan.n_shards} servers, this job has {n_shards}: "
-                         f"make one with cardinal plan RECIPE --servers {n_shards} --out FILE")
+                         f"make one with cardinal plan RECIPE --set ps.shards={n_shards} --out FILE")
     return plan
 
 

@@ -22,13 +22,16 @@ row small.
 """
 
 import math
+import re
 
 import numpy as np
 
 from cardinal.planner.stats import TableStats
 from cardinal.ps.plan import Piece, ShardingPlan
 
-SPREAD_AT = (1.0, 0.6, 0.45, 0.3, 0.2, 0.1, 0.05, 0.0)  # a table spreads past this share of a server's mean load
+# a table spreads past this share of a server's mean load; first none (inf): a table up to ``tolerance``
+# times the mean may stay whole
+SPREAD_AT = (math.inf, 1.0, 0.6, 0.45, 0.3, 0.2, 0.1, 0.05, 0.0)
 
 
 def loads(plan: ShardingPlan, stats: list[TableStats]) -> dict[str, np.ndarray]:
@@ -77,27 +80,31 @@ def propose(stats: list[TableStats], n_servers: int, budget: int = 0, tolerance:
 def _pack(stats: list[TableStats], n: int, spread_at: float) -> ShardingPlan:
     """Largest first, each table on the least loaded server, or row-wise over the ``k`` least
     loaded when its load is past ``spread_at`` of a server's mean (k: enough that each share is
-    within it; every server at 0)."""
+    within it; every server at 0). Load: the largest of a server's shares of the mean bytes, ids
+    and requests (a piece's pull and push, each server's mean as if every table were whole), so
+    that the small tables, light in bytes and ids, also even out the requests."""
     mean_bytes = max(sum(t.bytes for t in stats) / n, 1.0)
     mean_ids = max(sum(t.ids_per_step for t in stats) / n, 1e-9)
+    mean_requests = max(len(stats) / n, 1.0)
     weights = {t.name: np.array([t.bytes / mean_bytes, t.ids_per_step / mean_ids]) for t in stats}
-    load = np.zeros((n, 2))  # per server: (bytes, ids), each as a share of the mean
+    load = np.zeros((n, 3))  # per server: (bytes, ids, requests), each as a share of the mean
     placed = {}
     for t in sorted(stats, key=lambda t: (-weights[t.name].max(), t.name)):
         w = weights[t.name]
         k = 1 if w.max() <= spread_at else n if spread_at == 0 else min(n, math.ceil(w.max() / spread_at))
-        order = np.lexsort((np.arange(n), (load + w / k).max(axis=1)))  # least loaded first, then lowest index
+        w = np.append(w / k, 1 / mean_requests)  # a server of the k: its share, and one piece
+        order = np.lexsort((np.arange(n), (load + w).max(axis=1)))  # least loaded first, then lowest index
         servers = tuple(sorted(int(s) for s in order[:k]))
-        load[list(servers)] += w / k
+        load[list(servers)] += w
         if servers != tuple(range(n)):
             placed[t.name] = (Piece(servers),)
     return ShardingPlan(n, placed)
 
 
 def describe(plan: ShardingPlan, stats: list[TableStats]) -> list[str]:
-    """One line a table: where its pieces are."""
+    """One line a table, in natural order (C2 before C10): where its pieces are."""
     lines = []
-    for t in stats:
+    for t in sorted(stats, key=lambda t: [int(x) if x.isdigit() else x for x in re.split(r"(\d+)", t.name)]):
         pieces = plan.pieces(t.name)
         if len(pieces) > 1:
             where = ", ".join(f"[{p.columns[0]}:{p.columns[1]}) on {_servers(p.servers)}" for p in pieces)

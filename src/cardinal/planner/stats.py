@@ -27,13 +27,18 @@ class TableStats:
     words: int            # float32 words a stored row takes (values and optimizer state)
     ids_per_step: float   # distinct ids a global batch pulls (and pushes)
     state_per_column: int = 1  # optimizer words that scale with the row's width (Adagrad: 1)
+    storage: str = "fp32"      # the row format (embedding.storage): words its values take
 
     def row_bytes(self, width: int | None = None) -> int:
-        """Bytes a stored row (or a piece of ``width`` of its columns) takes."""
+        """Bytes a stored row (or a piece of ``width`` of its columns) takes: the piece's encoded
+        values (``formats``: fp16 packs two a word, int8 four and a scale), its optimizer state."""
         if width is None:
             return 4 * self.words + ROW_OVERHEAD
-        fixed = self.words - self.width * (1 + self.state_per_column)
-        return 4 * (width * (1 + self.state_per_column) + fixed) + ROW_OVERHEAD
+        from cardinal.embedding import formats
+
+        values = formats.get(self.storage).value_words
+        fixed = self.words - values(self.width) - self.width * self.state_per_column  # state words of any width
+        return 4 * (values(width) + width * self.state_per_column + fixed) + ROW_OVERHEAD
 
     @property
     def bytes(self) -> int:
@@ -62,37 +67,69 @@ def from_sample(recipe, rows: int = 200_000, progress: bool = False) -> list[Tab
         train.close()
     total_rows = (info.get("train_steps") or info.get("train_steps_estimate") or 0) * recipe.data.batch_size
     out = []
-    for table, widths in _widths(recipe).items():
+    storages = _storages(recipe)
+    for table, (width, words) in _widths(recipe).items():
         d = len(np.unique(np.concatenate(distinct[table]))) if distinct[table] else 0
         n_half, d_half = half.get(table, (read, d))
         estimate = heaps(d_half, n_half, d, read, max(total_rows, read))
         if recipe.embedding.hash_buckets:
             estimate = min(estimate, recipe.embedding.hash_buckets)
-        out.append(TableStats(table, estimate, *widths, float(np.mean(per_batch[table])) if per_batch[table] else 0.0,
-                              _state_per_column(recipe)))
+        ids_per_step = float(np.mean(per_batch[table])) if per_batch[table] else 0.0
+        out.append(TableStats(table, estimate, width, words, ids_per_step, _state_per_column(recipe), storages[table]))
     return out
 
 
 def from_run(run_dir, recipe, rows: int = 200_000) -> list[TableStats]:
-    """Rows per table from ``run_dir``'s newest checkpoint (every piece's rows, any plan), ids a
+    """Rows per table from ``run_dir``'s newest checkpoint (every piece's rows, any plan; a delta
+    counted with its chain: a delta's manifests count only the rows touched since its base), ids a
     step from a sample of the recipe's data."""
+    from dataclasses import replace
     from pathlib import Path
 
     from cardinal.ps import checkpoint
-    from cardinal.ps.checkpoint_load import read_commit
+    from cardinal.ps.checkpoint_load import read_chain
 
     found = checkpoint.latest(Path(run_dir) / "checkpoints")
     if found is None:
         raise ValueError(f"{run_dir} has no committed checkpoint to read table sizes from")
-    info = read_commit(found)
+    chain = read_chain(found)
+    newest = chain[-1][1]
     counted: dict[str, int] = {}
     for table in _widths(recipe):
-        first = info["plan"].pieces(table)[0]  # every piece of a table holds the same ids
-        counted[table] = sum(m["tables"].get(first.name(table), {}).get("rows", 0)
-                             for m in info["manifests"].values())
+        first = newest["plan"].pieces(table)[0]  # every piece of a table holds the same ids
+        held = [m["tables"][first.name(table)] for m in newest["manifests"].values()
+                if first.name(table) in m["tables"]]
+        if not held:
+            raise ValueError(f"{found} holds no table {table!r} (it has {sorted(_saved_names(newest))}): the "
+                             "recipe's tables must be the run's (the same embedding.shared, dims, model)")
+        counted[table] = sum(t["rows"] for t in held) if len(chain) == 1 else len(_chain_ids(chain, table))
     sampled = from_sample(recipe, rows)
-    return [TableStats(s.name, counted.get(s.name, s.rows), s.width, s.words, s.ids_per_step, s.state_per_column)
-            for s in sampled]
+    return [replace(s, rows=counted[s.name]) for s in sampled]
+
+
+def _saved_names(info: dict) -> set[str]:
+    return {name for m in info["manifests"].values() for name in m["tables"]}
+
+
+def _chain_ids(chain, table: str) -> np.ndarray:
+    """The ids of ``table`` after loading a delta chain [(step dir, commit info)] (``read_chain``:
+    the full checkpoint first), each delta's deleted ids out, its rows' ids in (the first piece's:
+    every piece holds the same ids)."""
+    from cardinal.durable import load_array
+    from cardinal.ps.checkpoint import DELETED, shard_dir
+
+    ids = np.empty(0, np.int64)
+    for path, info in chain:
+        name = info["plan"].pieces(table)[0].name(table)
+        saved, deleted = [ids[:0]], [ids[:0]]
+        for m in info["manifests"].values():
+            if name in m["tables"]:
+                files, base = m["tables"][name]["files"], shard_dir(path, m["shard"], m["n_shards"])
+                saved.append(np.asarray(load_array(base / files["ids"]["file"])))
+                if DELETED in files:
+                    deleted.append(np.asarray(load_array(base / files[DELETED]["file"])))
+        ids = np.union1d(np.setdiff1d(ids, np.concatenate(deleted)), np.concatenate(saved))
+    return ids
 
 
 def heaps(d_half: int, n_half: int, d: int, n: int, total: int) -> int:
@@ -115,6 +152,13 @@ def _widths(recipe) -> dict[str, tuple[int, int]]:
     config = tables.store_config(recipe)
     optimizer = make_optimizer(config.optimizer)
     return {t.name: (t.dim, stored_width(t, optimizer)) for t in config.tables}
+
+
+def _storages(recipe) -> dict[str, str]:
+    """table -> its row format (embedding.storage, embedding.table_storage)."""
+    from cardinal.train import tables
+
+    return {t.name: t.storage for t in tables.store_config(recipe).tables}
 
 
 def _state_per_column(recipe) -> int:

@@ -279,9 +279,13 @@ class PSClient:
     def check_plan(self, tables, timeout: float | None = DEFAULT_TIMEOUT) -> None:
         """Each shard holds exactly the pieces of ``tables`` the client's plan puts there: a
         ValueError naming the first that does not (a server started with another plan)."""
-        for s in range(self.n_shards):
-            held = sorted(self.transport.stats(s).wait(timeout)["tables"])
-            want = sorted(self.plan.names(tables, s))
-            if held != want:
-                raise ValueError(f"server {s} holds tables {held}, the sharding plan puts {want} there: start every "
-                                 "server and worker with the same ps.plan")
+        stats = [self.transport.stats(s).wait(timeout) for s in range(self.n_shards)]
+        wrong = [(s, sorted(st["tables"]), sorted(self.plan.names(tables, s))) for s, st in enumerate(stats)]
+        wrong = [(s, f"it holds tables {held}, this worker's plan puts {want} there") for s, held, want in wrong
+                 if held != want]
+        wrong += [(s, f"the same tables, their rows on other servers: {st['plan']['tables']}")
+                  for s, st in enumerate(stats) if st.get("plan", self.plan.to_json()) != self.plan.to_json()]
+        if wrong:  # a server holding other tables is named first: the plainer mismatch
+            s, detail = wrong[0]
+            raise ValueError(f"server {s} was started with another sharding plan ({detail}): start every server "
+                             "and worker with the same ps.plan")
