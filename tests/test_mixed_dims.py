@@ -17,6 +17,7 @@ from cardinal.serve.model import ServingModel
 from cardinal.train import Trainer, config, tables
 from cardinal.train.resume import resumed_recipe
 from conftest import tiny_recipe
+from test_serve import eval_probabilities
 
 MIXED = ["embedding.dim=16", "embedding.shared=false", "embedding.dims={C5=32}"]
 # the tiny recipe that learns (test_train.LEARNS): 36 steps, eval AUC well above 0.5
@@ -37,22 +38,6 @@ def run(tmp_path_factory):
     summary = trainer.fit()
     yield trainer, summary, start, tmp / "run", r
     trainer.close()
-
-
-def eval_probabilities(recipe, step_path, tmp_path):
-    """What `cardinal eval` computes for each eval example, as probabilities (as tests/test_serve.py)."""
-    trainer = Trainer(recipe, tmp_path / "evaluator", progress=False)
-    trainer.load(step_path)
-    for m in trainer._modules():
-        m.eval()
-    out, batches = [], []
-    with torch.no_grad():
-        for batch in trainer.eval_data:
-            emb, wide = trainer._embed(batch)
-            out.append(torch.sigmoid(trainer.model(batch.dense, emb, wide)).numpy())
-            batches.append(batch)
-    trainer.close()
-    return np.concatenate(out), batches
 
 
 def test_a_mixed_run_learns_with_each_table_at_its_own_width(run, capsys):

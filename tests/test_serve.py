@@ -39,7 +39,7 @@ def run(tmp_path_factory):
     return tmp / "run", recipe
 
 
-def eval_probabilities(recipe, run_dir, step_path, tmp_path):
+def eval_probabilities(recipe, step_path, tmp_path):
     """What `cardinal eval` computes for each eval example, as probabilities."""
     trainer = Trainer(recipe, tmp_path / "evaluator", progress=False)
     trainer.load(step_path)
@@ -64,7 +64,7 @@ def test_export_predicts_what_eval_predicts(run, tmp_path, capsys):
     assert cli.main(["export", str(run_dir), "--out", str(tmp_path / "x")]) == 0
     assert "cardinal serve" in capsys.readouterr().out
     model = ServingModel.load(tmp_path / "x")
-    expected, batches = eval_probabilities(recipe, run_dir, model.manifest["checkpoint"], tmp_path)
+    expected, batches = eval_probabilities(recipe, model.manifest["checkpoint"], tmp_path)
     got = predict_all(model, batches)
     assert np.abs(got - expected).max() <= 1e-5
     assert model.unknown > 0 and model.lookups > model.unknown  # eval holds ids training never saw: zeros
@@ -123,7 +123,7 @@ def test_compressed_exports_predict_close_with_fewer_bytes(run, tmp_path, form):
     m = export_run(run_dir, tmp_path / form, form=form, ratio=4)
     exact, small = ServingModel.load(tmp_path / "fp32"), ServingModel.load(tmp_path / form)
     assert m["tables"]["emb"]["bytes"] < exact.manifest["tables"]["emb"]["bytes"]
-    _, batches = eval_probabilities(recipe, run_dir, m["checkpoint"], tmp_path)
+    _, batches = eval_probabilities(recipe, m["checkpoint"], tmp_path)
     got = predict_all(small, batches)
     if form == "saec":  # every id reads its cluster's vector: the fp32 model with those values predicts the same
         t = small.tables["emb"]
@@ -272,7 +272,7 @@ def test_follower_applies_deltas_and_predicts_as_a_fresh_export(run, tmp_path, m
     fresh = ServingModel.load(tmp_path / "at12")
     np.testing.assert_array_equal(new.tables["emb"].ids, fresh.tables["emb"].ids)
     np.testing.assert_array_equal(new.tables["emb"].arrays["values"], fresh.tables["emb"].arrays["values"])
-    _, batches = eval_probabilities(recipe, run_dir, checkpoint.step_dir(root, 12), tmp_path)
+    _, batches = eval_probabilities(recipe, checkpoint.step_dir(root, 12), tmp_path)
     np.testing.assert_array_equal(predict_all(new, batches), predict_all(fresh, batches))
     assert np.abs(predict_all(old, batches) - predict_all(fresh, batches)).max() > 1e-4  # it did change
 
@@ -468,7 +468,7 @@ def test_a_run_trained_on_clustered_rows_exports_what_eval_predicts(tmp_path):
     trainer.close()
     m = export_run(tmp_path / "run", tmp_path / "x")
     model = ServingModel.load(tmp_path / "x")
-    expected, batches = eval_probabilities(recipe, tmp_path / "run", m["checkpoint"], tmp_path)
+    expected, batches = eval_probabilities(recipe, m["checkpoint"], tmp_path)
     assert np.abs(predict_all(model, batches) - expected).max() <= 1e-5
     values = model.tables["emb"].arrays["values"]
     assert len(np.unique(values, axis=0)) < len(values) / 2  # ids of one cluster share their row
