@@ -173,7 +173,7 @@ def test_clustered_and_chunked_tables_stay_row_wise_over_every_server():
         ShardingPlan(2, {"user": (P(1),)}).shard_config(saec, 0)
     ShardingPlan(2, {"item": (P(1),)}).shard_config(saec, 0)  # another table may move
     chunked = StoreConfig((TableConfig("user", 8, chunks=2),), OPTIMIZERS["adagrad"])
-    with pytest.raises(ValueError, match=r"table 'user' is clustered .* or has chunked rows"):
+    with pytest.raises(ValueError, match=r"table 'user' has chunked rows .* cannot be split by columns"):
         ShardingPlan(2, {"user": (P(0, columns=(0, 4)), P(1, columns=(4, 8)))}).shard_config(chunked, 0)
     ShardingPlan(2, {"user": (P(1),)}).shard_config(chunked, 1)  # whole rows: table-wise is fine
 
@@ -703,3 +703,22 @@ def test_the_hot_row_cache_refuses_a_table_split_by_columns_and_takes_a_table_wi
     ids = np.array([3, 9, 3], np.int64)
     rows = src.pull("user", ids, create=True, step=1).wait()
     assert np.asarray(rows).tobytes() == embedded(config("sgd"), 1).pull("user", ids, step=1).wait().tobytes()
+
+
+# --- what a review found ---------------------------------------------------------------------------
+
+def test_numpy_integers_become_plain_ints_that_a_checkpoint_can_record(tmp_path):
+    p = ShardingPlan(np.int64(2), {"user": (P(*np.argsort([3, 1]), columns=(np.int64(0), np.int64(4))),
+                                             P(np.int64(1), columns=(4, 9)))})
+    assert json.loads(json.dumps(p.to_json())) == p.to_json()
+    assert all(type(s) is int for pieces in p.tables.values() for piece in pieces for s in piece.servers)
+    client = embedded(config(), 2, plan=p)
+    train(client, steps=[1])
+    client.save(tmp_path, 1)  # a TypeError in the commit marker before
+
+
+def test_a_store_with_a_memory_budget_refuses_column_pieces():
+    from cardinal.ps import StoreLimits
+    with pytest.raises(ValueError, match="each server would evict its own piece of a row"):
+        ShardStore(config(), 0, 3, StoreLimits(memory_budget=1 << 30), plan=plan("columns", 3))
+    ShardStore(config(), 0, 2, StoreLimits(memory_budget=1 << 30), plan=plan("table", 2))  # whole rows: fine

@@ -7,6 +7,7 @@ servers holding another plan."""
 
 import json
 import re
+import shlex
 from dataclasses import replace
 from pathlib import Path
 
@@ -502,7 +503,10 @@ def test_cardinal_plan_prints_each_table_and_each_server(tmp_path, capsys):
     assert int(re.search(r"all servers: (\d+)", out).group(1)) < 416
     plan = planner.read(out_file)
     assert plan.n_shards == 4 and not plan.is_hash()
-    assert f"wrote {out_file}; train with it: cardinal train criteo_synthetic --set ps.plan={out_file}" in out
+    printed = re.search(r"train with it: (cardinal train .*)$", out, re.M).group(1)  # the plan's --set values too
+    args = shlex.split(printed)[2:]
+    assert args[0] == "criteo_synthetic" and args[1::2] == ["--set"] * (len(args) // 2)
+    assert args[2::2] == [*plan_args(tmp_path)[2::2], f"ps.plan={out_file}"]
     r = plan_args(tmp_path)
     from cardinal.train import config
     recipe_obj = config.load("criteo_synthetic", r[2::2])
@@ -637,3 +641,33 @@ def test_launch_resolves_auto_once_and_every_process_uses_its_plan(tmp_path):
         assert sorted(manifest["tables"]) == sorted(plan.names([f"{p}C{i}" for p in ("", "lr_")
                                                                 for i in range(1, 27)], s))
     assert leftovers(tmp_path) == []
+
+
+# --- what a review found ---------------------------------------------------------------------------
+
+def test_clustered_tables_stay_row_wise_over_every_server_in_auto_plans(tmp_path):
+    """Saec tables can only be row-wise over every server: "auto" and `cardinal plan` leave them so."""
+    r = recipe(tmp_path, "embedding.shared=false", 'ps.plan="auto"', "embedding.saec_ratio=2.0", "embedding.saec_at=5")
+    pinned = planner.pinned(r)
+    assert pinned == {t for t in tables.features(r).values()} and pinned  # the model's tables, not lr_*
+    plan = planner.resolve(r, 3)
+    assert not set(plan.tables) & pinned
+    ShardingPlan.shard_config(plan, tables.store_config(r), 0)  # a store takes it
+    free = propose(from_sample(r), 3, r.ps.budget())
+    assert set(free.tables) & pinned, "without pinning the planner would place some of them"
+
+
+def test_a_server_refuses_auto_plans(tmp_path, capsys):
+    code = cli.main(["server", "--shard", "0/2", "--data-dir", str(tmp_path), "--set", 'ps.plan="auto"'])
+    assert code == 2 and "make the plan once (cardinal plan RECIPE --out FILE)" in capsys.readouterr().err
+
+
+def test_a_resumed_launch_plans_again_for_another_server_count(tmp_path):
+    from cardinal.launch import _replans
+
+    own = tmp_path / "plan.json"
+    planner.write(ShardingPlan(2, {"C1": (Piece((1,)),)}), own)
+    assert _replans(str(own), own, 3) and not _replans(str(own), own, 2)
+    other = tmp_path / "mine.json"  # a plan the user made is theirs to change
+    planner.write(ShardingPlan(2), other)
+    assert not _replans(str(other), own, 3) and not _replans("hash", own, 3)

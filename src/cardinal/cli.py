@@ -27,6 +27,7 @@ import argparse
 import json
 import logging
 import os
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -330,6 +331,9 @@ def server(args) -> int:
         raise ValueError(f"--shard takes I/N with 0 <= I < N, got {args.shard!r}")
     recipe = config.load(args.recipe, args.set)
     ps = recipe.ps
+    if ps.plan == "auto":  # each server would read the training data, and servers must agree
+        raise ValueError('ps.plan = "auto" on a server: make the plan once (cardinal plan RECIPE --out FILE) and give '
+                         "every server and worker --set ps.plan=FILE (cardinal launch does this for you)")
     store = ShardStore(tables.store_config(recipe), int(shard), int(n), ps.store_limits(), ps.disk_dir,
                        planner.resolve(recipe, int(n)))
     options = ServerOptions(host=args.host, port=args.port, tls_cert=ps.tls_cert or None, tls_key=ps.tls_key or None,
@@ -370,11 +374,13 @@ def plan(args) -> int:
     recipe = config.load(args.recipe, args.set)
     n = len(recipe.ps.servers) or recipe.ps.shards
     stats = from_run(args.stats, recipe) if args.stats else from_sample(recipe, progress=True)
-    proposed = propose(stats, n, recipe.ps.budget())
+    proposed = propose(stats, n, recipe.ps.budget(), pinned=planner.pinned(recipe))  # each server's budget
     print(report(proposed, stats))
     if args.out:
         planner.write(proposed, args.out)
-        print(f"wrote {args.out}; train with it: cardinal train {args.recipe} --set ps.plan={args.out}")
+        sets = [*(s for s in args.set if not s.startswith("ps.plan=")), f"ps.plan={args.out}"]
+        print(f"wrote {args.out}; train with it: cardinal train {shlex.quote(args.recipe)} "
+              + " ".join(f"--set {shlex.quote(s)}" for s in sets))
     return 0
 
 

@@ -26,6 +26,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from cardinal.ps.server import READY
@@ -119,13 +120,12 @@ def launch(n_servers: int, n_workers: int, train_args: list[str]) -> int:
     job = f"{recipe.train.name}-{secrets.token_hex(4)}"
     env = {**os.environ, "CARDINAL_TOKEN": secrets.token_hex(16), "PYTHONUNBUFFERED": "1"}
     common = [*sum((["--set", s] for s in sets), []), "--set", f'ps.job="{job}"']
-    if recipe.ps.plan == "auto":  # the planner once, its plan to every process (each would read the data)
-        from cardinal import planner
+    plan_file = run_dir / "plan.json"
+    if recipe.ps.plan == "auto" or resume and _replans(recipe.ps.plan, plan_file, n_servers):
+        from cardinal import planner  # the planner once, its plan to every process (each would read the data)
 
-        plan_file = run_dir / "plan.json"
-        if not (resume and plan_file.is_file()):
-            run_dir.mkdir(parents=True, exist_ok=True)
-            planner.write(planner.resolve(recipe, n_servers), plan_file)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        planner.write(planner.resolve(replace(recipe, ps=replace(recipe.ps, plan="auto")), n_servers), plan_file)
         common += ["--set", f'ps.plan="{plan_file}"']
     me = [sys.executable, "-m", "cardinal.cli"]
     processes: list[Process] = []
@@ -171,6 +171,15 @@ def launch(n_servers: int, n_workers: int, train_args: list[str]) -> int:
             scratch.cleanup()
         for s, handler in previous.items():
             signal.signal(s, handler)
+
+
+def _replans(plan: str, own: Path, n_servers: int) -> bool:
+    """A resumed run whose own plan (the launcher's, ``<run>/plan.json``) was made for another
+    server count is planned again for this one (a checkpoint loads into any plan)."""
+    from cardinal import planner
+
+    return plan not in ("hash", "auto") and Path(plan).resolve() == own.resolve() and own.is_file() \
+        and planner.read(own).n_shards != n_servers
 
 
 class Signals:

@@ -11,6 +11,7 @@ there (``PSClient.check_plan``). A checkpoint loads into any plan, so a resumed 
 
 import json
 import logging
+import os
 from pathlib import Path
 
 from cardinal.ps.plan import ShardingPlan
@@ -38,12 +39,19 @@ def resolve(recipe, n_shards: int, sample_rows: int = 200_000, budget: int | Non
                         "%.1f MB: rows past it are evicted (or go to disk); the hash plan spreads them evenly",
                         need / 1e6, n_shards, budget * n_shards / 1e6)
             return ShardingPlan(n_shards)
-        return propose(stats, n_shards, budget)
+        return propose(stats, n_shards, budget, pinned=pinned(recipe))
     plan = read(choice)
     if plan.n_shards != n_shards:
         raise ValueError(f"ps.plan {choice} is a plan for {plan.n_shards} servers, this job has {n_shards}: "
                          f"make one with cardinal plan RECIPE --set ps.shards={n_shards} --out FILE")
     return plan
+
+
+def pinned(recipe) -> set[str]:
+    """Tables a plan must leave row-wise over every server: those clustered while training (Saec)."""
+    from cardinal.train import tables
+
+    return set(tables.store_config(recipe).saec)
 
 
 def read(path: str | Path) -> ShardingPlan:
@@ -57,4 +65,8 @@ def read(path: str | Path) -> ShardingPlan:
 
 
 def write(plan: ShardingPlan, path: str | Path) -> None:
-    Path(path).write_text(json.dumps(plan.to_json(), indent=1) + "\n")
+    """Atomically (a temporary file renamed over it): processes may be reading it."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(plan.to_json(), indent=1) + "\n")
+    os.replace(tmp, path)

@@ -55,9 +55,11 @@ def balance(values: np.ndarray) -> float:
     return float(np.max(values)) / mean if mean > 0 else 1.0
 
 
-def propose(stats: list[TableStats], n_servers: int, budget: int = 0, tolerance: float = 1.15) -> ShardingPlan:
+def propose(stats: list[TableStats], n_servers: int, budget: int = 0, tolerance: float = 1.15,
+            pinned=()) -> ShardingPlan:
     """The plan with the fewest requests a step found within ``tolerance`` (and ``budget`` bytes a
-    server, 0: none); a ValueError when the tables cannot fit the servers' budget at all."""
+    server, 0: none); a ValueError when the tables cannot fit the servers' budget at all.
+    ``pinned``: tables that stay row-wise over every server (clustered ones, ``embedding.saec_ratio``)."""
     if n_servers < 1:
         raise ValueError(f"a plan needs at least one server, got {n_servers}")
     if tolerance < 1:
@@ -69,7 +71,7 @@ def propose(stats: list[TableStats], n_servers: int, budget: int = 0, tolerance:
                          "ps.memory_budget, or store rows smaller (embedding.storage)")
     hash_plan = ShardingPlan(n_servers)
     for spread_at in SPREAD_AT:
-        plan = _pack(stats, n_servers, spread_at)
+        plan = _pack(stats, n_servers, spread_at, set(pinned))
         load = loads(plan, stats)
         fits = not budget or load["bytes"].max() <= budget
         if fits and balance(load["bytes"]) <= tolerance and balance(load["ids"]) <= tolerance:
@@ -77,7 +79,7 @@ def propose(stats: list[TableStats], n_servers: int, budget: int = 0, tolerance:
     return hash_plan
 
 
-def _pack(stats: list[TableStats], n: int, spread_at: float) -> ShardingPlan:
+def _pack(stats: list[TableStats], n: int, spread_at: float, pinned: set = frozenset()) -> ShardingPlan:
     """Largest first, each table on the least loaded server, or row-wise over the ``k`` least
     loaded when its load is past ``spread_at`` of a server's mean (k: enough that each share is
     within it; every server at 0). Load: the largest of a server's shares of the mean bytes, ids
@@ -92,6 +94,7 @@ def _pack(stats: list[TableStats], n: int, spread_at: float) -> ShardingPlan:
     for t in sorted(stats, key=lambda t: (-weights[t.name].max(), t.name)):
         w = weights[t.name]
         k = 1 if w.max() <= spread_at else n if spread_at == 0 else min(n, math.ceil(w.max() / spread_at))
+        k = n if t.name in pinned else k
         w = np.append(w / k, 1 / mean_requests)  # a server of the k: its share, and one piece
         order = np.lexsort((np.arange(n), (load + w).max(axis=1)))  # least loaded first, then lowest index
         servers = tuple(sorted(int(s) for s in order[:k]))

@@ -7,9 +7,10 @@ takes each value and each per-column word from the saved piece holding that colu
 per-row word as the mean of the saved pieces' words weighted by the columns each gives, summed
 in float64 and rounded once: sum(word * columns) / width (equal words, such as Adam's step
 counts, join to themselves exactly; exact for row-wise Adagrad's mean squared gradient when the
-pieces were one row). An id is kept where every saved piece it draws on holds it: a row evicted
-on one server and not on another starts afresh, as it would at its next pull. The piece's rows for this shard are read whole:
-a re-split table must fit in memory.
+pieces were one row). An id is kept where every saved piece it draws on holds it (every piece
+evicts by time to live alike, and stores with a memory budget refuse column pieces, whose
+evictions would differ). The piece's rows for this shard are read whole: a re-split table must
+fit in memory.
 """
 
 import numpy as np

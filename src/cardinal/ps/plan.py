@@ -54,7 +54,6 @@ class ShardingPlan:
     def __post_init__(self):
         if not _is_int(self.n_shards) or self.n_shards < 1:
             raise ValueError(f"a plan needs n_shards >= 1, got {self.n_shards!r}")
-        object.__setattr__(self, "tables", {t: tuple(p) for t, p in self.tables.items()})
         for table, pieces in self.tables.items():
             where = f"plan: table {table!r}"
             if not pieces:
@@ -74,6 +73,10 @@ class ShardingPlan:
                     raise ValueError(f"{where}: column pieces must cover [0, width) in order, without gaps or "
                                      f"overlap; got {[p.columns for p in pieces]}")
                 at = p.columns[1]
+        object.__setattr__(self, "n_shards", int(self.n_shards))
+        object.__setattr__(self, "tables", {  # plain ints (numpy's would not go into JSON), tuples
+            t: tuple(Piece(tuple(int(s) for s in p.servers), None if p.columns is None else tuple(map(int, p.columns)))
+                     for p in pieces) for t, pieces in self.tables.items()})
 
     # --- where rows live -------------------------------------------------------------------
 
@@ -123,10 +126,12 @@ class ShardingPlan:
             if pieces[-1].columns is not None and pieces[-1].columns[1] != t.dim:
                 raise ValueError(f"plan: table {t.name!r} is {t.dim} columns wide, its pieces cover "
                                  f"[0, {pieces[-1].columns[1]})")
-            if t.name in self.tables and (t.name in config.saec or len(pieces) > 1 and t.chunks > 1):
-                raise ValueError(f"plan: table {t.name!r} is clustered (embedding.saec_ratio) or has chunked rows "
-                                 "(embedding.chunks): it can only be row-wise over every server; leave it out of "
-                                 "the plan")
+            if t.name in self.tables and t.name in config.saec:
+                raise ValueError(f"plan: table {t.name!r} is clustered (embedding.saec_ratio): it can only be row-wise "
+                                 "over every server; leave it out of the plan")
+            if len(pieces) > 1 and t.chunks > 1:
+                raise ValueError(f"plan: table {t.name!r} has chunked rows (embedding.chunks): it cannot be split by "
+                                 "columns; place it whole (row-wise or table-wise)")
             for p in pieces:
                 if shard not in p.servers:
                     continue

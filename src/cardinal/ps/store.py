@@ -93,6 +93,11 @@ class ShardStore:
         if self.plan.n_shards != n_shards:
             raise ValueError(f"the sharding plan is for {self.plan.n_shards} shards, this store is one of {n_shards}")
         self.config = self.plan.shard_config(config, shard)  # the pieces of tables on this shard (plan.py)
+        split = [t.name for t in config.tables if len(self.plan.pieces(t.name)) > 1]
+        if split and limits is not None and limits.memory_budget:
+            raise ValueError(f"the sharding plan splits table {split[0]!r} by columns, and with ps.memory_budget each "
+                             "server would evict its own piece of a row, leaving the row half trained: place it "
+                             "row-wise or table-wise, or set no budget")
         self.tables_of_plan = tuple(t.name for t in config.tables)  # every table of the job, on any shard
         self.shard, self.n_shards = shard, n_shards
         self.limits = limits or StoreLimits()

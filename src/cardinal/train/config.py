@@ -324,7 +324,8 @@ class PSConfig:
     plan: str = "hash"            # where each table's rows live (cardinal/planner): "hash", every table row-wise over
                                   # every server; "auto", the planner's plan from a sample of the data (tables whole on
                                   # one server where the load stays balanced: fewer requests a step); or a plan file
-                                  # from `cardinal plan RECIPE --out FILE`. A checkpoint loads into any plan
+                                  # from `cardinal plan RECIPE --out FILE`. A checkpoint loads into any plan (into
+                                  # another column split from fp32 rows only)
 
     def __post_init__(self):
         if self.shards < 1:

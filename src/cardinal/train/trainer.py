@@ -224,8 +224,9 @@ class Trainer:
         ps, codecs = recipe.ps, {"pull_codec": recipe.wire.pull, "push_codec": recipe.wire.push}
         plan = planner.resolve(recipe, len(ps.servers) or ps.shards,  # embedded shards split the budget
                                budget=None if ps.servers else ps.budget() // ps.shards)
-        if self.workers.leader and not plan.is_hash():
-            planner.write(plan, self.run_dir / "plan.json")
+        record = self.run_dir / "plan.json"
+        if self.workers.leader and not plan.is_hash() and Path(ps.plan).resolve() != record.resolve():
+            planner.write(plan, record)  # not the file the job reads (cardinal launch's): others read it now
         if not ps.servers:
             return embedded(tables.store_config(recipe), ps.shards, ps.concurrent, ps.store_limits(ps.shards), **codecs,
                             tier_dir=ps.disk_dir, plan=plan)

@@ -12,8 +12,9 @@ Requests carry ids (``PSClient`` resends on a TransientError; the server applies
 once). A call refused for the server's concurrency limit never ran, and is sent again after
 a backoff; a client keeps at most ``max_in_flight`` calls in flight to each server, so that its
 own fan-out (a request per table to every server, for many tables at once) waits for a free
-call instead of being refused and backing off. Requests are split into messages of at most ``chunk_mb``, sent together. Pulls and
-pushes take a ``codec`` (``cardinal.codecs``): rows and gradients cross encoded by it.
+call instead of being refused and backing off. Requests are split into messages of at most
+``chunk_mb``, sent together. Pulls and pushes take a ``codec`` (``cardinal.codecs``): rows
+and gradients cross encoded by it.
 """
 
 import itertools
@@ -61,7 +62,9 @@ class _Call(Handle):
 
     def _send(self):
         slots = self.t._slots[self.shard]
-        slots.acquire()  # given back when the call ends, however it ends
+        if not slots.acquire(timeout=self.t.timeout):  # given back when the call ends, however it ends
+            raise ShardUnavailable(f"shard {self.shard} at {self.t.addresses[self.shard]}: no call to it finished "
+                                   f"within {self.t.timeout} s, and {self.t.max_in_flight} are in flight")
         try:
             future = self.t._stubs[self.shard][self.method].future(self.message, timeout=self.t.timeout,
                                                                    metadata=self.t._metadata)
@@ -153,6 +156,7 @@ class GrpcTransport(Transport):
         self._metadata = (("x-cardinal-job", job), ("x-cardinal-token", token))
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
+        self.max_in_flight = max_in_flight
         self._slots = [threading.BoundedSemaphore(max_in_flight) for _ in self.addresses]
         self._incarnations: list[str | None] = [None] * self.n_shards
         self._client = uuid.uuid4().hex[:12]
