@@ -125,7 +125,10 @@ def launch(n_servers: int, n_workers: int, train_args: list[str]) -> int:
         from cardinal import planner  # the planner once, its plan to every process (each would read the data)
 
         run_dir.mkdir(parents=True, exist_ok=True)
-        planner.write(planner.resolve(replace(recipe, ps=replace(recipe.ps, plan="auto")), n_servers), plan_file)
+        plan = planner.resolve(replace(recipe, ps=replace(recipe.ps, plan="auto")), n_servers)
+        planner.write(plan, plan_file)
+        say(f"cardinal launch: sharding plan for {n_servers} servers in {plan_file}: {len(plan.tables)} tables placed, "
+            "the rest row-wise over every server")
         common += ["--set", f'ps.plan="{plan_file}"']
     me = [sys.executable, "-m", "cardinal.cli"]
     processes: list[Process] = []
