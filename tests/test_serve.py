@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 import torch
 from aiohttp.test_utils import TestClient, TestServer
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cardinal import cli
 from cardinal.compression.clustered import ClusteredTable
@@ -18,6 +20,7 @@ from cardinal.ps import checkpoint
 from cardinal.serve.export import export_run
 from cardinal.serve.follow import Follower
 from cardinal.serve.http import PredictionServer
+from cardinal.serve.merge import merge
 from cardinal.serve.model import ServingModel
 from cardinal.serve.requests import BadRequest, parse_request
 from cardinal.serve.tables import SnapshotTable
@@ -178,6 +181,22 @@ def test_saec_table_reads_each_ids_cluster_vector(rng):
     assert known.tolist() == [True, True, False, True]
     with pytest.raises(ValueError, match="clusters are fixed"):
         t.updated(ids[:1], np.ones((1, 3), np.float32), np.empty(0, np.int64))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(0, 60), st.integers(0, 30), st.sampled_from([np.int64, np.float32,
+                                                                                         np.int8, np.float16]))
+def test_the_merge_kernel_is_numpys_take_and_insert(seed, n, m, dtype):
+    """``merge`` (one pass, off the GIL) against its slow reference, ``np.insert(old[keep], at, new)``."""
+    rng = np.random.default_rng(seed)
+    ids = np.unique(rng.integers(0, 100, n))
+    keep = rng.random(len(ids)) < 0.7
+    new_ids = np.setdiff1d(np.unique(rng.integers(0, 100, m)), ids[keep])
+    at = np.searchsorted(ids[keep], new_ids)
+    for old, new in ((ids, new_ids), ((rng.random((len(ids), 3)) * 100).astype(dtype),
+                                      (rng.random((len(new_ids), 3)) * 100).astype(dtype))):
+        want, got = np.insert(old[keep], at, new, axis=0), merge(old, keep, new, at)
+        assert got.dtype == want.dtype and got.shape == want.shape and np.array_equal(got, want)
 
 
 @pytest.mark.parametrize("form", ["fp32", "int8"])

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from cardinal.durable import load_array, verify_file, write_array
+from cardinal.serve.merge import merge
 
 FORMS = ("fp32", "fp16", "int8", "saec")
 ARRAYS = {"fp32": ("values",), "fp16": ("values",), "int8": ("values", "scale"), "saec": ("cluster", "vectors")}
@@ -122,7 +123,6 @@ class SnapshotTable:
             pos = np.minimum(np.searchsorted(self.ids, changed), len(self.ids) - 1)
             keep[pos[self.ids[pos] == changed]] = False
         new = SnapshotTable.build(ids, values, self.form)
-        kept = self.ids[keep]
-        at = np.searchsorted(kept, new.ids)  # the new rows slot into the sorted rest: no sort of n rows
-        arrays = {k: np.insert(a[keep], at, new.arrays[k], axis=0) for k, a in self.arrays.items()}
-        return SnapshotTable(self.form, self.width, np.insert(kept, at, new.ids), arrays)
+        at = np.searchsorted(self.ids[keep], new.ids)  # the new rows slot into the sorted rest: no sort of n rows
+        arrays = {k: merge(a, keep, new.arrays[k], at) for k, a in self.arrays.items()}  # one pass each, off the GIL
+        return SnapshotTable(self.form, self.width, merge(self.ids, keep, new.ids, at), arrays)
