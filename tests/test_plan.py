@@ -722,3 +722,9 @@ def test_a_store_with_a_memory_budget_refuses_column_pieces():
     with pytest.raises(ValueError, match="each server would evict its own piece of a row"):
         ShardStore(config(), 0, 3, StoreLimits(memory_budget=1 << 30), plan=plan("columns", 3))
     ShardStore(config(), 0, 2, StoreLimits(memory_budget=1 << 30), plan=plan("table", 2))  # whole rows: fine
+
+
+def test_a_piece_named_as_another_table_of_the_job_is_refused():
+    clash = StoreConfig((TableConfig("x", 8), TableConfig("x-cols0-4", 4)), OPTIMIZERS["adagrad"])
+    with pytest.raises(ValueError, match="the piece 'x-cols0-4' has the name of a table of the job"):
+        ShardingPlan(1, {"x": (P(0, columns=(0, 4)), P(0, columns=(4, 8)))}).shard_config(clash, 0)

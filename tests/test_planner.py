@@ -146,7 +146,8 @@ def test_a_budget_too_small_for_all_tables_is_an_error_naming_sizes():
     stats = mixed()
     total = sum(t.bytes for t in stats)
     with pytest.raises(ValueError, match=r"the tables need about 0.28 GB \(wide 63.4 MB, C\d+ [\d.]+ MB, C\d+ "
-                                         r"[\d.]+ MB\.\.\.\), 4 servers of 70.6 MB hold 0.28 GB: add servers, "
+                                         r"[\d.]+ MB\.\.\.\), 4 servers of 70.6 MB hold 0.28 GB "
+                                         rf"\({total:,} bytes against {(total // 4 - 1000) * 4:,}\): add servers, "
                                          r"raise ps.memory_budget") as e:
         propose(stats, 4, budget=total // 4 - 1000)
     biggest = max(stats, key=lambda t: t.bytes)
@@ -530,8 +531,8 @@ def test_cardinal_plan_with_a_bad_stats_dir_exits_2(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "cardinal plan: error:" in err and "no_run has no committed checkpoint" in err
     assert cli.main([*plan_args(tmp_path, "ps.memory_budget=10000")]) == 2
-    assert re.search(r"cardinal plan: error: the tables need about [\d.]+ MB .* 4 servers of 0.0 MB hold 0.0 MB: add "
-                     "servers, raise ps.memory_budget", capsys.readouterr().err)
+    assert re.search(r"cardinal plan: error: the tables need about [\d.]+ MB .* 4 servers of 0.0 MB hold 0.0 MB "
+                     r"\([\d,]+ bytes against 40,000\): add servers, raise ps.memory_budget", capsys.readouterr().err)
 
 
 # --- 8. training with a plan --------------------------------------------------------------------

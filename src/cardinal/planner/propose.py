@@ -67,8 +67,9 @@ def propose(stats: list[TableStats], n_servers: int, budget: int = 0, tolerance:
     total = sum(t.bytes for t in stats)
     if budget and total > budget * n_servers:
         raise ValueError(f"the tables need about {_gb(total)} ({', '.join(f'{t.name} {_gb(t.bytes)}' for t in _big(stats))}"
-                         f"...), {n_servers} servers of {_gb(budget)} hold {_gb(budget * n_servers)}: add servers, raise "
-                         "ps.memory_budget, or store rows smaller (embedding.storage)")
+                         f"...), {n_servers} servers of {_gb(budget)} hold {_gb(budget * n_servers)} ({total:,} bytes "
+                         f"against {budget * n_servers:,}): add servers, raise ps.memory_budget, or store rows smaller "
+                         "(embedding.storage)")
     hash_plan = ShardingPlan(n_servers)
     for spread_at in SPREAD_AT:
         plan = _pack(stats, n_servers, spread_at, set(pinned))

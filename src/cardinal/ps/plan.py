@@ -139,6 +139,10 @@ class ShardingPlan:
                 tables.append(replace(t, name=p.name(t.name), dim=hi - lo, first_column=t.first_column + lo))
                 if t.name in config.admission:
                     admission[p.name(t.name)] = config.admission[t.name]
+        names = [t.name for t in tables]
+        clash = sorted({n for n in names if names.count(n) > 1})
+        if clash:
+            raise ValueError(f"plan: the piece {clash[0]!r} has the name of a table of the job; rename the table")
         return replace(config, tables=tuple(tables), admission=admission,
                        saec={n: s for n, s in config.saec.items() if any(t.name == n for t in tables)})
 
