@@ -2,7 +2,8 @@
 
 Symmetric: scale = max|x| / 127 (float32) for each row, q = round_half_even(x / scale) in
 [-127, 127], decoded as q * scale, so every value is within scale / 2 of the original and the
-largest keeps its magnitude (a row of subnormals too tiny for that steps by the least float32).
+largest keeps its magnitude (a row of subnormals too tiny for that steps by the least float32;
+a subnormal scale rounded down is taken one float32 up, so the largest value does not clip).
 A zero row has scale 0 and decodes to zeros. Rows must be finite
 (a row holding inf or NaN has no scale): encoding one is a ValueError.
 
@@ -28,6 +29,9 @@ def _quantize(rows, scales, q):  # rows (n, dim) float32 -> scales (n,) float32,
         s = m / np.float32(127.0)
         if m > 0 and s == 0:  # under 127 x the least subnormal: the step is that subnormal
             s = np.float32(1e-45)
+        elif 0 < s < np.float32(1.1754944e-38) and m / s > np.float32(127.0):  # a subnormal scale rounded down:
+            # the largest value would clip to 127 steps, more than half a step from itself
+            s = np.nextafter(s, np.float32(np.inf))
         scales[r] = s
         for j in range(dim):
             if s == 0:
