@@ -41,8 +41,8 @@ def scenario(rows: int, tmp: Path) -> list[str]:
             'train.baseline="none"', "train.checkpoint_minutes=0", "train.eval_every=0", f'train.run_dir="{tmp}"']
 
 
-def launch(sets: list[str], servers: int) -> Path:
-    cmd = [sys.executable, "-m", "cardinal.cli", "launch", "--servers", str(servers), "--workers", "1", "--",
+def launch(sets: list[str], servers: int, workers: int = 1) -> Path:
+    cmd = [sys.executable, "-m", "cardinal.cli", "launch", "--servers", str(servers), "--workers", str(workers), "--",
            *sum((["--set", s] for s in sets), [])]
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     found = re.search(r"run directory (\S+)", proc.stdout)

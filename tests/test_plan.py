@@ -113,8 +113,8 @@ def test_bad_pieces_are_named(pieces, text):
 
 
 @pytest.mark.parametrize("obj, text", [
-    ([], "exactly 'n_shards' and 'tables'"),
-    ({"n_shards": 2}, "exactly 'n_shards' and 'tables'"),
+    ([], "exactly 'n_shards', 'tables'"),
+    ({"n_shards": 2}, "exactly 'n_shards', 'tables'"),
     ({"n_shards": 2, "tables": {}, "more": 1}, "exactly"),
     ({"n_shards": 2, "tables": []}, "exactly"),
     ({"n_shards": "2", "tables": {}}, "n_shards >= 1"),

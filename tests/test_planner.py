@@ -432,7 +432,7 @@ def test_resolve_hash_and_a_file(tmp_path):
 @pytest.mark.parametrize("content, text", [
     (None, "cannot read"),
     ("{not json", "is not JSON"),
-    ("[1, 2]", "must be an object with exactly 'n_shards' and 'tables'"),
+    ("[1, 2]", "must be an object with exactly 'n_shards', 'tables'"),
     ('{"n_shards": 2, "tables": {"C1": [{"servers": [5], "columns": null}]}}', r"table 'C1': servers \[5\]"),
     ('{"n_shards": 0, "tables": {}}', "n_shards >= 1"),
 ])

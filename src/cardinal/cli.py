@@ -375,10 +375,12 @@ def plan(args) -> int:
     n = len(recipe.ps.servers) or recipe.ps.shards
     stats = from_run(args.stats, recipe) if args.stats else from_sample(recipe, progress=True)
     proposed = propose(stats, n, recipe.ps.budget(), pinned=planner.pinned(recipe))  # each server's budget
-    print(report(proposed, stats))
+    proposed, copied = planner.replicate(recipe, proposed)
+    print("\n".join([report(proposed, stats), *copied]))
     if args.out:
         planner.write(proposed, args.out)
-        sets = [*(s for s in args.set if not s.startswith("ps.plan=")), f"ps.plan={args.out}"]
+        made = ("ps.plan=", "ps.replicate=", "ps.replica_staleness=")  # what the plan file holds now
+        sets = [*(s for s in args.set if not s.startswith(made)), f"ps.plan={args.out}"]
         print(f"wrote {args.out}; train with it: cardinal train {shlex.quote(args.recipe)} "
               + " ".join(f"--set {shlex.quote(s)}" for s in sets))
     return 0

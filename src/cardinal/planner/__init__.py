@@ -12,6 +12,7 @@ there (``PSClient.check_plan``). A checkpoint loads into any plan, so a resumed 
 import json
 import logging
 import os
+from dataclasses import replace
 from pathlib import Path
 
 from cardinal.ps.plan import ShardingPlan
@@ -38,13 +39,45 @@ def resolve(recipe, n_shards: int, sample_rows: int = 200_000, budget: int | Non
             log.warning("ps.plan = \"auto\": the tables need about %.1f MB, %d servers of ps.memory_budget hold "
                         "%.1f MB: rows past it are evicted (or go to disk); the hash plan spreads them evenly",
                         need / 1e6, n_shards, budget * n_shards / 1e6)
+            if recipe.ps.replicate:
+                log.warning("ps.plan = \"auto\": no copies of hot rows (ps.replicate) in the hash plan")
             return ShardingPlan(n_shards)
-        return propose(stats, n_shards, budget, pinned=pinned(recipe))
+        plan, copied = replicate(recipe, propose(stats, n_shards, budget, pinned=pinned(recipe)))
+        for line in copied:
+            log.info("ps.plan = \"auto\": %s", line)
+        return plan
     plan = read(choice)
     if plan.n_shards != n_shards:
         raise ValueError(f"ps.plan {choice} is a plan for {plan.n_shards} servers, this job has {n_shards}: "
                          f"make one with cardinal plan RECIPE --set ps.shards={n_shards} --out FILE")
     return plan
+
+
+def replicate(recipe, plan: ShardingPlan) -> tuple[ShardingPlan, list[str]]:
+    """``plan`` with the hot ids of each table of ``ps.replicate`` copied to every server
+    (``hot.py``), and a line a table saying what its copies cover, or why it has none."""
+    want = recipe.ps.replicate
+    if not want:
+        return plan, []
+    spread = [t for t in want if t in tables_of(recipe) and len(plan.pieces(t)[0].servers) == plan.n_shards]
+    from cardinal.planner.hot import hot_ids
+    from cardinal.ps.plan import Replicas
+
+    rest = {t: k for t, k in want.items() if t not in spread}
+    found = hot_ids(recipe, rest) if rest else {}
+    staleness = recipe.ps.replica_staleness
+    plan = replace(plan, replicas={**plan.replicas, **{t: Replicas(tuple(ids), staleness)
+                                                       for t, (ids, _) in found.items()}})
+    lines = [f"copies on every server: {t}'s {len(ids)} hottest ids, {share:.0%} of its pulled ids, "
+             f"refreshed every {staleness} steps" for t, (ids, share) in found.items()]
+    return plan, lines + [f"no copies of {t}: the plan spreads it over every server, which spreads its reads already"
+                          for t in spread]
+
+
+def tables_of(recipe) -> set[str]:
+    from cardinal.train import tables
+
+    return {t.name for t in tables.store_config(recipe).tables}
 
 
 def pinned(recipe) -> set[str]:

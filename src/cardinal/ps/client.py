@@ -18,6 +18,7 @@ default, every request of this client), on any transport; ``metrics()`` counts w
 """
 
 import itertools
+import threading
 import time
 import uuid
 from collections.abc import Iterable
@@ -74,10 +75,11 @@ def _push_reply(shards: list[int], replies: list[dict]) -> dict:
 
 
 class PSClient:
-    """``plan``: where each table's rows live (``plan.py``); row-wise over every shard when None."""
+    """``plan``: where each table's rows live (``plan.py``); row-wise over every shard when None.
+    ``worker`` of ``workers``: which copies of hot rows this client reads, and which it refreshes."""
 
     def __init__(self, transport: Transport, retries: int = 5, *, pull_codec: str = "fp32",
-                 push_codec: str = "fp32", plan: ShardingPlan | None = None):
+                 push_codec: str = "fp32", plan: ShardingPlan | None = None, worker: int = 0, workers: int = 1):
         self.transport, self.retries = transport, retries
         self.pull_codec, self.push_codec = codecs.get(pull_codec), codecs.get(push_codec)
         self.traffic = Traffic()
@@ -87,13 +89,32 @@ class PSClient:
             raise ValueError(f"the sharding plan is for {self.plan.n_shards} shards, the transport has {self.n_shards}")
         self._client = uuid.uuid4().hex[:12]
         self._seq = itertools.count()
+        if not 0 <= worker < workers:
+            raise ValueError(f"worker must be in [0, {workers}), got {worker}")
+        self.worker = worker
+        self._refreshes = {t for i, t in enumerate(sorted(self.plan.replicas)) if i % workers == worker}
+        self._readers = {t: sorted({self.plan.reader(t, w) for w in range(workers)}) for t in self._refreshes}
+        self._refreshed: dict[str, int] = {}  # table -> step of this client's last refresh of its copies
+        self._refreshing = threading.Lock()
+        if self.plan.replicas:  # every worker of the job reports the same counts (a collective sums them)
+            self.traffic.add(copied_ids=0, copied_stale_ids=0, copy_refresh_ids=0)
 
     def _request_id(self) -> str:
         return f"{self._client}-{next(self._seq)}"
 
-    def _parts(self, table: str, ids: np.ndarray, every: bool = False):
+    def _parts(self, table: str, ids: np.ndarray, every: bool = False, copies: bool = False):
         """(stored table, columns, shard, positions) for each piece of ``table`` and each of its
-        shards that has ids (``every``: each of its shards); a piece's first shard when it has none."""
+        shards that has ids (``every``: each of its shards); a piece's first shard when it has none.
+        ``copies``: hot ids are read where this worker reads them (``ShardingPlan.read_route``)."""
+        shards, copied = self.plan.read_route(table, ids, self.worker) if copies else (None, None)
+        if copied is not None:
+            out = []
+            for name, mask in ((table, ~copied), (self.plan.replica_name(table), copied)):
+                pos = np.flatnonzero(mask)
+                order, offsets = group(shards[pos], self.n_shards)
+                out += [(name, None, s, pos[order[offsets[s]:offsets[s + 1]]]) for s in range(self.n_shards)
+                        if offsets[s + 1] > offsets[s]]
+            return out
         out = []
         for piece in self.plan.pieces(table):
             name = piece.name(table)
@@ -104,23 +125,39 @@ class PSClient:
         return out
 
     def pull(self, table: str, ids: np.ndarray, *, create: bool = True, step: int = 0) -> Handle:
+        """Rows of ``ids`` (n, dim) float32 on ``wait()``. A training pull (``create``) of a table
+        with copied hot rows (``plan.py``) refreshes them first when this client is their refresher
+        and its last refresh is ``staleness`` steps old, and reads hot ids from copies; a copy
+        older than its bound answers nothing, and those ids are read from their own servers."""
         validate.check_ids(ids)
-        parts = self._parts(table, ids)
+        copies = create and table in self.plan.replicas
+        if copies and table in self._refreshes:
+            validate.check_step(step)
+            self._refresh(table, step)
+        parts = self._parts(table, ids, copies=copies)
         codec = self.pull_codec.name
         handles = [self._resending(lambda s=s, name=name, pos=pos, rid=self._request_id(): self.transport.pull(
             s, name, ids[pos], create=create, step=step, request_id=rid, codec=codec)) for name, _, s, pos in parts]
         kind = "pull" if create else "lookup"  # training pulls apart from evaluation's
         self.traffic.add(**{f"{kind}_ids": len(ids)})
-        counted = []
+        counted, again = [], {}  # traffic counted once, ids past their copies' bound pulled once
 
         def combine(results):
-            widths = {name: rows.shape[1] for (name, *_), rows in zip(parts, results)}
+            widths = {columns: rows.shape[1] for (_, columns, *_), rows in zip(parts, results)}  # a width a piece
             dim = sum(widths.values())
+            copied = [i for i, (name, *_) in enumerate(parts) if name == self.plan.replica_name(table)]
+            for i in copied:
+                if len(results[i]) != len(parts[i][3]) and i not in again:  # past the bound: from their own servers
+                    again[i] = self._pull_rows(table, ids[parts[i][3]], step)
+            results = [again.get(i, rows) for i, rows in enumerate(results)]
             if not counted:  # once, however often the handle is waited on
                 self.traffic.add(**{f"{kind}_row_bytes": sum(len(ids) * self.pull_codec.row_bytes(w)
                                                              for w in widths.values())})
+                if copied:
+                    self.traffic.add(copied_ids=sum(len(parts[i][3]) for i in copied if i not in again),
+                                     copied_stale_ids=sum(len(parts[i][3]) for i in again))
                 counted.append(True)
-            if len(parts) == 1 and len(parts[0][3]) == len(ids) and results[0].flags.writeable:
+            if len(parts) == 1 and len(parts[0][3]) == len(ids) and not copied and results[0].flags.writeable:
                 out = results[0]  # one shard holds every id, in order (a stable split): nothing to place
             else:
                 out = np.empty((len(ids), dim), np.float32)
@@ -130,6 +167,38 @@ class PSClient:
             validate.check_decoded(out, self.pull_codec, table)
             return out
         return Gathered(handles, combine)
+
+    def _pull_rows(self, table: str, ids: np.ndarray, step: int) -> np.ndarray:
+        """A training pull of a table of one piece from the rows' own servers, waited on."""
+        parts = self._parts(table, ids)
+        handles = [self._resending(lambda s=s, pos=pos, rid=self._request_id(): self.transport.pull(
+            s, table, ids[pos], create=True, step=step, request_id=rid, codec=self.pull_codec.name))
+            for _, _, s, pos in parts]
+        results = [h.wait() for h in handles]
+        out = np.empty((len(ids), results[0].shape[1]), np.float32)
+        for (_, _, _, pos), rows in zip(parts, results):
+            out[pos] = rows
+        return out
+
+    def _refresh(self, table: str, step: int) -> None:
+        """Copy ``table``'s hot rows, read at ``step`` from their own servers, to each server a worker
+        reads copies from, if the last copy is ``staleness`` steps old (or of a later step: the run
+        went back)."""
+        spec = self.plan.replicas[table]
+        with self._refreshing:
+            last = self._refreshed.get(table)
+            if last is not None and 0 <= step - last < spec.staleness:
+                return
+            rows = self._pull_rows(table, spec.array, step)
+            own = self.plan.route(table, spec.array)
+            readers = [s for s in self._readers[table] if (own != s).any()]  # servers some worker reads copies from
+            handles = [self._resending(lambda s=s, rid=self._request_id(): self.transport.push(
+                s, self.plan.replica_name(table), spec.array, rows, step=step, kind="replica", request_id=rid,
+                codec=self.pull_codec.name)) for s in readers]
+            for h in handles:
+                h.wait()
+            self._refreshed[table] = step
+            self.traffic.add(copy_refresh_ids=len(spec.ids) * len(readers))
 
     def push(self, table: str, ids: np.ndarray, grads: np.ndarray, *, step: int = 0, kind: str = "grad",
              origin: Origin | None = None, counts: np.ndarray | None = None,
@@ -250,6 +319,8 @@ class PSClient:
             except Exception as e:
                 raise RuntimeError(f"checkpoint {path}: shard {s} did not commit it ({e}), shards "
                                    f"{list(range(s))} did: load it again") from e
+        with self._refreshing:
+            self._refreshed.clear()  # every server forgot its copies: the next pull refreshes them
         rows: dict[str, int] = {}
         for r in results:  # per table: the rows of its first piece (a shard may hold none of a table, plan.py)
             for name, n in r["rows"].items():

@@ -6,8 +6,8 @@
 
 What calls did is counted as they happen (one counter and one histogram per method and table;
 refusals by their status code, the reason a client sees). What the store holds (rows, bytes,
-creations, evictions by reason, admission refusals, the disk tier, request-log clients, the
-step) is read from ``store.stats()`` when scraped, so a scrape costs the server nothing between
+creations, evictions by reason, admission refusals, the disk tier, copies of hot rows, request-log
+clients, the step) is read from ``store.stats()`` when scraped, so a scrape costs the server nothing between
 scrapes. Names start ``cardinal_ps_``; every series carries the shard. Load skew is a query over
 servers (max over mean of request rates), in ``deploy/grafana-dashboard.json`` and ``cardinal top``.
 """
@@ -84,9 +84,19 @@ class _StoreCollector:
                 family.add_metric([self.shard, name], t[key])
             for reason, n in t["evicted"].items():
                 evicted.add_metric([self.shard, name, reason], n)
+        copies = {"reads": CounterMetricFamily("cardinal_ps_copied_reads", "ids read from this server's copies of "
+                                               "another server's hot rows", labels=["shard", "table"]),
+                  "stale": CounterMetricFamily("cardinal_ps_copied_stale", "ids asked of copies older than their "
+                                               "bound (read from their own server instead)", labels=["shard", "table"]),
+                  "refreshes": CounterMetricFamily("cardinal_ps_copy_refreshes", "refreshes of the copies",
+                                                   labels=["shard", "table"])}
+        for c in s["replicas"].values():
+            for key, family in copies.items():
+                family.add_metric([self.shard, c["table"]], c[key])
         yield from per_table.values()
         yield from counters.values()
         yield evicted
+        yield from copies.values() if s["replicas"] else ()
         yield _gauge("cardinal_ps_step", "the newest training step this server saw", self.shard, s["step"])
         yield _gauge("cardinal_ps_memory_budget_bytes", "ps.memory_budget (0: none)", self.shard, s["memory_budget"])
         yield _gauge("cardinal_ps_request_log_entries", "request ids remembered (exactly-once pushes)",

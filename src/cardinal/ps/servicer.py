@@ -90,7 +90,8 @@ class ShardServicer:
                 if request is None:
                     raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, "message: none sent")
                 header, payload = wire.decode(request)
-                if isinstance(header.get("table"), str) and header["table"] in self.store.tables:
+                if isinstance(header.get("table"), str) and (header["table"] in self.store.tables
+                                                             or header["table"] in self.store.replicas):
                     seen["table"] = header["table"]  # a metric label: only the names of tables that exist
                     ids_bytes = header.get("ids_bytes")
                     seen["rows"] = ids_bytes // 8 if isinstance(ids_bytes, int) and ids_bytes > 0 else 0
@@ -139,7 +140,8 @@ class ShardServicer:
         request_id = header.get("request_id")
         if request_id is not None:
             wire.field(header, "request_id", str)
-        table = self.store.tables.get(wire.field(header, "table", str))
+        name = wire.field(header, "table", str)
+        table = self.store.tables.get(name) or self.store.replicas.get(name)
         reply_bytes = len(ids) * (codec.row_bytes(table.dim) if table is not None else 0) + REPLY_HEADER
         if reply_bytes > self.max_message_bytes:
             raise _Abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -148,7 +150,8 @@ class ShardServicer:
                          "(ps.max_message_mb): pull fewer ids per request (nothing was created)")
         rows = self.store.pull(wire.field(header, "table", str), ids, create=wire.field(header, "create", bool, True),
                                step=wire.field(header, "step", int, 0), request_id=request_id)
-        return {"dim": rows.shape[1], "dtype": "float32", "codec": codec.name}, [codec.encode(rows)]
+        stale = {"stale": True} if len(rows) != len(ids) else {}  # copies of hot rows past their bound: none
+        return {"dim": rows.shape[1], "dtype": "float32", "codec": codec.name, **stale}, [codec.encode(rows)]
 
     def _push(self, header, payload):
         payload, counts = wire.take_counts(header, payload)  # a counted push's last part

@@ -11,7 +11,9 @@ chunked rows (``embedding/formats/chunked.py``) get their pass over which chunks
 after the first push of each table at or past every ``chunk_every``-th step. A table named in
 ``StoreConfig.saec`` is clustered (``compression/clustered_training.py``) after its first push at or
 past the spec's step: the store replaces it by the ``SaecTable`` made from its rows, under its lock,
-and every request runs on the table object the store holds when it gets that lock.
+and every request runs on the table object the store holds when it gets that lock. Copies of
+other servers' hot rows (``replicas.py``, named ``<table>-replica``) answer pulls and take
+refreshes (a push of kind "replica"), nothing else.
 """
 
 import contextlib
@@ -37,6 +39,7 @@ from cardinal.ps import checkpoint, checkpoint_load, checkpoint_saec, validate
 from cardinal.ps.limits import StoreFull, StoreLimits
 from cardinal.ps.memory import Memory
 from cardinal.ps.plan import ShardingPlan
+from cardinal.ps.replicas import CopiedRows
 from cardinal.ps.request_log import RequestLog, quote
 from cardinal.ps.update_log import UpdateLog
 from cardinal.ps.worker_steps import Origin, WorkerSteps, combined_counts
@@ -99,6 +102,8 @@ class ShardStore:
                              "server would evict its own piece of a row, leaving the row half trained: place it "
                              "row-wise or table-wise, or set no budget")
         self.tables_of_plan = tuple(t.name for t in config.tables)  # every table of the job, on any shard
+        self.replicas = {self.plan.replica_name(t.name): CopiedRows(t.name, self.plan.replicas[t.name], t.dim)
+                         for t in config.tables if t.name in self.plan.replicas}
         self.shard, self.n_shards = shard, n_shards
         self.limits = limits or StoreLimits()
         self.incarnation = uuid.uuid4().hex
@@ -147,7 +152,10 @@ class ShardStore:
 
     def pull(self, table: str, ids: np.ndarray, *, create: bool = True, step: int = 0,
              request_id: str | None = None) -> np.ndarray:
-        """Rows of ``ids``; a pull resent with the same ``request_id`` counts no second sighting."""
+        """Rows of ``ids``; a pull resent with the same ``request_id`` counts no second sighting.
+        Of copied hot rows (``<table>-replica``): the copies, or none when older than their bound."""
+        if table in self.replicas:
+            return self.replicas[table].read(ids, step)
         self._check_ids(table, ids)
         validate.check_step(step)
         if not isinstance(create, bool):
@@ -176,7 +184,17 @@ class ShardStore:
 
         ``counts`` (len(ids),) int32 >= 1: how many updates each gradient row accumulates (a
         worker cache's pending sum; ``optim/base.py``); None is one each. Rows merged (duplicate
-        ids, a combined step's workers) take the largest count: they are parts of one update."""
+        ids, a combined step's workers) take the largest count: they are parts of one update.
+
+        A push of kind "replica" to ``<table>-replica`` refreshes this server's copies of that
+        table's hot rows with the rows in ``grads``, read from their own servers at ``step``."""
+        if table in self.replicas or kind == "replica":
+            if table not in self.replicas or kind != "replica" or origin is not None or counts is not None:
+                raise ValueError(f"a push of kind 'replica' (and nothing else) refreshes the copies of hot rows, "
+                                 f"{sorted(self.replicas)} on this server; got kind {quote(str(kind))} to {table!r}"
+                                 + (" with an origin or counts" if origin is not None or counts is not None else ""))
+            self.replicas[table].write(ids, grads, step)
+            return {}
         self._check_ids(table, ids)
         validate.check_grads(grads, len(ids), self.tables[table].dim, table)
         validate.check_step(step)
@@ -379,6 +397,8 @@ class ShardStore:
         self._passes, self._reshaped = {name: step // self.config.chunk_every for name in fresh}, False
         self.steps.reset(step)
         self.log.reset()
+        for copies in self.replicas.values():  # copies of rows from before the load: none is served again
+            copies.forget()
         return {"step": step, "rows": {n: len(t) for n, t in fresh.items()}}
 
     def _load_rows(self, step_path: Path, info: dict, tables: dict, delta: bool) -> None:
@@ -426,7 +446,7 @@ class ShardStore:
             if digest:
                 tables[name]["digest_parts"] = t.digest_parts()
         return {"shard": self.shard, "n_shards": self.n_shards, "step": self.step, "tables": tables,
-                "plan": self.plan.to_json(),
+                "plan": self.plan.to_json(), "replicas": {n: r.stats() for n, r in self.replicas.items()},
                 "bytes": sum(t["bytes"] for t in tables.values()), "memory_budget": self.memory.budget,
                 "disk_bytes": sum(t["disk_bytes"] for t in tables.values()), "disk_budget": self.memory.disk_budget,
                 "clocks": self.steps.clocks(), "clock_base": self.steps.base, "held": self.steps.held()}

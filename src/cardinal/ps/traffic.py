@@ -4,6 +4,11 @@
                                pull codec's size
     lookup_ids, lookup_row_bytes   the same for pulls that create nothing (evaluation, serving)
     push_ids, push_row_bytes   ids pushed, and their gradients' bytes at the push codec's size
+    copied_ids, copied_stale_ids   ids a training pull read from copies of hot rows (``plan.py``),
+                               and ids whose copies were past their bound (read again from their
+                               own servers); only with a plan that copies hot rows
+    copy_refresh_ids           hot rows this client wrote to servers' copies (each copy counts)
+                               (the three present, from 0, in a client whose plan copies hot rows)
     message_bytes_sent/_received   whole messages (headers, ids, chunks, resends), where the
                                    transport has messages (gRPC); absent in-process
 
@@ -25,7 +30,7 @@ class Traffic:
     def add(self, **counts: int) -> None:
         with self._lock:
             for name, n in counts.items():
-                self._counts[name] += int(n)
+                self._counts[name] = self._counts.get(name, 0) + int(n)
 
     def metrics(self, transport=None) -> dict[str, int]:
         with self._lock:

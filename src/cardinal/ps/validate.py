@@ -75,7 +75,7 @@ def check_counts(counts, n: int, kind: str = "grad") -> None:
         raise ValueError(f"counts must be >= 1 (updates each gradient row holds), got {int(counts[bad])} at row {bad}")
 
 
-PUSH_KINDS = ("grad", "delta")
+PUSH_KINDS = ("grad", "delta", "replica")  # "replica": a refresh of copied hot rows (replicas.py)
 
 
 def check_kind(kind) -> None:

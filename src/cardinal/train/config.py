@@ -326,6 +326,14 @@ class PSConfig:
                                   # one server where the load stays balanced: fewer requests a step); or a plan file
                                   # from `cardinal plan RECIPE --out FILE`. A checkpoint loads into any plan (into
                                   # another column split from fp32 rows only)
+    replicate: dict = field(default_factory=dict)  # with plan = "auto" (and `cardinal plan`): per table, e.g.
+                                  # {C5 = 2000}, its ids in the most batches of a sample copied to every server,
+                                  # read-only; worker w reads them from one server, the table's first + w, so several
+                                  # workers' reads of a table placed on fewer servers than all spread over them, while
+                                  # its gradients go to its own servers (ps/plan.py). A table the plan spreads over
+                                  # every server gets no copies: its reads are spread already
+    replica_staleness: int = 4    # steps a copy may lag its row: one worker refreshes the copies that often; a copy
+                                  # older than this is not read (its row is, from its own server)
 
     def __post_init__(self):
         if self.shards < 1:
@@ -343,6 +351,16 @@ class PSConfig:
             raise ValueError(f"ps.plan must be 'hash', 'auto' or a plan file's path, got {self.plan!r}")
         if self.plan not in ("hash", "auto"):
             object.__setattr__(self, "plan", expand(self.plan))
+        if not isinstance(self.replicate, dict) or not all(
+                isinstance(k, int) and not isinstance(k, bool) and k >= 1 for k in self.replicate.values()):
+            raise ValueError(f"ps.replicate must map tables to a number of hot ids >= 1, e.g. {{C5 = 2000}}, "
+                             f"got {self.replicate!r}")
+        if not isinstance(self.replica_staleness, int) or isinstance(self.replica_staleness, bool) or \
+                self.replica_staleness < 1:
+            raise ValueError(f"ps.replica_staleness must be an integer >= 1, got {self.replica_staleness!r}")
+        if self.replicate and self.plan != "auto":
+            raise ValueError(f"ps.replicate copies hot rows in the planner's plan: set ps.plan = \"auto\", or make a "
+                             f"plan file with `cardinal plan RECIPE --set ps.replicate=...` (ps.plan is {self.plan!r})")
         if not -1 <= self.metrics_port <= 65535:
             raise ValueError(f"ps.metrics_port must be a port, 0 (a free one) or -1 (none), got {self.metrics_port}")
         self.budget()

@@ -225,14 +225,16 @@ class Trainer:
         plan = planner.resolve(recipe, len(ps.servers) or ps.shards,  # embedded shards split the budget
                                budget=None if ps.servers else ps.budget() // ps.shards)
         record = self.run_dir / "plan.json"
-        if self.workers.leader and not plan.is_hash() and Path(ps.plan).resolve() != record.resolve():
+        if self.workers.leader and not (plan.is_hash() and not plan.replicas) and \
+                Path(ps.plan).resolve() != record.resolve():
             planner.write(plan, record)  # not the file the job reads (cardinal launch's): others read it now
         if not ps.servers:
             return embedded(tables.store_config(recipe), ps.shards, ps.concurrent, ps.store_limits(ps.shards), **codecs,
                             tier_dir=ps.disk_dir, plan=plan)
         in_flight = max(1, ps.max_concurrent_calls // self.workers.world)  # each worker its share of a server's calls
         client = PSClient(GrpcTransport(ps.servers, ps.job, ps.token(), timeout=ps.timeout_s, tls_ca=ps.tls_ca or None,
-                                        max_message_mb=ps.max_message_mb, max_in_flight=in_flight), **codecs, plan=plan)
+                                        max_message_mb=ps.max_message_mb, max_in_flight=in_flight), **codecs, plan=plan,
+                          worker=self.workers.rank, workers=self.workers.world)
         client.check_plan([t.name for t in tables.store_config(recipe).tables], ps.timeout_s)
         return client
 

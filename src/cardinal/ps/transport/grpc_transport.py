@@ -187,8 +187,10 @@ class GrpcTransport(Transport):
 
     def _dim(self, shard: int, table: str) -> int:
         if table not in self._dims:
-            tables = self.stats(shard).wait()["tables"]
+            stats = self.stats(shard).wait()
+            tables = stats["tables"]
             self._dims.update({name: t["dim"] for name, t in tables.items()})
+            self._dims.update({name: t["dim"] for name, t in stats.get("replicas", {}).items()})  # copies of hot rows
         if table not in self._dims:
             raise ShardRequestError(f"unknown table {table!r}; the servers have {sorted(self._dims)}")
         return self._dims[table]

@@ -185,8 +185,10 @@ def codec_of(header: dict) -> Codec:
 
 
 def rows_from_reply(header: dict, payload: memoryview, n: int, codec: Codec) -> np.ndarray:
-    """A pull reply's (n, dim) float32 rows, checked against the codec the pull asked for.
-    May share memory with ``payload`` (fp32)."""
+    """A pull reply's (n, dim) float32 rows, checked against the codec the pull asked for
+    ((0, dim) from copies of hot rows past their bound, marked "stale"). May share memory with
+    ``payload`` (fp32)."""
+    n = 0 if header.get("stale") is True else n
     if header.get("dtype") != "float32" or header.get("codec", "fp32") != codec.name:
         raise WireError(f"codec: a pull reply of {header.get('codec', 'fp32')!r} rows, dtype {header.get('dtype')!r}; "
                         f"the pull asked for {codec.name!r} rows of float32")
