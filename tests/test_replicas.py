@@ -30,8 +30,8 @@ def config(opt="sgd") -> StoreConfig:
                        {"name": opt, "lr": 0.1})
 
 
-def copied_plan(servers=(2,), staleness=STALENESS) -> ShardingPlan:
-    return ShardingPlan(N, {"user": (Piece(servers),)}, {"user": Replicas(HOT, staleness)})
+def copied_plan(servers=(2,), staleness=STALENESS, hot=HOT) -> ShardingPlan:
+    return ShardingPlan(N, {"user": (Piece(servers),)}, {"user": Replicas(hot, staleness)})
 
 
 def job(plan=None, workers=2, opt="sgd"):
@@ -256,10 +256,19 @@ def test_a_loaded_checkpoint_leaves_no_copy_to_be_served(tmp_path):
     assert w1.metrics()["copied_ids"] == len(HOT)
 
 
+def test_a_servers_plan_in_its_stats_names_copied_ids_by_count_and_checksum():
+    many = copied_plan(hot=tuple(range(0, 2_000_000, 7)))
+    summary = ShardStore(config(), 0, N, plan=many).stats()["plan"]
+    assert summary["replicas"]["user"] == {"ids": {"n": 285715, "crc32": summary["replicas"]["user"]["ids"]["crc32"]},
+                                          "staleness": STALENESS}
+    assert len(json.dumps(summary)) < 500  # a stats reply's header holds it (the wire's limit is 16 KB)
+    assert copied_plan(hot=HOT[:-1]).summary() != copied_plan().summary()
+
+
 def test_copies_over_grpc(tmp_path):
     from cardinal.ps.server import ServerOptions, ShardServer
     from cardinal.ps.transport.grpc_transport import GrpcTransport
-    plan, servers, clients = copied_plan(), [], []
+    plan, servers, clients = copied_plan(hot=HOT + tuple(range(10**6, 10**6 + 3000))), [], []  # 3,040 ids
     try:
         for k in range(N):
             servers.append(ShardServer(ShardStore(config(), k, N, plan=plan), tmp_path, "job", "tok",
@@ -268,9 +277,12 @@ def test_copies_over_grpc(tmp_path):
         clients = [PSClient(GrpcTransport(addresses, "job", "tok", timeout=20), plan=plan, worker=w, workers=2,
                             pull_codec="bf16") for w in range(2)]
         clients[0].check_plan(["user", "item"])
-        with pytest.raises(ValueError, match="another sharding plan"):
-            PSClient(clients[0].transport, plan=ShardingPlan(N, plan.tables)).check_plan(["user", "item"])
-        _, (l0, l1), _ = job()
+        for other in (ShardingPlan(N, plan.tables), copied_plan(staleness=STALENESS + 1),
+                      ShardingPlan(N, plan.tables, {"user": Replicas(HOT[1:], STALENESS)})):
+            with pytest.raises(ValueError, match="server 0 was started with another sharding plan \\(the same "
+                                                 "placement, other copies of hot rows: "):
+                PSClient(clients[0].transport, plan=other).check_plan(["user", "item"])
+        _, (l0, l1), _ = job(plan)
         local = [PSClient(c.transport, plan=plan, worker=w, workers=2, pull_codec="bf16")
                  for w, c in enumerate((l0, l1))]
         for step in (1, 2, 3, 4, 5):

@@ -354,8 +354,12 @@ class PSClient:
         wrong = [(s, sorted(st["tables"]), sorted(self.plan.names(tables, s))) for s, st in enumerate(stats)]
         wrong = [(s, f"it holds tables {held}, this worker's plan puts {want} there") for s, held, want in wrong
                  if held != want]
-        wrong += [(s, f"the same tables, their rows on other servers: {st['plan']['tables']}")
-                  for s, st in enumerate(stats) if st.get("plan", self.plan.to_json()) != self.plan.to_json()]
+        mine = self.plan.summary()
+        theirs = [(s, st.get("plan", mine)) for s, st in enumerate(stats)]
+        wrong += [(s, f"the same tables, their rows on other servers: {p['tables']}") for s, p in theirs
+                  if p["tables"] != mine["tables"]]
+        wrong += [(s, f"the same placement, other copies of hot rows: {p.get('replicas', {})}, this worker's "
+                      f"{mine.get('replicas', {})}") for s, p in theirs if p != mine]
         if wrong:  # a server holding other tables is named first: the plainer mismatch
             s, detail = wrong[0]
             raise ValueError(f"server {s} was started with another sharding plan ({detail}): start every server "

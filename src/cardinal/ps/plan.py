@@ -33,6 +33,7 @@ Copies of hot rows are not saved: a refresh makes them again.
 """
 
 import re
+import zlib
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
@@ -234,6 +235,14 @@ class ShardingPlan:
                               for p in pieces] for t, pieces in sorted(self.tables.items())}}
         if self.replicas:  # only when there are copies: plans before them read the same
             out["replicas"] = {t: {"ids": list(r.ids), "staleness": r.staleness} for t, r in sorted(self.replicas.items())}
+        return out
+
+    def summary(self) -> dict:
+        """``to_json`` with each table's copied ids as their count and crc32: what a server reports
+        of its plan (a stats reply's header is small) and a worker compares with its own."""
+        out = self.to_json()
+        for t, spec in out.get("replicas", {}).items():
+            spec["ids"] = {"n": len(spec["ids"]), "crc32": zlib.crc32(self.replicas[t].array.tobytes())}
         return out
 
     @classmethod

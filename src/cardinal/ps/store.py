@@ -446,7 +446,7 @@ class ShardStore:
             if digest:
                 tables[name]["digest_parts"] = t.digest_parts()
         return {"shard": self.shard, "n_shards": self.n_shards, "step": self.step, "tables": tables,
-                "plan": self.plan.to_json(), "replicas": {n: r.stats() for n, r in self.replicas.items()},
+                "plan": self.plan.summary(), "replicas": {n: r.stats() for n, r in self.replicas.items()},
                 "bytes": sum(t["bytes"] for t in tables.values()), "memory_budget": self.memory.budget,
                 "disk_bytes": sum(t["disk_bytes"] for t in tables.values()), "disk_budget": self.memory.disk_budget,
                 "clocks": self.steps.clocks(), "clock_base": self.steps.base, "held": self.steps.held()}
