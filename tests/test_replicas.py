@@ -256,6 +256,31 @@ def test_a_loaded_checkpoint_leaves_no_copy_to_be_served(tmp_path):
     assert w1.metrics()["copied_ids"] == len(HOT)
 
 
+def test_a_checkpoint_records_the_copies_and_loads_into_plans_with_or_without_them(tmp_path):
+    from cardinal.ps import checkpoint
+    from cardinal.ps.checkpoint_load import read_commit
+
+    stores, (w0, w1), truth = job()
+    for step in (1, 2):
+        for w in (w0, w1):
+            w.pull("user", IDS, step=step).wait()
+            w.push("user", IDS, np.ones((len(IDS), 6), np.float32), step=step).wait()
+    path = w0.save(tmp_path / "ckpt", 2)
+    assert read_commit(path)["plan"] == copied_plan()
+    want = truth.pull("user", IDS, create=False).wait()
+    for plan in (ShardingPlan(N), copied_plan((0, 3)), ShardingPlan(N, copied_plan().tables)):
+        other = [ShardStore(config(), s, N, plan=plan) for s in range(N)]
+        client = PSClient(InProcessTransport(other), plan=plan)
+        client.load(checkpoint.latest(tmp_path / "ckpt"))
+        assert client.pull("user", IDS, create=False).wait().tobytes() == want.tobytes()
+    hashed = PSClient(InProcessTransport([ShardStore(config(), s, N) for s in range(N)]))
+    hashed.pull("user", IDS, step=1).wait()
+    hashed.save(tmp_path / "hash", 1)  # and a hash plan's checkpoint into the plan with copies
+    w0.load(tmp_path / "hash")
+    assert truth.pull("user", IDS, create=False).wait().tobytes() == hashed.pull("user", IDS, create=False).wait().tobytes()
+    assert all(c["as_of"] is None for c in copies(stores))
+
+
 def test_a_servers_plan_in_its_stats_names_copied_ids_by_count_and_checksum():
     many = copied_plan(hot=tuple(range(0, 2_000_000, 7)))
     summary = ShardStore(config(), 0, N, plan=many).stats()["plan"]
