@@ -173,6 +173,18 @@ def test_oversized_messages_are_refused_and_large_pulls_split(cluster):
     assert len(c.stores[0].tables["user"]) == rows_before
 
 
+def test_a_pull_whose_reply_would_pass_the_limit_creates_nothing_in_a_table_of_no_rows(cluster):
+    """The reply-size check runs before the pull: a table holding no row yet included."""
+    c = cluster(1, max_message_mb=1)
+    raw = GrpcTransport(c.addresses, JOB, TOKEN, timeout=20, max_message_mb=64)  # sends the pull whole
+    try:
+        with pytest.raises(ShardRequestError, match="needs a 1.2 MiB reply, over this server's message limit"):
+            raw.pull(0, "user", np.arange(40_000, dtype=np.int64), create=True, step=1).wait()
+    finally:
+        raw.close()
+    assert len(c.stores[0].tables["user"]) == 0
+
+
 def test_a_restarted_server_is_noticed(cluster, tmp_path):
     c = cluster(2)
     train(c.client, np.random.default_rng(0), steps=1)

@@ -116,24 +116,28 @@ def test_copies_answer_only_within_their_bound_and_a_bad_refresh_changes_nothing
     c = CopiedRows("user", Replicas((5, 1, 9), 2), 2)
     ids = np.array([9, 1], np.int64)
     assert c.read(ids, 0).shape == (0, 2)  # before the first refresh
+    c.write(np.array([9], np.int64), np.array([[9, 9]], np.float32), 10)  # a refresh in parts (a split request)
+    assert c.read(ids, 10).shape == (0, 2) and c.read(ids[:1], 10).tolist() == [[9, 9]]  # 1 has no copy yet
     rows = np.array([[1, 1], [5, 5], [9, 9]], np.float32)
-    c.write(np.array([1, 5, 9], np.int64), rows, 10)
+    c.write(np.array([1, 5], np.int64), rows[:2], 10)
     assert c.read(ids, 12).tolist() == [[9, 9], [1, 1]]
     assert c.read(ids, 4).tolist() == [[9, 9], [1, 1]]  # a worker behind the refresher reads newer rows
     assert c.read(ids, 13).shape == (0, 2)
-    for bad_ids, bad_rows, text in [(np.array([1, 5], np.int64), rows[:2], "each of its 3 hot ids"),
-                                    (np.array([1, 5, 5], np.int64), rows, "each of its 3 hot ids"),
-                                    (np.array([1, 5, 7], np.int64), rows, "id 7 is not one of"),
+    for bad_ids, bad_rows, text in [(np.array([1, 5, 7], np.int64), rows, "id 7 is not one of"),
                                     (np.array([1, 5, 9], np.int64), rows[:, :1], "shape"),
+                                    (np.array([1, 5, 9], np.int64), rows[:2], "shape"),
                                     (np.array([1, 5, 9], np.int64), rows * np.nan, "NaN")]:
         with pytest.raises(ValueError, match=text):
             c.write(bad_ids, bad_rows, 11)
     with pytest.raises(ValueError, match="id 4 is not one of table 'user'"):
         c.read(np.array([4], np.int64), 10)
     c.write(np.array([9, 5, 1], np.int64), rows * 0, 9)  # older than the copies held: ignored
-    assert c.stats() == {"table": "user", "dim": 2, "rows": 3, "staleness": 2, "as_of": 10, "reads": 4, "stale": 4,
-                         "refreshes": 1}
-    assert c.read(ids, 11).tolist() == [[9, 9], [1, 1]]
+    c.write(np.array([5, 5], np.int64), np.array([[6, 6], [6, 6]], np.float32), 11)  # newer, for one id
+    assert c.stats() == {"table": "user", "dim": 2, "rows": 3, "staleness": 2, "as_of": 10, "bytes": 48, "reads": 5,
+                         "stale": 6, "refreshed": 5}
+    assert c.read(np.array([5, 1], np.int64), 12).tolist() == [[6, 6], [1, 1]]
+    c.forget()
+    assert c.read(ids, 10).shape == (0, 2) and c.stats()["as_of"] is None
 
 
 def test_a_store_takes_only_refreshes_for_its_copies_and_no_refresh_for_a_table():
@@ -143,7 +147,7 @@ def test_a_store_takes_only_refreshes_for_its_copies_and_no_refresh_for_a_table(
         store.push("user-replica", hot, rows, step=1)
     with pytest.raises(ValueError, match="got kind 'replica' to 'item'"):
         store.push("item", hot, rows[:, :3], step=1, kind="replica")
-    assert store.stats()["replicas"]["user-replica"]["refreshes"] == 0
+    assert store.stats()["replicas"]["user-replica"]["refreshed"] == 0
     store.push("user-replica", hot, rows, step=1, kind="replica")
     assert store.pull("user-replica", hot[:3], step=2).tolist() == [[1.0] * 6] * 3
     assert "user-replica" not in store.stats()["tables"]
@@ -175,13 +179,13 @@ def test_a_copy_read_is_the_row_as_of_the_last_refresh_never_older_than_the_boun
     assert w0.metrics()["copied_ids"] == 0  # worker 0 reads server 2, where the table is
     stats = copies(stores)
     assert [s["reads"] for s in stats] == [0, 0, 0, 11 * len(HOT)]
-    assert [s["refreshes"] for s in stats] == [0, 0, 0, 4]  # steps 1, 4, 7, 10; server 2 holds the rows
+    assert [s["refreshed"] for s in stats] == [0, 0, 0, 4 * len(HOT)]  # steps 1, 4, 7, 10; server 2 holds the rows
     from prometheus_client import generate_latest
 
     from cardinal.ps.metrics import ShardMetrics
     scraped = generate_latest(ShardMetrics(stores[3]).registry).decode()
     assert f'cardinal_ps_copied_reads_total{{shard="3",table="user"}} {11 * len(HOT)}.0' in scraped
-    assert 'cardinal_ps_copy_refreshes_total{shard="3",table="user"} 4.0' in scraped
+    assert f'cardinal_ps_copies_refreshed_total{{shard="3",table="user"}} {4 * len(HOT)}.0' in scraped
 
 
 def test_copies_past_their_bound_are_read_from_the_rows_own_servers():
@@ -229,9 +233,9 @@ def test_each_table_is_refreshed_by_one_worker_and_each_refresh_goes_where_copie
             for t, d in (("user", 6), ("item", 3)):
                 c.pull(t, IDS, step=step).wait()
     assert [c._refreshes for c in clients] == [{"item"}, {"user"}, set()]
-    assert [s["refreshes"] for s in copies(stores, "user")] == [0, 0, 1, 1]  # readers 1, 2, 3; 1 holds the rows
+    assert [s["refreshed"] for s in copies(stores, "user")] == [0, 0, 40, 40]  # readers 1, 2, 3; 1 holds the rows
     own = plan.route("item", np.array([1, 2, 3], np.int64))  # readers 0, 1, 2: each that lacks one of the rows
-    assert [s["refreshes"] for s in copies(stores, "item")] == [int(s < 3 and (own != s).any()) for s in range(N)]
+    assert [s["refreshed"] for s in copies(stores, "item")] == [3 * int(s < 3 and (own != s).any()) for s in range(N)]
     assert (own == 0).all() or (own == 2).all()  # this plan's hot ids, all on one server: it needs no copies
 
 
@@ -254,6 +258,49 @@ def test_a_loaded_checkpoint_leaves_no_copy_to_be_served(tmp_path):
     assert copies(stores)[3]["as_of"] == 2
     w1.pull("user", IDS, step=2).wait()
     assert w1.metrics()["copied_ids"] == len(HOT)
+
+
+def test_a_refused_pull_refreshes_nothing():
+    stores, (w0, _), _ = job()
+    for bad, kind in (({"create": 1}, TypeError), ({"step": -1}, ValueError), ({"step": True}, ValueError)):
+        with pytest.raises(kind):
+            w0.pull("user", IDS, **bad)
+    assert all(c["as_of"] is None and c["refreshed"] == 0 for c in copies(stores))
+    assert len(stores[2].tables["user"]) == 0
+    with pytest.raises(TypeError, match="create must be a bool"):
+        stores[3].pull("user-replica", np.asarray(HOT[:2], np.int64), create=1)
+
+
+def test_a_hot_row_past_the_pull_codecs_range_is_named_as_such():
+    stores, (w0, _), _ = job()
+    w0.pull("user", IDS, step=1).wait()
+    w0.push("user", IDS, np.full((len(IDS), 6), -1e6, np.float32), step=1).wait()  # rows ~1e5: past fp16
+    fp16 = PSClient(InProcessTransport(stores), plan=copied_plan(), worker=0, workers=2, pull_codec="fp16")
+    with pytest.raises(ValueError, match="past what the pull codec 'fp16' .* carries"):
+        fp16.pull("user", IDS, step=5)  # the refresh's pull, before any copy is written
+
+
+def test_the_worker_cache_refuses_a_table_with_copies():
+    import torch  # noqa: F401 - the cache's rows are tensors
+
+    from cardinal.worker.sources.cache import CachedSource
+    from cardinal.worker.sources.ps import PSSource
+    _, (w0, _), _ = job()
+    with pytest.raises(ValueError, match="table 'user' has copies of its hot rows .* the two bounds would add up"):
+        CachedSource(PSSource(w0), {"user": 6}, 1 << 20, 2)
+    CachedSource(PSSource(w0), {"item": 3}, 1 << 20, 2)  # a table without copies is cached
+
+
+def test_copies_take_their_bytes_from_the_memory_budget():
+    from cardinal.ps.limits import StoreLimits
+    big = copied_plan(hot=tuple(range(10_000)))  # 10,000 x (6 floats + a step) = 320,000 bytes a server
+    store = ShardStore(config(), 0, N, limits=StoreLimits(memory_budget=1_000_000), plan=big)
+    assert store.memory.budget == 680_000
+    assert store.stats()["bytes"] == 320_000 + sum(t.nbytes for t in store.tables.values())
+    assert store.stats()["memory_budget"] == 1_000_000
+    with pytest.raises(ValueError, match="the copies of hot rows .* take 320000 bytes on each server, "
+                                         "ps.memory_budget is 300000"):
+        ShardStore(config(), 0, N, limits=StoreLimits(memory_budget=300_000), plan=big)
 
 
 def test_a_checkpoint_records_the_copies_and_loads_into_plans_with_or_without_them(tmp_path):
@@ -299,8 +346,8 @@ def test_copies_over_grpc(tmp_path):
             servers.append(ShardServer(ShardStore(config(), k, N, plan=plan), tmp_path, "job", "tok",
                                        ServerOptions()).start())
         addresses = [f"127.0.0.1:{s.port}" for s in servers]
-        clients = [PSClient(GrpcTransport(addresses, "job", "tok", timeout=20), plan=plan, worker=w, workers=2,
-                            pull_codec="bf16") for w in range(2)]
+        clients = [PSClient(GrpcTransport(addresses, "job", "tok", timeout=20, chunk_mb=0.01), plan=plan, worker=w,
+                            workers=2, pull_codec="bf16") for w in range(2)]  # a refresh in 10 requests
         clients[0].check_plan(["user", "item"])
         for other in (ShardingPlan(N, plan.tables), copied_plan(staleness=STALENESS + 1),
                       ShardingPlan(N, plan.tables, {"user": Replicas(HOT[1:], STALENESS)})):
@@ -339,10 +386,10 @@ def test_cardinal_plan_copies_the_ids_in_the_most_batches(tmp_path, capsys):
     proposed = planner.read(first)
     table = next(t for t, (p,) in sorted(proposed.tables.items()) if len(p.servers) == 1 and not t.startswith("lr_"))
     capsys.readouterr()
-    assert cli.main([*plan_args(tmp_path, "ps.replicate={C99=5}", 'ps.plan="auto"')]) == 2
+    assert cli.main([*plan_args(tmp_path, "ps.replicate={C99=5}")]) == 2
     assert "ps.replicate: no table 'C99'" in capsys.readouterr().err
     out = tmp_path / "plan.json"
-    sets = [f"ps.replicate={{{table}=5}}", "ps.replica_staleness=2", 'ps.plan="auto"']
+    sets = [f"ps.replicate={{{table}=5}}", "ps.replica_staleness=2"]  # as the error for a plan file says
     assert cli.main([*plan_args(tmp_path, *sets), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert f"{table}'s 5 hottest ids" in printed
@@ -357,13 +404,15 @@ def test_cardinal_plan_copies_the_ids_in_the_most_batches(tmp_path, capsys):
             batches[i] = batches.get(i, 0) + 1
     top = sorted(batches.values(), reverse=True)[:5]
     assert sorted(batches[i] for i in plan.replicas[table].ids) == sorted(top)
-    spread, lines = planner.replicate(tiny_recipe(tmp_path, "embedding.shared=false", *sets), ShardingPlan(4))
+    spread, lines = planner.replicate(tiny_recipe(tmp_path, "embedding.shared=false", 'ps.plan="auto"', *sets),
+                                      ShardingPlan(4))
     assert spread == ShardingPlan(4) and lines == [f"no copies of {table}: the plan spreads it over every server, "
                                                    "which spreads its reads already"]
 
 
 @pytest.mark.parametrize("sets, text", [
-    (["ps.replicate={C1=5}"], 'ps.replicate copies hot rows in the planner\'s plan: set ps.plan = "auto"'),
+    (["ps.replicate={C1=5}"], 'ps.replicate copies hot rows in the planner\'s plan: set ps.plan = "auto", or make a '
+                              'plan file with `cardinal plan RECIPE --set ps.replicate=... --out FILE`'),
     (['ps.plan="auto"', "ps.replicate={C1=0}"], "ps.replicate must map tables to a number of hot ids >= 1"),
     (['ps.plan="auto"', 'ps.replicate={C1="x"}'], "ps.replicate must map tables"),
     (['ps.plan="auto"', "ps.replica_staleness=0"], "ps.replica_staleness must be an integer >= 1"),
@@ -377,27 +426,27 @@ def test_bad_replicate_settings_are_named(tmp_path, sets, text):
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_launch_two_workers_read_a_table_wise_tables_hot_rows_from_copies(tmp_path):
-    """`cardinal launch --servers 2 --workers 2` with a plan that puts C1 whole on server 0 and
-    copies its hot rows: worker 1 reads them from server 1, and the model trains."""
-    from cardinal.train import config
+def test_launch_two_workers_with_auto_and_replicate_read_a_tables_hot_rows_from_copies(tmp_path):
+    """`cardinal launch --servers 2 --workers 2` with ps.plan = "auto" and ps.replicate: the
+    launcher's plan copies C1's hot rows (the planner keeps C1 whole on one server here), hands
+    the processes the file alone, and worker 1 reads them from the other server."""
     from test_distributed import launch_cmd, leftovers, run_launch
 
-    sets = ["embedding.shared=false", "train.steps=8", "train.eval_every=0"]
-    cmd = launch_cmd(tmp_path, 2, 2, *sets)
-    r = config.load(None, [s for s in cmd if "=" in s and not s.startswith("-")])
-    (ids, share), = hot.hot_ids(r, {"C1": 20}).values()
-    plan = ShardingPlan(2, {"C1": (Piece((0,)),)}, {"C1": Replicas(tuple(ids), 2)})
-    planner.write(plan, tmp_path / "plan.json")
-    code, out = run_launch(launch_cmd(tmp_path, 2, 2, *sets, f"ps.plan={tmp_path / 'plan.json'}"))
+    sets = ["embedding.shared=false", "train.steps=8", "train.eval_every=0", 'ps.plan="auto"',
+            "ps.replicate={C1=20}", "ps.replica_staleness=2"]
+    code, out = run_launch(launch_cmd(tmp_path, 2, 2, *sets))
     assert code == 0, out[-3000:]
     (run_dir,) = (tmp_path / "runs").iterdir()
+    plan = planner.read(run_dir / "plan.json")
+    assert len(plan.pieces("C1")[0].servers) == 1 and len(plan.replicas["C1"].ids) == 20
+    assert plan.replicas["C1"].staleness == 2
+    recipe = json.loads((run_dir / "recipe.json").read_text())
+    assert recipe["ps"]["plan"] == str(run_dir / "plan.json") and recipe["ps"]["replicate"] == {}
     summary = json.loads((run_dir / "summary.json").read_text())
-    last = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if "\"loss\"" in x][-1]
+    last = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if '"loss"' in x][-1]
     assert summary["steps"] == 8 and np.isfinite(last["loss"])
     assert summary["copied_ids_per_sample"] > 0  # worker 1's reads of C1's hot rows
-    # past the bound (read from server 0 instead): a pull before the first refresh, or one of a
+    # past the bound (read from C1's server instead): a pull before the first refresh, or one of a
     # step worker 0 has not refreshed for yet (the workers may be ps.staleness steps apart)
     assert summary["copied_stale_ids_per_sample"] < summary["copied_ids_per_sample"]
-    assert planner.read(run_dir / "plan.json") == plan
     assert leftovers(tmp_path) == []

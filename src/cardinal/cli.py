@@ -371,7 +371,7 @@ def plan(args) -> int:
     from cardinal.planner.stats import from_run, from_sample
     from cardinal.train import config
 
-    recipe = config.load(args.recipe, args.set)
+    recipe = config.load(args.recipe, ['ps.plan="auto"', *args.set])  # what it makes: ps.replicate applies
     n = len(recipe.ps.servers) or recipe.ps.shards
     stats = from_run(args.stats, recipe) if args.stats else from_sample(recipe, progress=True)
     proposed = propose(stats, n, recipe.ps.budget(), pinned=planner.pinned(recipe))  # each server's budget
@@ -379,8 +379,7 @@ def plan(args) -> int:
     print("\n".join([report(proposed, stats), *copied]))
     if args.out:
         planner.write(proposed, args.out)
-        made = ("ps.plan=", "ps.replicate=", "ps.replica_staleness=")  # what the plan file holds now
-        sets = [*(s for s in args.set if not s.startswith(made)), f"ps.plan={args.out}"]
+        sets = [*planner.without_plan_settings(args.set), f"ps.plan={args.out}"]
         print(f"wrote {args.out}; train with it: cardinal train {shlex.quote(args.recipe)} "
               + " ".join(f"--set {shlex.quote(s)}" for s in sets))
     return 0

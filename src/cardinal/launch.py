@@ -129,7 +129,8 @@ def launch(n_servers: int, n_workers: int, train_args: list[str]) -> int:
         planner.write(plan, plan_file)
         say(f"cardinal launch: sharding plan for {n_servers} servers in {plan_file}: {len(plan.tables)} tables placed, "
             "the rest row-wise over every server")
-        common += ["--set", f'ps.plan="{plan_file}"']
+        common = [*sum((["--set", s] for s in planner.without_plan_settings(sets)), []), "--set", f'ps.job="{job}"',
+                  "--set", f'ps.plan="{plan_file}"']  # the settings the file holds now: a process would refuse them
     me = [sys.executable, "-m", "cardinal.cli"]
     processes: list[Process] = []
     interrupted = Signals()

@@ -80,6 +80,14 @@ def tables_of(recipe) -> set[str]:
     return {t.name for t in tables.store_config(recipe).tables}
 
 
+PLAN_SETTINGS = {"ps.plan", "ps.replicate", "ps.replica_staleness"}  # what a plan file holds once made
+
+
+def without_plan_settings(sets: list[str]) -> list[str]:
+    """``--set`` values but those a plan file made from them now holds."""
+    return [s for s in sets if s.partition("=")[0].strip() not in PLAN_SETTINGS]
+
+
 def pinned(recipe) -> set[str]:
     """Tables a plan must leave row-wise over every server: those clustered while training (Saec)."""
     from cardinal.train import tables

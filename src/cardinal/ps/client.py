@@ -128,11 +128,14 @@ class PSClient:
         """Rows of ``ids`` (n, dim) float32 on ``wait()``. A training pull (``create``) of a table
         with copied hot rows (``plan.py``) refreshes them first when this client is their refresher
         and its last refresh is ``staleness`` steps old, and reads hot ids from copies; a copy
-        older than its bound answers nothing, and those ids are read from their own servers."""
+        older than its bound answers nothing, and those ids are read from their own servers.
+        Copies go by the pulls' steps: a client that pulls every step as step 0 refreshes them once."""
         validate.check_ids(ids)
+        if not isinstance(create, bool):
+            raise TypeError(f"create must be a bool, got {type(create).__name__}")
         copies = create and table in self.plan.replicas
         if copies and table in self._refreshes:
-            validate.check_step(step)
+            validate.check_step(step)  # checked before a refresh: a refused pull changes nothing
             self._refresh(table, step)
         parts = self._parts(table, ids, copies=copies)
         codec = self.pull_codec.name
@@ -178,6 +181,7 @@ class PSClient:
         out = np.empty((len(ids), results[0].shape[1]), np.float32)
         for (_, _, _, pos), rows in zip(parts, results):
             out[pos] = rows
+        validate.check_decoded(out, self.pull_codec, table)
         return out
 
     def _refresh(self, table: str, step: int) -> None:
@@ -189,9 +193,9 @@ class PSClient:
             last = self._refreshed.get(table)
             if last is not None and 0 <= step - last < spec.staleness:
                 return
-            rows = self._pull_rows(table, spec.array, step)
             own = self.plan.route(table, spec.array)
             readers = [s for s in self._readers[table] if (own != s).any()]  # servers some worker reads copies from
+            rows = self._pull_rows(table, spec.array, step) if readers else None
             handles = [self._resending(lambda s=s, rid=self._request_id(): self.transport.push(
                 s, self.plan.replica_name(table), spec.array, rows, step=step, kind="replica", request_id=rid,
                 codec=self.pull_codec.name)) for s in readers]

@@ -88,7 +88,7 @@ class _StoreCollector:
                                                "another server's hot rows", labels=["shard", "table"]),
                   "stale": CounterMetricFamily("cardinal_ps_copied_stale", "ids asked of copies older than their "
                                                "bound (read from their own server instead)", labels=["shard", "table"]),
-                  "refreshes": CounterMetricFamily("cardinal_ps_copy_refreshes", "refreshes of the copies",
+                  "refreshed": CounterMetricFamily("cardinal_ps_copies_refreshed", "copies written by refreshes",
                                                    labels=["shard", "table"])}
         for c in s["replicas"].values():
             for key, family in copies.items():

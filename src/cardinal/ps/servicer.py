@@ -141,7 +141,8 @@ class ShardServicer:
         if request_id is not None:
             wire.field(header, "request_id", str)
         name = wire.field(header, "table", str)
-        table = self.store.tables.get(name) or self.store.replicas.get(name)
+        table = self.store.tables.get(name)
+        table = self.store.replicas.get(name) if table is None else table  # not `or`: a table of no rows is false
         reply_bytes = len(ids) * (codec.row_bytes(table.dim) if table is not None else 0) + REPLY_HEADER
         if reply_bytes > self.max_message_bytes:
             raise _Abort(grpc.StatusCode.RESOURCE_EXHAUSTED,

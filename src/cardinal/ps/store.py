@@ -113,7 +113,12 @@ class ShardStore:
         self.log = UpdateLog()  # rows each update of several workers changed (worker caches' invalidations)
         self._admitting = threading.Lock()
         self._pending = 0  # rows admitted, not yet counted in len(table)
-        self.memory = Memory(config.eviction, self.limits.memory_budget, self.limits.disk_budget)
+        copies = sum(c.nbytes for c in self.replicas.values())  # a fixed part of the budget: the tables get the rest
+        if self.limits.memory_budget and copies >= self.limits.memory_budget:
+            raise ValueError(f"the copies of hot rows (ps.replicate) take {copies} bytes on each server, ps.memory_budget "
+                             f"is {self.limits.memory_budget}: copy fewer ids or raise the budget")
+        self.memory = Memory(config.eviction, self.limits.memory_budget and self.limits.memory_budget - copies,
+                             self.limits.disk_budget)
         self._tiers = None
         if self.limits.disk_budget:
             if tier_dir:
@@ -154,12 +159,12 @@ class ShardStore:
              request_id: str | None = None) -> np.ndarray:
         """Rows of ``ids``; a pull resent with the same ``request_id`` counts no second sighting.
         Of copied hot rows (``<table>-replica``): the copies, or none when older than their bound."""
+        if not isinstance(create, bool):
+            raise TypeError(f"create must be a bool, got {type(create).__name__}")
         if table in self.replicas:
             return self.replicas[table].read(ids, step)
         self._check_ids(table, ids)
         validate.check_step(step)
-        if not isinstance(create, bool):
-            raise TypeError(f"create must be a bool, got {type(create).__name__}")
         fingerprint = _fingerprint(request_id, table, f"pull {create} {step}", ids)
         rows = self.requests.run(request_id, fingerprint,
                                  lambda: self._on(table, lambda t: t.pull(ids, create=create, step=step,
@@ -447,7 +452,8 @@ class ShardStore:
                 tables[name]["digest_parts"] = t.digest_parts()
         return {"shard": self.shard, "n_shards": self.n_shards, "step": self.step, "tables": tables,
                 "plan": self.plan.summary(), "replicas": {n: r.stats() for n, r in self.replicas.items()},
-                "bytes": sum(t["bytes"] for t in tables.values()), "memory_budget": self.memory.budget,
+                "bytes": sum(t["bytes"] for t in tables.values()) + sum(c.nbytes for c in self.replicas.values()),
+                "memory_budget": self.limits.memory_budget,
                 "disk_bytes": sum(t["disk_bytes"] for t in tables.values()), "disk_budget": self.memory.disk_budget,
                 "clocks": self.steps.clocks(), "clock_base": self.steps.base, "held": self.steps.held()}
 

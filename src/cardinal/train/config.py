@@ -360,7 +360,8 @@ class PSConfig:
             raise ValueError(f"ps.replica_staleness must be an integer >= 1, got {self.replica_staleness!r}")
         if self.replicate and self.plan != "auto":
             raise ValueError(f"ps.replicate copies hot rows in the planner's plan: set ps.plan = \"auto\", or make a "
-                             f"plan file with `cardinal plan RECIPE --set ps.replicate=...` (ps.plan is {self.plan!r})")
+                             f"plan file with `cardinal plan RECIPE --set ps.replicate=... --out FILE` and train with "
+                             f"ps.plan = FILE alone (ps.plan is {self.plan!r})")
         if not -1 <= self.metrics_port <= 65535:
             raise ValueError(f"ps.metrics_port must be a port, 0 (a free one) or -1 (none), got {self.metrics_port}")
         self.budget()
