@@ -267,6 +267,36 @@ def test_a_refused_push_leaves_utilities_and_chunks_as_they_were():
     table.check()
 
 
+@pytest.mark.parametrize("optimizer", ["adam", "rowwise_adagrad"])
+def test_a_push_block_checks_the_columns_a_row_stores_as_the_stored_rows_would_read(optimizer):
+    """``first_nonfinite_held`` on working rows (one gather a block) against ``gather`` of the
+    stored rows: a NaN in a freed chunk's columns is not stored, so it is not a refusal."""
+    from cardinal.embedding.formats import chunk_kernels as K
+
+    table = EmbeddingTable(TableConfig("t", 10, chunks=4, chunk_tail=2, chunk_target=0.35),
+                           make_optimizer({"name": optimizer}))
+    ids = np.arange(60, dtype=np.int64)
+    table.pull(ids, step=1)
+    table.push(ids, np.random.default_rng(0).normal(size=(60, 10)).astype(np.float32), step=1)
+    table.adjust_dims()
+    f, cols = table.format, table.storage.columns()
+    rows = table.index.find(cols.ids, ids)
+    bits = cols.data.view(np.int32)
+    assert (bits[rows, :f.C] == 0).any(), "some chunks are freed"
+    rng = np.random.default_rng(5)
+    for trial in range(200):
+        work = f.working(cols.data, rows, 10)
+        i, j = int(rng.integers(len(rows))), int(rng.integers(work.shape[1]))
+        work[i, j] = [np.nan, np.inf, -np.inf][trial % 3]
+        pool = f.pool.arena.array
+        words, chunks = cols.data.copy(), pool.copy()  # what storing the block, then reading it back, would find
+        f.store(cols.data, rows, work, 10, ids, 1)
+        want = f.first_nonfinite(cols.data, rows, 0, len(rows), 10)
+        cols.data[:], pool[:] = words, chunks
+        assert K.first_nonfinite_held(work, bits, rows, *f._args()) == want, (i, j)
+    assert table.check() is None
+
+
 def test_the_recipe_and_the_configs_check_their_chunk_keys(tmp_path):
     for kw, match in [({"dim": 10}, "divisible by chunks"), ({"chunk_target": 0}, "chunk_target must be in"),
                       ({"chunk_target": 0.2}, ">= 1 / chunks"), ({"storage": "int8"}, "storage must be 'fp32'"),

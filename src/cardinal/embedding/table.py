@@ -286,7 +286,6 @@ class EmbeddingTable:
                 if merged is not None:
                     merged = merged[present]  # read by `update` when it runs
                 missing = missing[:0]
-            stored = self._coded(update, unique, step)  # on stored rows: decoded, updated, encoded back
             fresh, release = None, None
             if len(missing):  # the new rows, portable, not stored yet
                 fresh = self._made(unique[missing], step, update, summed[missing], missing)
@@ -298,35 +297,40 @@ class EmbeddingTable:
             try:
                 if len(missing):
                     present = np.flatnonzero(rows >= 0)
-                    self._update_in_place(cols.data, rows[present], summed[present], stored, kind, unique[present],
-                                          present)
+                    self._update_in_place(cols.data, rows[present], summed[present], update, kind, unique[present],
+                                          step, present)
                     cols = None  # the arenas may grow now: no view of them may be held (arena.py)
                     rows[missing] = self._rows(unique[missing], init=False)
                     cols = self.storage.columns()
                     self._place(cols.data, rows[missing], fresh)  # the tried rows, written
                     self.format.on_push(cols.data, rows[missing], summed[missing], self.dim)
                 else:
-                    self._update_in_place(cols.data, rows, summed, stored, kind, unique)
+                    self._update_in_place(cols.data, rows, summed, update, kind, unique, step)
             finally:
                 if release is not None:
                     release()
             RK.touch(cols.count, cols.last_step, rows, np.uint32(step), False)
 
-    def _update_in_place(self, data, rows, summed, update, kind, ids, at: np.ndarray | None = None) -> None:
+    def _update_in_place(self, data, rows, summed, update, kind, ids, step, at: np.ndarray | None = None) -> None:
         """``update`` block by block; at the first non-finite result every block is restored.
-        ``at``: the positions of ``rows`` among the push's unique ids (None: all of them, in order)."""
+        ``ids``: the ids of ``rows``; ``at``: the positions of ``rows`` among the push's unique ids
+        (None: all of them, in order). A row format other than fp32 runs each block itself
+        (``RowFormat.push_block``: decoded, updated, encoded back)."""
         if self._backup.shape[0] < len(rows):  # kept: a fresh array each push would fault its pages in
             self._backup = np.empty((max(len(rows), 2 * self._backup.shape[0]), self.portable_width), np.float32)
         block = max(64, TRY_BLOCK_BYTES // (4 * data.shape[1]))
         for lo in range(0, len(rows), block):
             hi = min(lo + block, len(rows))
+            pos = slice(lo, hi) if at is None else at[lo:hi]
             if self.format.exact:
                 RK.copy_rows(data, rows, lo, hi, self._backup)
+                self.format.on_push(data, rows[lo:hi], summed[lo:hi], self.dim)
+                update(data, rows[lo:hi], summed[lo:hi], pos)
+                bad = self.format.first_nonfinite(data, rows, lo, hi, self.dim)
             else:
-                self._backup[lo:hi] = self.format.portable(data, rows[lo:hi], self.dim)
-            self.format.on_push(data, rows[lo:hi], summed[lo:hi], self.dim)
-            update(data, rows[lo:hi], summed[lo:hi], slice(lo, hi) if at is None else at[lo:hi])
-            bad = self.format.first_nonfinite(data, rows, lo, hi, self.dim)
+                bad = self.format.push_block(data, rows[lo:hi], summed[lo:hi], update, pos, self._backup[lo:hi],
+                                             self.dim, ids[lo:hi], step)
+                bad = lo + bad if bad >= 0 else -1
             if bad >= 0:
                 self._place(data, rows[:hi], self._backup[:hi])
                 raise self._non_finite(kind, ids[bad])
@@ -337,18 +341,6 @@ class EmbeddingTable:
             RK.restore_rows(data, rows, len(rows), portable)
         else:
             self.format.place(data, rows, portable, self.dim)
-
-    def _coded(self, update, ids: np.ndarray, step: int):
-        """``update`` (of working rows) as an update of stored rows; itself for fp32. ``ids``: the
-        push's unique ids, which ``update``'s positions ``at`` index."""
-        if self.format.exact:
-            return update
-
-        def coded(data, rows, g, at):
-            work = self.format.working(data, rows, self.dim)
-            update(work, np.arange(len(rows), dtype=np.int64), g, at)
-            self.format.store(data, rows, work, self.dim, ids[at], step)
-        return coded
 
     def _made(self, ids: np.ndarray, step: int, update=None, g=None, at=None) -> np.ndarray:
         """The portable rows new ``ids`` start as (after ``update(work, all, g, at)`` if given), values

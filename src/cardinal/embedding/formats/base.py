@@ -75,6 +75,19 @@ class RowFormat(ABC):
         bad = np.flatnonzero(~np.isfinite(work).all(axis=1))
         return lo + int(bad[0]) if len(bad) else -1
 
+    def push_block(self, data: np.ndarray, rows: np.ndarray, grads: np.ndarray, update, at, backup: np.ndarray,
+                   dim: int, ids: np.ndarray, step: int) -> int:
+        """One block of a push on stored rows (``EmbeddingTable.push``): ``backup`` gets the rows'
+        portable form first, then the push is observed (``on_push``), ``update(work, all, grads,
+        at)`` runs on the working rows, and they are stored. Returns the first i whose row holds
+        NaN or Inf after, or -1; the table then restores every block from its backup."""
+        backup[:] = self.portable(data, rows, dim)
+        self.on_push(data, rows, grads, dim)
+        work = self.working(data, rows, dim)
+        update(work, np.arange(len(rows), dtype=np.int64), grads, at)
+        self.store(data, rows, work, dim, ids, step)
+        return self.first_nonfinite(data, rows, 0, len(rows), dim)
+
     def values(self, data: np.ndarray, dim: int) -> np.ndarray:
         """(n, dim) float32: the values of every row of ``data`` (n, width), decoded."""
         out = np.empty((len(data), dim), np.float32)

@@ -162,3 +162,28 @@ def compact(bits, old, new, live):
             c += 1
             bits[r, k] = np.int32(c)
     return c
+
+
+@nb.njit(nogil=True, cache=True)
+def first_nonfinite_held(work, bits, rows, C, s, t, a, b):
+    """The first i whose working row work[i] holds NaN or Inf in a column row rows[i] stores
+    (its held chunks, its tail, its scalars; every block), or -1: what ``gather`` of the stored
+    rows would find, without gathering them again."""
+    dim = C * s + t
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        for k in range(C):
+            if bits[r, k] == 0:
+                continue
+            for e in range(1 + a):
+                for j in range(s):
+                    if not np.isfinite(work[i, e * dim + k * s + j]):
+                        return i
+        for e in range(1 + a):
+            for j in range(t):
+                if not np.isfinite(work[i, e * dim + C * s + j]):
+                    return i
+        for q in range(b):
+            if not np.isfinite(work[i, (1 + a) * dim + q]):
+                return i
+    return -1

@@ -103,6 +103,7 @@ class Chunked(RowFormat):
         assert chunks >= 1 and 0 <= tail < dim and self.s * chunks == dim - tail and 0 < target <= 1
         self.dim = dim
         self.pool = ChunkPool((1 + self.a) * self.s)
+        self._work = np.empty((0, (1 + self.a) * dim + self.b), np.float32)  # push blocks' working rows
 
     def __repr__(self) -> str:
         return f"<row format fp32 in {self.C} chunks of {self.s} (tail {self.t}), target {self.target}>"
@@ -156,9 +157,32 @@ class Chunked(RowFormat):
 
     def portable(self, data, rows, dim):
         rows = np.asarray(rows, np.int64)
-        C = self.C
-        return np.hstack([self._gather(data, rows, True), data[rows, C:2 * C],
-                          (data.view(np.int32)[rows, :C] != 0).astype(np.float32)])
+        out = np.empty((len(rows), (1 + self.a) * self.dim + self.b + 2 * self.C), np.float32)
+        self._portable_of(self._gather(data, rows, True), data, rows, out)
+        return out
+
+    def _portable_of(self, work, data, rows, out):
+        """``out``: the portable rows of ``rows``, whose working rows are ``work``."""
+        C, w = self.C, work.shape[1]
+        out[:, :w] = work
+        out[:, w:w + C] = data[rows, C:2 * C]
+        out[:, w + C:] = data.view(np.int32)[rows, :C] != 0
+
+    def push_block(self, data, rows, grads, update, at, backup, dim, ids, step):
+        """``RowFormat.push_block`` with one gather: the backup is made from the working rows, and
+        they are checked before they are stored (only the columns a row stores)."""
+        rows = np.asarray(rows, np.int64)
+        width = (1 + self.a) * self.dim + self.b
+        if self._work.shape[0] < len(rows):  # kept: a fresh array each block would fault its pages in
+            self._work = np.empty((max(len(rows), 2 * self._work.shape[0]), width), np.float32)
+        work = self._gather(data, rows, True, self._work[:len(rows)])
+        self._portable_of(work, data, rows, backup)
+        self.on_push(data, rows, grads, dim)
+        update(work, np.arange(len(rows), dtype=np.int64), grads, at)
+        bad = K.first_nonfinite_held(work, data.view(np.int32), rows, *self._args())
+        if bad < 0:
+            self.store(data, rows, work, dim, ids, step)
+        return bad
 
     def from_working(self, work, ids, step, dim):
         n, C = len(work), self.C
