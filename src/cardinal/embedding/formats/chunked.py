@@ -103,7 +103,6 @@ class Chunked(RowFormat):
         assert chunks >= 1 and 0 <= tail < dim and self.s * chunks == dim - tail and 0 < target <= 1
         self.dim = dim
         self.pool = ChunkPool((1 + self.a) * self.s)
-        self._work = np.empty((0, (1 + self.a) * dim + self.b), np.float32)  # push blocks' working rows
 
     def __repr__(self) -> str:
         return f"<row format fp32 in {self.C} chunks of {self.s} (tail {self.t}), target {self.target}>"
@@ -172,10 +171,7 @@ class Chunked(RowFormat):
         """``RowFormat.push_block`` with one gather: the backup is made from the working rows, and
         they are checked before they are stored (only the columns a row stores)."""
         rows = np.asarray(rows, np.int64)
-        width = (1 + self.a) * self.dim + self.b
-        if self._work.shape[0] < len(rows):  # kept: a fresh array each block would fault its pages in
-            self._work = np.empty((max(len(rows), 2 * self._work.shape[0]), width), np.float32)
-        work = self._gather(data, rows, True, self._work[:len(rows)])
+        work = self._gather(data, rows, True)
         self._portable_of(work, data, rows, backup)
         self.on_push(data, rows, grads, dim)
         update(work, np.arange(len(rows), dtype=np.int64), grads, at)
