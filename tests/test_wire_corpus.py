@@ -108,8 +108,10 @@ CORPUS = {
     "origin combine an int": ("Push", push(IDS, GRADS, worker=0, workers=2, combine=1), INVALID,
                               "combine: expected bool"),
     "origin staleness negative": ("Push", push(IDS, GRADS, worker=0, workers=2, staleness=-1), INVALID, "staleness"),
-    "origin far ahead of the slowest": ("Push", push(IDS, GRADS, worker=0, workers=2, step=500), INVALID,
-                                        "more than 64 steps ahead"),
+    "origin far ahead of the slowest": ("Push", push(IDS, GRADS, worker=0, workers=2, step=65), INVALID,
+                                        "more than 64 steps ahead"),  # the server's clock is at 1: within its window
+    "a push from the future": ("Push", push(IDS, GRADS, step=2**32 - 1), INVALID, "past this server's clock"),
+    "a pull from the future": ("Pull", pull(NEW, step=66), INVALID, "ps.max_step_ahead = 64"),
     "bad step": ("Pull", pull(IDS, step=-5), INVALID, "step"),
     "step a bool": ("Pull", pull(IDS, step=True), INVALID, "step: expected int, got bool"),
     "create an int": ("Pull", pull(NEW, create=1), INVALID, "create: expected bool"),

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from cardinal.embedding import TableConfig
-from cardinal.ps import PSClient, ShardStore, StoreConfig
+from cardinal.ps import PSClient, ShardStore, StoreConfig, StoreLimits
 from cardinal.ps.transport.inprocess import InProcessTransport
 from cardinal.ps.worker_steps import Origin
 from cardinal.worker.sources import PSSource
@@ -179,7 +179,8 @@ def test_a_combined_step_refused_when_applied_keeps_the_other_workers_pushes_hel
 
 
 def test_a_push_far_ahead_of_the_slowest_worker_is_refused():
-    s = store_with_rows()
+    s = ShardStore(CONFIG, limits=StoreLimits(max_step_ahead=1000))  # the server's own clock lets it through
+    s.pull("a", ALL)
     with pytest.raises(ValueError, match="more than 64 steps ahead of the slowest"):
         s.push("a", *SHARES[0], step=65, origin=Origin(0, 2))
     s.push("a", *SHARES[0], step=64, origin=Origin(0, 2))

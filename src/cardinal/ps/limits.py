@@ -14,9 +14,13 @@ belong to the server and the wire (``server.py``, ``wire.py``).
     request_window             request ids remembered per client (exactly-once, ``request_log.py``)
     max_clients                clients remembered at once; idle ones are forgotten after
     client_idle_s              seconds without a request (longer than any client's resends)
+    max_step_ahead             steps a training request may run past the newest step this
+                               server accepted; past it the request is refused (``step_clock.py``)
 """
 
 from dataclasses import dataclass, fields
+
+from cardinal.ps.step_clock import MAX_STEP_AHEAD
 
 
 class StoreFull(ValueError):
@@ -33,6 +37,7 @@ class StoreLimits:
     client_idle_s: float = 600.0
     memory_budget: int = 0
     disk_budget: int = 0
+    max_step_ahead: int = MAX_STEP_AHEAD
 
     def __post_init__(self):
         for f in fields(self):

@@ -41,6 +41,7 @@ from cardinal.ps.memory import Memory
 from cardinal.ps.plan import ShardingPlan
 from cardinal.ps.replicas import CopiedRows
 from cardinal.ps.request_log import RequestLog, quote
+from cardinal.ps.step_clock import StepClock
 from cardinal.ps.update_log import UpdateLog
 from cardinal.ps.worker_steps import Origin, WorkerSteps, combined_counts
 
@@ -107,7 +108,7 @@ class ShardStore:
         self.shard, self.n_shards = shard, n_shards
         self.limits = limits or StoreLimits()
         self.incarnation = uuid.uuid4().hex
-        self.step = 0
+        self.clock = StepClock(self.limits.max_step_ahead)  # steps judged against this server's own (step_clock.py)
         self.requests = RequestLog(self.limits)
         self.steps = WorkerSteps()
         self.log = UpdateLog()  # rows each update of several workers changed (worker caches' invalidations)
@@ -148,6 +149,11 @@ class ShardStore:
                                             cold=cold)
         return tables
 
+    @property
+    def step(self) -> int:
+        """The newest step this shard accepted: its clock (``step_clock.py``)."""
+        return self.clock.step
+
     def close(self) -> None:
         """Remove the disk tier's files (the store's rows go with them)."""
         if self._tiers is not None:
@@ -165,12 +171,15 @@ class ShardStore:
             return self.replicas[table].read(ids, step)
         self._check_ids(table, ids)
         validate.check_step(step)
+        if create:
+            self.clock.admit(step)
         fingerprint = _fingerprint(request_id, table, f"pull {create} {step}", ids)
         rows = self.requests.run(request_id, fingerprint,
                                  lambda: self._on(table, lambda t: t.pull(ids, create=create, step=step,
                                                                           admit=self._admit)),
                                  lambda: self._on(table, lambda t: t.pull(ids, create=False)))
         if create:
+            self.clock.advance(step)
             self._note_step(step)
             self.memory.after(self.tables, step)
         return rows
@@ -198,6 +207,8 @@ class ShardStore:
                 raise ValueError(f"a push of kind 'replica' (and nothing else) refreshes the copies of hot rows, "
                                  f"{sorted(self.replicas)} on this server; got kind {quote(str(kind))} to {table!r}"
                                  + (" with an origin or counts" if origin is not None or counts is not None else ""))
+            validate.check_step(step)
+            self.clock.admit(step)
             self.replicas[table].write(ids, grads, step)
             return {}
         self._check_ids(table, ids)
@@ -205,6 +216,7 @@ class ShardStore:
         validate.check_step(step)
         validate.check_kind(kind)
         validate.check_counts(counts, len(ids), kind)
+        self.clock.admit(step)
         if origin is not None:
             if not isinstance(origin, Origin):
                 raise TypeError(f"origin must be an Origin, got {type(origin).__name__}")
@@ -215,7 +227,7 @@ class ShardStore:
         reply = (lambda: self._push_reply(table, origin)) if origin is not None else dict
         self.requests.run(request_id, fingerprint, lambda: self._apply_push(table, ids, grads, step, kind, origin, counts),
                           lambda: None)
-        self.step = max(self.step, step)
+        self.clock.advance(step)
         self._note_step(step)
         self.memory.after(self.tables, step)
         self._adjust_dims(table, step)
@@ -396,7 +408,8 @@ class ShardStore:
         if phase == "abort":
             _close_tiers(fresh)
             return {"aborted": True}
-        old, self.tables, self.step, self._saved, self._stepped_back = self.tables, fresh, step, step, False
+        old, self.tables, self._saved, self._stepped_back = self.tables, fresh, step, False
+        self.clock.reset(step)
         _close_tiers(old)
         self.memory.swept = step // self.memory.config.every
         self._passes, self._reshaped = {name: step // self.config.chunk_every for name in fresh}, False
@@ -450,7 +463,7 @@ class ShardStore:
                 tables[name]["clusters"] = t.clusters
             if digest:
                 tables[name]["digest_parts"] = t.digest_parts()
-        return {"shard": self.shard, "n_shards": self.n_shards, "step": self.step, "tables": tables,
+        return {"shard": self.shard, "n_shards": self.n_shards, "step": self.clock.step, "tables": tables,
                 "plan": self.plan.summary(), "replicas": {n: r.stats() for n, r in self.replicas.items()},
                 "bytes": sum(t["bytes"] for t in tables.values()) + sum(c.nbytes for c in self.replicas.values()),
                 "memory_budget": self.limits.memory_budget,

@@ -311,6 +311,8 @@ class PSConfig:
     request_window: int = 2048    # request ids remembered per client (exactly-once)
     max_clients: int = 1024       # clients remembered at once...
     client_idle_s: float = 600.0  # ...each until silent this long
+    max_step_ahead: int = 64      # steps a training request may run past the newest step a server accepted; past it
+                                  # the request is refused (a step from the future would age every row at once)
     memory_budget: int | str = 0  # bytes all tables of one server may take (rows, index, admission filters), an int,
                                   # "8GiB"-style or "50%" of this machine's memory; past it the lowest-scored rows are
                                   # evicted ([eviction]), or moved to disk with disk_budget. Embedded shards share it
@@ -342,7 +344,8 @@ class PSConfig:
             raise ValueError(f"ps.max_message_mb must be in [1, 2047] (gRPC's limit is 2 GiB), got {self.max_message_mb}")
         if self.max_concurrent_calls < 1:
             raise ValueError(f"ps.max_concurrent_calls must be >= 1, got {self.max_concurrent_calls}")
-        for name in ("max_rows", "max_new_rows_per_request", "request_window", "max_clients", "client_idle_s"):
+        for name in ("max_rows", "max_new_rows_per_request", "request_window", "max_clients", "client_idle_s",
+                     "max_step_ahead"):
             if not getattr(self, name) >= 1:  # StoreLimits checks them again; importing it here would import numba
                 raise ValueError(f"ps.{name} must be a number >= 1, got {getattr(self, name)!r}")
         if bool(self.tls_cert) != bool(self.tls_key):
@@ -389,7 +392,7 @@ class PSConfig:
 
         return StoreLimits(max_rows=self.max_rows, max_new_rows_per_request=self.max_new_rows_per_request,
                            request_window=self.request_window, max_clients=self.max_clients,
-                           client_idle_s=self.client_idle_s, memory_budget=self.budget() // shares,
+                           client_idle_s=self.client_idle_s, max_step_ahead=self.max_step_ahead, memory_budget=self.budget() // shares,
                            disk_budget=parse_bytes(self.disk_budget, "ps.disk_budget") // shares)
 
     def token(self) -> str:
@@ -516,6 +519,10 @@ class Recipe:
             raise ValueError("embedding.saec_ratio with sparse_optimizer ftrl: a cluster row starts from its "
                              "members' summed state, and FTRL's weights are a function of its state (z, n), not the "
                              "centroid; use another sparse optimizer")
+        if self.embedding.consistency == "geo" and self.embedding.geo_interval > self.ps.max_step_ahead:
+            raise ValueError(f"embedding.geo_interval = {self.embedding.geo_interval} is past ps.max_step_ahead = "
+                             f"{self.ps.max_step_ahead}: a GEO worker's pushes are that many steps apart, and servers "
+                             "refuse a step further than ps.max_step_ahead past the last; raise ps.max_step_ahead")
         if self.cache.capacity and self.embedding.consistency == "geo":
             raise ValueError("cache.bytes > 0 with embedding.consistency = 'geo': a GEO replica holds its rows on the "
                              "worker already; set cache.bytes = 0 or another consistency")
