@@ -2,12 +2,15 @@
 non-finite results, and exactly-once with a bounded window per client. Every refusal is
 checked to change nothing: the digest, and every row read back through the public API."""
 
+import threading
+
 import numpy as np
 import pytest
 
 from cardinal.embedding import TableConfig
 from cardinal.embedding.table import NonFiniteUpdate
 from cardinal.ps import ShardStore, StoreConfig, StoreFull, StoreLimits
+from cardinal.ps import request_log
 from cardinal.ps.request_log import FirstAttemptFailed, RequestIdError, RequestLog
 
 CONFIG = StoreConfig((TableConfig("user", 8, seed=1), TableConfig("item", 4, seed=2)), {"name": "adam", "lr": 0.01})
@@ -139,12 +142,64 @@ def test_clients_are_bounded_and_idle_ones_forgotten():
     log.run("a-1", 0, lambda: applied.append("a"), lambda: None)
     now[0] = 30
     log.run("b-1", 0, lambda: applied.append("b"), lambda: None)
-    with pytest.raises(StoreFull, match="2 active clients"):
-        log.run("c-1", 0, lambda: applied.append("c"), lambda: None)
-    log.run("a-1", 0, lambda: applied.append("a again"), lambda: None)  # a is remembered: not applied twice
-    now[0] = 100  # b silent for 70 s: forgotten
-    log.run("c-1", 0, lambda: applied.append("c"), lambda: None)
-    assert applied == ["a", "b", "c"]
+    log.run("c-1", 0, lambda: applied.append("c"), lambda: None)  # full: a, the least recently heard, is forgotten
+    with pytest.raises(RequestIdError, match="client 'a' was forgotten"):
+        log.run("a-1", 0, lambda: applied.append("a again"), lambda: None)  # it may have been applied: refused
+    log.run("b-1", 0, lambda: applied.append("b again"), lambda: None)  # b is remembered: not applied twice
+    now[0] = 100  # a forgotten 70 s ago, silent past any resend: its tombstone goes too
+    log.run("a-1", 0, lambda: applied.append("a, a new client"), lambda: None)
+    assert applied == ["a", "b", "c", "a, a new client"]
+
+
+def test_a_flood_of_client_names_cannot_shut_out_a_restarted_worker():
+    now = [0.0]
+    log = RequestLog(StoreLimits(max_clients=64, client_idle_s=600), clock=lambda: now[0])
+    applied = []
+    for seq in range(request_log.ESTABLISHED):  # a worker that has trained a while
+        log.run(f"worker-{seq}", seq, lambda: applied.append("worker"), lambda: None)
+    for k in range(2 * 64):  # then made-up names, one request each, interleaved with the worker's steps
+        now[0] += 0.01
+        log.run(f"flood{k}-1", 0, lambda: None, lambda: None)
+        log.run(f"worker-{request_log.ESTABLISHED + k}", 0, lambda: applied.append("worker"), lambda: None)
+    log.run("restarted-0", 0, lambda: applied.append("restarted"), lambda: None)  # not refused
+    assert applied.count("worker") == request_log.ESTABLISHED + 2 * 64 and applied[-1] == "restarted"
+    with pytest.raises(RequestIdError, match="forgotten"):  # a forgotten name's resend: never applied twice
+        log.run("flood0-1", 0, lambda: applied.append("twice"), lambda: None)
+    assert "twice" not in applied
+
+
+def test_a_client_with_a_request_in_flight_is_never_forgotten():
+    log = RequestLog(StoreLimits(max_clients=1))
+    started, finish = threading.Event(), threading.Event()
+    slow = threading.Thread(target=log.run, args=("busy-1", 0, lambda: (started.set(), finish.wait(10)),
+                                                  lambda: None))
+    slow.start()
+    try:
+        assert started.wait(10)
+        with pytest.raises(StoreFull, match="request in flight"):
+            log.run("new-1", 0, lambda: None, lambda: None)
+    finally:
+        finish.set()
+        slow.join(10)
+    log.run("new-1", 0, lambda: None, lambda: None)  # done now: busy makes room
+
+
+def test_a_flood_past_the_tombstones_is_refused_not_applied_twice():
+    log = RequestLog(StoreLimits(max_clients=2, client_idle_s=600))
+    for k in range(2 + 2 * request_log.TOMBSTONES):
+        log.run(f"f{k}-1", 0, lambda: None, lambda: None)
+    with pytest.raises(StoreFull, match="flood of client names"):
+        log.run("onemore-1", 0, lambda: None, lambda: None)
+
+
+def test_the_request_just_below_the_window_is_refused_not_applied_twice():
+    store = store_with_rows(StoreLimits(request_window=4))
+    for seq in range(5):  # keys 0..4 with a window of 4: key 0 has just left it
+        push(store, f"c1-{seq}")
+    once = snapshot(store)
+    refused(store, lambda: push(store, "c1-0"), RequestIdError, "older than this server remembers")
+    push(store, "c1-1")  # the oldest key in the window: acknowledged, not applied again
+    assert snapshot(store) == once
 
 
 def test_a_duplicate_of_a_failed_first_attempt_is_told_to_send_again():

@@ -15,9 +15,17 @@ payload (a digest of table, step, ids, gradients) is refused. A key below the fl
 refused as too old rather than risk applying it twice. While the first attempt still runs, a
 duplicate waits for it; if the first attempt failed, the duplicate is told to send again.
 
-Clients are bounded too (``max_clients``): a client silent for ``client_idle_s`` (longer than
-any client keeps resending) is forgotten, and a new client is refused while the table is
-full of active ones. Memory: max_clients x window entries, about 150 bytes each.
+Clients are bounded too (``max_clients``). A client silent for ``client_idle_s`` (longer than
+any client keeps resending) is forgotten for good: nothing of it can come again. When a new
+client finds the table full of younger ones, a flood of made-up names must not shut real
+workers out, so room is made (``_make_room``): the least recently seen client with nothing in
+flight is forgotten, one that has sent fewer than ``ESTABLISHED`` requests first (a made-up
+name sends one or two, a worker thousands). Its name is kept as a tombstone until it too has
+been silent for ``client_idle_s``: a request of a forgotten client may have been applied
+already, so it is refused as too old, never applied twice. A new client is refused only while
+even the tombstones are full of young ones (``TOMBSTONES`` x max_clients names: a flood of that
+many names within ``client_idle_s``). Memory: max_clients x window entries, about 150 bytes each,
+and the tombstones' names.
 """
 
 import heapq
@@ -32,6 +40,8 @@ from cardinal.ps.limits import StoreFull, StoreLimits
 MAX_REQUEST_ID = 96
 _ID = re.compile(r"([A-Za-z0-9_]{1,64})-([0-9]{1,18})(?:\.([0-9]{1,4}))?")
 _PARTS = 10_000
+ESTABLISHED = 64  # requests after which a client is taken for a worker, forgotten last
+TOMBSTONES = 8    # names of forgotten clients kept, per max_clients
 
 
 class FirstAttemptFailed(RuntimeError):
@@ -66,13 +76,15 @@ class _Entry:
 
 
 class _Client:
-    __slots__ = ("floor", "entries", "heap", "last_seen")
+    __slots__ = ("floor", "entries", "heap", "last_seen", "requests", "in_flight")
 
     def __init__(self, now: float):
         self.floor = 0                        # keys below are refused as too old
         self.entries: dict[int, _Entry] = {}
         self.heap: list[int] = []             # keys of entries, smallest first (may hold stale keys)
         self.last_seen = now
+        self.requests = 0                     # first attempts seen
+        self.in_flight = 0                    # first attempts still running
 
 
 class RequestLog:
@@ -80,6 +92,7 @@ class RequestLog:
         self.limits = limits or StoreLimits()
         self.clock = clock
         self._clients: OrderedDict[str, _Client] = OrderedDict()  # least recently heard first
+        self._forgotten: OrderedDict[str, float] = OrderedDict()  # tombstones: name -> when forgotten, oldest first
         self._lock = threading.Lock()
 
     def run(self, request_id: str | None, fingerprint: int, apply: Callable, replay: Callable):
@@ -98,6 +111,8 @@ class RequestLog:
             if first:
                 entry = client.entries[key] = _Entry(fingerprint)
                 heapq.heappush(client.heap, key)
+                client.requests += 1
+                client.in_flight += 1
                 self._trim(client)
             elif entry.fingerprint != fingerprint:
                 raise RequestIdError(f"request_id: {quote(request_id)} was used before for another request; "
@@ -114,11 +129,13 @@ class RequestLog:
             result = apply()
         except BaseException:
             with self._lock:
+                client.in_flight -= 1
                 if client.entries.get(key) is entry:
                     del client.entries[key]  # not applied: a resend may apply it
             done.set()
             raise
         with self._lock:
+            client.in_flight -= 1
             entry.done = None
         done.set()
         return result
@@ -130,16 +147,41 @@ class RequestLog:
             self._clients.move_to_end(name)
             client.last_seen = now
             return client
-        while self._clients:
-            oldest_name, oldest = next(iter(self._clients.items()))
-            if now - oldest.last_seen < self.limits.client_idle_s:
-                break
-            del self._clients[oldest_name]  # silent past any resend: nothing of it can come again
-        if len(self._clients) >= self.limits.max_clients:
-            raise StoreFull(f"this server remembers {self.limits.max_clients} active clients and each is still "
-                            f"within ps.client_idle_s = {self.limits.client_idle_s}; raise ps.max_clients")
+        self._age(now)
+        if name in self._forgotten:
+            raise RequestIdError(f"request_id: client {quote(name)} was forgotten to make room for newer clients "
+                                 f"(ps.max_clients = {self.limits.max_clients}): its requests may have been applied "
+                                 "already, so they are refused; restart from the last checkpoint")
+        self._make_room(now)
         client = self._clients[name] = _Client(now)
         return client
+
+    def _age(self, now: float) -> None:
+        """Forget for good the clients, and the tombstones, silent for ``client_idle_s``: past any
+        resend, nothing of them can come again."""
+        for names in (self._clients, self._forgotten):
+            while names:
+                oldest_name, oldest = next(iter(names.items()))
+                if now - (oldest.last_seen if names is self._clients else oldest) < self.limits.client_idle_s:
+                    break
+                del names[oldest_name]
+
+    def _make_room(self, now: float) -> None:
+        """Room for one more client, or ``StoreFull`` (see the module's docstring)."""
+        if len(self._clients) < self.limits.max_clients:
+            return
+        if len(self._forgotten) >= TOMBSTONES * self.limits.max_clients:
+            raise StoreFull(f"this server has forgotten {len(self._forgotten)} clients within ps.client_idle_s = "
+                            f"{self.limits.client_idle_s} to make room for new ones (ps.max_clients = "
+                            f"{self.limits.max_clients}): a flood of client names; new clients are refused until "
+                            "they age out")
+        quiet = [(n, c) for n, c in self._clients.items() if c.in_flight == 0]  # least recently heard first
+        if not quiet:
+            raise StoreFull(f"each of the {self.limits.max_clients} clients this server remembers has a request in "
+                            "flight; raise ps.max_clients")
+        name, _ = next(((n, c) for n, c in quiet if c.requests < ESTABLISHED), quiet[0])
+        del self._clients[name]
+        self._forgotten[name] = now
 
     def _trim(self, client: _Client) -> None:
         """Forget the oldest keys past the window; the floor rises above them."""
