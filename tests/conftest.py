@@ -58,6 +58,15 @@ def cardinal_home(tmp_path_factory):
         os.environ["CARDINAL_HOME"] = old
 
 
+@pytest.fixture(scope="session")
+def movielens_folder(tmp_path_factory) -> Path:
+    """A small MovieLens folder in ml-latest-small's layout and format (``movielens_copy.py``),
+    written once a session: read it, never write into it."""
+    from movielens_copy import write_movielens
+
+    return write_movielens(tmp_path_factory.mktemp("movielens") / "movielens-latest-small")
+
+
 @pytest.fixture
 def rng():
     return np.random.default_rng(int(os.environ.get("CARDINAL_TEST_SEED", "0")))

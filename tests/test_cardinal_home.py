@@ -7,6 +7,7 @@ import pytest
 
 from cardinal import home
 from cardinal.train import config, readers
+from movielens_copy import write_movielens
 
 
 def test_home_is_cardinal_home_else_the_xdg_cache_else_dot_cache(tmp_path, monkeypatch):
@@ -58,12 +59,7 @@ def test_the_movielens_recipe_reads_the_downloaded_copy(tmp_path, monkeypatch):
     monkeypatch.setenv("CARDINAL_HOME", str(tmp_path / "h"))
     recipe = config.load("movielens")
     assert recipe.data.train == [str(tmp_path / "h" / "data" / "movielens-latest-small")]
-    folder = tmp_path / "h" / "data" / "movielens-latest-small"  # a small copy in ml-latest-small's layout
-    folder.mkdir(parents=True)
-    (folder / "movies.csv").write_text("movieId,title,genres\n" + "".join(
-        f"{m},Movie {m} ({1990 + m}),Comedy|Drama\n" for m in range(1, 11)))
-    (folder / "ratings.csv").write_text("userId,movieId,rating,timestamp\n" + "".join(
-        f"{1 + i % 7},{1 + i % 10},{1 + i % 5}.0,{1_000_000 + 60 * i}\n" for i in range(200)))
+    write_movielens(tmp_path / "h" / "data" / "movielens-latest-small", ratings=200)  # where the download goes
     train, evaluation, info = readers.make_readers(recipe.data, progress=False)
     assert len(train.labels) + len(evaluation.labels) == 200
 

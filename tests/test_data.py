@@ -1,6 +1,6 @@
 """Readers: the compiled TSV parser against a slow reference, bad lines, Parquet, MovieLens, the generator."""
 
-from pathlib import Path
+import re
 
 import numpy as np
 import pytest
@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from cardinal.data.movielens_history import FIELDS as HISTORY
 from cardinal.data import CriteoReader, MovieLensReader, ParquetReader, SyntheticConfig, convert, generate
 from cardinal.data.criteo import parse_buffer
+from movielens_copy import SHARED
 
-MOVIELENS = Path(__file__).resolve().parents[2] / "shared" / "data" / "movielens-latest-small"
 
 ints = st.one_of(st.just(""), st.integers(-10**6, 10**12).map(str))
 hexes = st.one_of(st.just(""), st.integers(0, 2**32 - 1).map(lambda v: f"{v:08x}"), st.integers(0, 255).map(lambda v: f"{v:x}"))
@@ -141,16 +141,31 @@ def test_missing_files_are_named(tmp_path):
         CriteoReader([tmp_path / "nope.tsv"], 10)
 
 
-@pytest.mark.skipif(not MOVIELENS.is_dir(), reason="shared MovieLens data not present")
-def test_movielens_splits_by_time_and_encodes_fields():
+MOVIELENS_LINES = {  # ml-latest-small's header and the form of every other line (a quoted title may hold "")
+    "ratings.csv": ("userId,movieId,rating,timestamp", r"[1-9]\d*,[1-9]\d*,[0-5]\.[05],\d+"),
+    "movies.csv": ("movieId,title,genres",
+                   r'[1-9]\d*,("([^"]|"")+"|[^",]+),([A-Za-z-]+(\|[A-Za-z-]+)*|\(no genres listed\))'),
+}
+
+
+def test_the_tests_movielens_copy_has_the_real_folders_format(movielens_folder):
+    """The copy the tests write (``movielens_copy.py``) and, where a clone has it, the shared real folder."""
+    for folder in [movielens_folder, *([SHARED] if SHARED.is_dir() else [])]:
+        for name, (header, line) in MOVIELENS_LINES.items():
+            lines = (folder / name).read_text(encoding="utf-8").splitlines()
+            assert lines[0] == header and len(lines) > 1, (folder, name)
+            assert [x for x in lines[1:] if not re.fullmatch(line, x)] == [], (folder, name)
+
+
+def test_movielens_splits_by_time_and_encodes_fields(movielens_folder):
     """The reader's own rows: the oldest 80% train (shuffled), the newest 20% evaluate."""
-    train = MovieLensReader(MOVIELENS, "train", 4096)
-    evaluation = MovieLensReader(MOVIELENS, "eval", 4096)
-    assert len(train.labels) + len(evaluation.labels) == 100836
-    assert len(train.labels) == int(100836 * 0.8) and 0.4 < train.labels.mean() < 0.6
+    train = MovieLensReader(movielens_folder, "train", 256)
+    evaluation = MovieLensReader(movielens_folder, "eval", 256)
+    assert len(train.labels) + len(evaluation.labels) == 1200
+    assert len(train.labels) == int(1200 * 0.8) and 0.4 < train.labels.mean() < 0.6
     # the time of each rating the reader yields, found by its (user, movie) pair (unique in the file)
     import pyarrow.csv as pcsv
-    ratings = pcsv.read_csv(MOVIELENS / "ratings.csv")
+    ratings = pcsv.read_csv(movielens_folder / "ratings.csv")
     keys = (ratings["userId"].to_numpy().astype(np.int64) << 32) | ratings["movieId"].to_numpy()
     by_key = np.argsort(keys)
     assert len(np.unique(keys)) == len(keys)
@@ -163,7 +178,7 @@ def test_movielens_splits_by_time_and_encodes_fields():
     assert train_times.max() <= eval_times.min()  # every training rating is older than every eval one
     assert not (np.diff(train_times) >= 0).all()  # ...and training order is shuffled
     batch = next(iter(train))
-    assert set(batch.sparse) == {"user", "movie", "genres", "year", *HISTORY} and batch.dense.shape == (4096, 0)
+    assert set(batch.sparse) == {"user", "movie", "genres", "year", *HISTORY} and batch.dense.shape == (256, 0)
     sizes = np.diff(batch.sparse["genres"].offsets)
     assert sizes.max() > 1  # multi-hot
     assert ((batch.sparse["genres"].values >> 40) == 3).all()

@@ -17,6 +17,7 @@ import torch
 from cardinal.train import Trainer, config, tables
 from cluster import JOB, TOKEN, Cluster
 from conftest import tiny_recipe
+from processes import reaped
 
 pytestmark = pytest.mark.slow  # processes or whole runs: outside `pytest -m "not slow"`
 
@@ -226,6 +227,46 @@ def test_a_worker_killed_mid_training_leaves_the_servers_running_and_whole(tmp_p
             if p.poll() is None:
                 p.kill()
                 p.wait()
+
+
+@pytest.mark.timeout(240)
+def test_every_worker_whose_server_dies_exits_2_naming_it_on_one_line(tmp_path):
+    """Two workers (ranks 0 and 1) against two real servers; server 1 is killed mid-run: each
+    worker exits 2 with one line naming shard 1 and its address, and no traceback."""
+    from cardinal.launch import free_port
+
+    env = {**os.environ, "CARDINAL_TOKEN": TOKEN, "PYTHONUNBUFFERED": "1"}
+    sets = [f'ps.job="{JOB}"', "embedding.dim=4", 'model.hidden=[16]']
+    me = [sys.executable, "-m", "cardinal.cli"]
+    servers = [subprocess.Popen([*me, "server", "--shard", f"{i}/2", "--data-dir", str(tmp_path),
+                                 *sum((["--set", s] for s in sets), [])], env=env, stdout=subprocess.PIPE, text=True)
+               for i in range(2)]
+    workers, logs = [], [tmp_path / f"worker{r}.log" for r in range(2)]
+    with reaped(servers), reaped(workers):
+        ports = [dict(p.split("=", 1) for p in s.stdout.readline().split()[1:])["port"] for s in servers]
+        train_sets = [*sets, "ps.servers=[" + ",".join(f'"127.0.0.1:{p}"' for p in ports) + "]", "ps.timeout_s=8",
+                      f'data.cache_dir="{tmp_path / "data"}"', "data.synthetic.rows=6000", "data.batch_size=250",
+                      "train.epochs=1000", "train.log_every=1"]
+        job = {"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
+               "CARDINAL_RUN_DIR": str(tmp_path / "run")}
+        for r, log in enumerate(logs):
+            with open(log, "w") as out:
+                workers.append(subprocess.Popen([*me, "train", *sum((["--set", s] for s in train_sets), [])],
+                                                env={**env, **job, "RANK": str(r)}, stdout=out, stderr=out))
+        metrics = tmp_path / "run" / "metrics.jsonl"
+        deadline = time.monotonic() + 150
+        while time.monotonic() < deadline and not (metrics.exists() and len(metrics.read_text().splitlines()) >= 5):
+            time.sleep(0.1)
+        assert all(w.poll() is None for w in workers), [log.read_text()[-2000:] for log in logs]
+        servers[1].kill()  # in the middle of the workers' pulls and pushes
+        codes = [w.wait(timeout=90) for w in workers]
+    for r, log in enumerate(logs):
+        text = log.read_text()
+        said = [line for line in text.splitlines() if "error" in line.lower()]
+        assert codes[r] == 2 and "Traceback" not in text, (r, codes[r], text[-3000:])
+        assert len(said) == 1 and said[0].startswith(f"cardinal train: error: shard 1 at 127.0.0.1:{ports[1]}: "), \
+            (r, said)
+        assert said[0].endswith("start it again and resume the run (cardinal train --resume RUN_DIR))"), said
 
 
 def final_state(run_dir: Path, recipe_obj):

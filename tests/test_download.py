@@ -1,6 +1,7 @@
 """`cardinal data movielens`: download, checksum, atomic unpack, and what a failure leaves (nothing).
 
-Never the internet: the archive is built here from the shared copy of ml-latest-small and served
+Never the internet: the archive is built here from a small copy in ml-latest-small's layout
+(``movielens_copy.py``), zipped as GroupLens does, and served
 by a file:// URL or by an http.server on 127.0.0.1 (port 0, stopped by the test); the known URL
 and checksum are replaced through ``download.DATASETS``.
 """
@@ -18,17 +19,14 @@ import pytest
 from cardinal import cli
 from cardinal.data import download
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "movielens-latest-small"
-needs_data = pytest.mark.skipif(not SHARED.is_dir(), reason="shared MovieLens data not present")
-
 
 @pytest.fixture
-def archive(tmp_path) -> tuple[Path, str]:
+def archive(tmp_path, movielens_folder) -> tuple[Path, str]:
     """ml-latest-small.zip as GroupLens lays it out (one ml-latest-small/ folder), and its SHA-256."""
     zip_path = tmp_path / "served" / "ml-latest-small.zip"
     zip_path.parent.mkdir()
     with zipfile.ZipFile(zip_path, "w", zipfile.ZIP_DEFLATED) as z:
-        for f in sorted(SHARED.iterdir()):
+        for f in sorted(movielens_folder.iterdir()):
             z.write(f, f"ml-latest-small/{f.name}")
     return zip_path, hashlib.sha256(zip_path.read_bytes()).hexdigest()
 
@@ -78,8 +76,7 @@ def leftovers(home: Path) -> list[str]:
     return sorted(p.name for p in d.iterdir()) if d.exists() else []
 
 
-@needs_data
-def test_downloads_verifies_unpacks_then_finds_it(archive, home, monkeypatch, capsys):
+def test_downloads_verifies_unpacks_then_finds_it(archive, movielens_folder, home, monkeypatch, capsys):
     zip_path, sha = archive
     with Server(zip_path.read_bytes()) as server:
         serve(monkeypatch, server.url, sha)
@@ -88,7 +85,7 @@ def test_downloads_verifies_unpacks_then_finds_it(archive, home, monkeypatch, ca
     dest = home / "data" / "movielens-latest-small"
     assert "downloaded and checked" in out and str(dest) in out and "cardinal train movielens" in out
     for name in ("ratings.csv", "movies.csv"):  # the very bytes, in the folder the recipe reads
-        assert (dest / name).read_bytes() == (SHARED / name).read_bytes()
+        assert (dest / name).read_bytes() == (movielens_folder / name).read_bytes()
     assert leftovers(home) == ["movielens-latest-small"]  # no partial folder or zip beside it
     # a second call finds it and does nothing: the server is gone, and it still succeeds
     serve(monkeypatch, "http://127.0.0.1:9/gone.zip", sha)
@@ -96,7 +93,6 @@ def test_downloads_verifies_unpacks_then_finds_it(archive, home, monkeypatch, ca
     assert "already there; nothing to do" in capsys.readouterr().out
 
 
-@needs_data
 def test_a_folder_given_is_used_and_named_in_the_train_command(archive, tmp_path, home, monkeypatch, capsys):
     zip_path, sha = archive
     serve(monkeypatch, zip_path.as_uri(), sha)  # file:// works too
@@ -106,7 +102,6 @@ def test_a_folder_given_is_used_and_named_in_the_train_command(archive, tmp_path
     assert leftovers(home) == []
 
 
-@needs_data
 def test_a_wrong_checksum_keeps_nothing(archive, home, monkeypatch, capsys):
     zip_path, sha = archive
     serve(monkeypatch, zip_path.as_uri(), "0" * 64)
@@ -116,7 +111,6 @@ def test_a_wrong_checksum_keeps_nothing(archive, home, monkeypatch, capsys):
     assert leftovers(home) == []
 
 
-@needs_data
 def test_a_truncated_download_keeps_nothing(archive, home, monkeypatch):
     zip_path, sha = archive
     body = zip_path.read_bytes()
@@ -128,7 +122,6 @@ def test_a_truncated_download_keeps_nothing(archive, home, monkeypatch):
     assert leftovers(home) == []
 
 
-@needs_data
 def test_an_interrupted_download_keeps_nothing(archive, home, monkeypatch):
     """Ctrl-C in the middle of the transfer: the partial folder is removed on the way out."""
     zip_path, sha = archive
@@ -150,7 +143,6 @@ def test_an_interrupted_download_keeps_nothing(archive, home, monkeypatch):
     assert received == [4096, 4096] and leftovers(home) == []
 
 
-@needs_data
 def test_a_failure_while_unpacking_keeps_nothing(archive, home, monkeypatch):
     """The disk fills up after the first file: no half-unpacked data folder appears."""
     zip_path, sha = archive
@@ -170,7 +162,6 @@ def test_a_failure_while_unpacking_keeps_nothing(archive, home, monkeypatch):
     assert len(done) == 1 and leftovers(home) == []
 
 
-@needs_data
 def test_the_data_folder_appears_only_by_the_final_rename(archive, home, monkeypatch):
     """A crash at the commit (the rename) leaves nothing: the folder is never filled in place."""
     zip_path, sha = archive
@@ -185,7 +176,6 @@ def test_the_data_folder_appears_only_by_the_final_rename(archive, home, monkeyp
     assert leftovers(home) == []
 
 
-@needs_data
 def test_a_certificate_that_does_not_verify_falls_back_to_the_checked_http_address(archive, home, monkeypatch, capsys):
     zip_path, sha = archive
     opened, urlopen = [], download.urllib.request.urlopen

@@ -2,6 +2,7 @@
 non-finite results, and exactly-once with a bounded window per client. Every refusal is
 checked to change nothing: the digest, and every row read back through the public API."""
 
+import re
 import threading
 
 import numpy as np
@@ -72,7 +73,7 @@ def test_rows_one_request_may_create_are_bounded():
     ({"name": "ftrl"}, 1e20),                      # n overflows
 ])
 def test_a_push_that_would_make_a_row_non_finite_is_refused_whole(optimizer, grad):
-    store = store_with_rows(optimizer=optimizer)
+    store = store_with_rows(StoreLimits(max_gradient=float("inf")), optimizer)  # the guard behind ps.max_gradient
     ids = np.concatenate([KNOWN[:3], NEW[:2]])  # known rows and new ones: none updated, none created
     grads = np.zeros((len(ids), 8), np.float32)
     grads[1, 2] = grad
@@ -215,7 +216,7 @@ def test_a_duplicate_of_a_failed_first_attempt_is_told_to_send_again():
 
 
 def test_a_refused_push_spanning_many_blocks_restores_every_block():
-    store = ShardStore(CONFIG)
+    store = ShardStore(CONFIG, limits=StoreLimits(max_gradient=float("inf")))
     ids = np.arange(30_000, dtype=np.int64)  # adam, dim 8: about 5,000 rows per block
     store.pull("user", ids, step=1)
     before = snapshot(store), store.pull("user", ids, create=False).tobytes()
@@ -231,12 +232,28 @@ def test_recipe_limits_are_validated_and_reach_the_store():
     from cardinal.train import config
 
     ps = config.load(None, ["ps.max_rows=500", "ps.max_new_rows_per_request=7", "ps.request_window=9",
-                            "ps.max_clients=3", "ps.client_idle_s=5.5"]).ps
-    assert ps.store_limits() == StoreLimits(500, 7, 9, 3, 5.5)
+                            "ps.max_clients=3", "ps.client_idle_s=5.5", "ps.max_gradient=1e4"]).ps
+    assert ps.store_limits() == StoreLimits(500, 7, 9, 3, 5.5, max_gradient=1e4)
     for bad in ["ps.max_rows=0", "ps.max_rows=true", "ps.max_message_mb=0", "ps.max_message_mb=4096",
-                "ps.max_concurrent_calls=0", "ps.request_window=1.5", "ps.client_idle_s=0"]:
+                "ps.max_concurrent_calls=0", "ps.request_window=1.5", "ps.client_idle_s=0", "ps.max_gradient=0.5",
+                "ps.max_gradient=nan", "ps.max_gradient=true"]:
         with pytest.raises(ValueError, match=bad.split("=")[0].split(".")[1]):
             config.load(None, [bad])
+
+
+@pytest.mark.parametrize("field, value, says", [
+    ("max_rows", 1.5, "ps.max_rows must be an integer, got float 1.5"),
+    ("memory_budget", 1e9, "ps.memory_budget must be an integer, got float 1000000000.0"),
+    ("request_window", True, "ps.request_window must be an integer, got bool True"),
+    ("max_clients", "8", "ps.max_clients must be an integer, got str '8'"),
+    ("client_idle_s", False, "ps.client_idle_s must be a number, got bool False"),
+    ("max_gradient", float("nan"), "ps.max_gradient must be >= 1, got nan"),
+    ("max_rows", 0, "ps.max_rows must be >= 1, got 0"),
+])
+def test_store_limits_take_integers_where_they_count_and_refuse_bools(field, value, says):
+    with pytest.raises(ValueError, match=re.escape(says)):
+        StoreLimits(**{field: value})
+    assert StoreLimits(client_idle_s=0.5 + 1, max_gradient=10).client_idle_s == 1.5  # seconds and bounds: any number
 
 
 def test_empty_pulls_and_pushes_work_in_process():

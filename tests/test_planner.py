@@ -6,8 +6,11 @@ trains bitwise the model the hash plan trains, a run resumes into another plan, 
 servers holding another plan."""
 
 import json
+import os
 import re
 import shlex
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -435,6 +438,12 @@ def test_resolve_hash_and_a_file(tmp_path):
     ("[1, 2]", "must be an object with exactly 'n_shards', 'tables'"),
     ('{"n_shards": 2, "tables": {"C1": [{"servers": [5], "columns": null}]}}', r"table 'C1': servers \[5\]"),
     ('{"n_shards": 0, "tables": {}}', "n_shards >= 1"),
+    ('{"n_shards": 2, "tables": {"C1": [{"servers": [0], "columns": null}], "C2": [{"servers": [1], "columns": null}],'
+     ' "C1": [{"servers": [1], "columns": null}]}}', "'C1' is named twice in one object"),
+    ('{"n_shards": 2, "tables": {}, "replicas": {"C1": {"ids": [1], "staleness": 2, "ids": [2]}}}',
+     "'ids' is named twice"),
+    ('{"n_shards": 2, "tables": {"C1": ' + "[" * 100_000 + "]" * 100_000 + "}}", "nested deeper than 32 levels"),
+    ('{"n_shards": 2, "tables": {"C1": ' + "[" * 30 + "]" * 30 + "}}", "table 'C1': pieces must be a list"),
 ])
 def test_a_bad_plan_file_is_an_error_naming_it(tmp_path, content, text):
     path = tmp_path / "bad.json"
@@ -445,6 +454,24 @@ def test_a_bad_plan_file_is_an_error_naming_it(tmp_path, content, text):
     assert str(path) in str(e.value)
     with pytest.raises(ValueError, match=text):
         planner.read(path)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("content, says", [
+    ('{"n_shards": 2, "tables": {"C1": [{"servers": [0], "columns": null}], "C1": [{"servers": [1], '
+     '"columns": null}]}}', "'C1' is named twice in one object"),
+    ('{"n_shards": 2, "tables": ' + "[" * 50_000 + "]" * 50_000 + "}", "nested deeper than 32 levels"),
+])
+def test_a_server_given_a_plan_file_naming_a_table_twice_or_nested_deep_exits_2_naming_it(tmp_path, content, says):
+    path = tmp_path / "plan.json"
+    path.write_text(content)
+    cmd = [sys.executable, "-m", "cardinal.cli", "server", "--shard", "0/2", "--data-dir", str(tmp_path),
+           "--set", f'ps.plan="{path}"']
+    done = subprocess.run(cmd, env={**os.environ, "CARDINAL_TOKEN": "t"}, capture_output=True, text=True, timeout=100)
+    assert done.returncode == 2 and done.stdout == "", done.stderr[-3000:]
+    (line,) = done.stderr.splitlines()  # one line, no traceback
+    assert line.startswith(f"cardinal server: error: ps.plan {path}: {says}"), line
 
 
 def test_resolve_auto_is_the_proposal_from_a_sample(tmp_path):

@@ -13,7 +13,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from cardinal.embedding import TableConfig
-from cardinal.ps import StoreConfig, StoreLimits
+from cardinal.ps import ShardStore, StoreConfig, StoreLimits
 from cardinal.ps.servicer import MAX_DETAILS, SERVICE
 from cardinal.ps.transport import wire
 from cluster import JOB, TOKEN, Cluster
@@ -54,6 +54,7 @@ NEW = np.arange(10_000, 10_004, dtype=np.int64).tobytes()  # ids the server has 
 GRADS = np.ones((4, 8), np.float32).tobytes()
 NAN = np.full((4, 8), np.nan, np.float32).tobytes()
 HUGE = np.full((4, 8), 3e38, np.float32).tobytes()
+FAR = np.full((4, 8), 1e19, np.float32).tobytes()  # finite, past ps.max_gradient
 DEEP = b"[" * 60_000 + b"]" * 60_000
 LONG = "t" * 12_000  # under the header limit: the field itself is refused
 CORPUS = {
@@ -79,9 +80,11 @@ CORPUS = {
     "unknown kind": ("Push", push(IDS, GRADS, kind="sum"), INVALID, "kind"),
     "unknown dtype": ("Push", push(IDS, GRADS, dtype="float16"), INVALID, "dtype"),
     "unknown field": ("Push", push(IDS, GRADS, colour="blue"), INVALID, "unknown field 'colour'"),
+    "a 12 KB unknown field": ("Pull", pull(IDS, **{LONG: 1}), INVALID, r"unknown field 'tttt.*12000 characters"),
     "wrong dim": ("Push", push(IDS, np.ones((4, 5), np.float32).tobytes(), dim=5), INVALID, r"\(4, 8\)"),
     "dim a bool": ("Push", push(IDS, GRADS, dim=True), INVALID, "dim: expected int, got bool"),
     "nan gradient": ("Push", push(IDS, NAN), INVALID, "NaN"),
+    "a finite 1e19 gradient": ("Push", push(IDS, FAR), INVALID, r"reach 1e\+19 .*past ps.max_gradient = 1e\+09"),
     "gradients that overflow a new row": ("Push", push(NEW[:8] * 4, HUGE, kind="delta", step=2), INVALID,
                                           "NaN or Inf"),
     "unknown table": ("Push", push(IDS, GRADS, table="x"), INVALID, "unknown table"),
@@ -219,6 +222,26 @@ def test_a_resend_with_another_payload_is_refused(server):
 def test_an_update_that_would_overflow_is_refused(server):
     raw(server.addresses[0], "Push", push(IDS, HUGE, kind="delta"))
     assert_refused(server, "Push", push(IDS, HUGE, kind="delta"), INVALID, "NaN or Inf")
+
+
+def test_a_1e19_gradient_is_refused_and_its_rows_train_on_as_if_it_never_came(tmp_path):
+    """Adagrad: accepted, 1e19 would put 1e38 in the rows' accumulators, whose later steps of
+    ordinary gradients then move them by ~1e-21 (frozen); refused, they train as a twin's do."""
+    config = StoreConfig(CONFIG.tables, {"name": "adagrad", "lr": 0.1})
+    server, twin = Cluster(config, 1, tmp_path), ShardStore(config)
+    try:
+        server.client.pull("user", KNOWN, step=1).wait()
+        twin.pull("user", KNOWN, step=1)
+        grad = np.linspace(-1, 1, 32, dtype=np.float32).reshape(4, 8)
+        assert_refused(server, "Push", push(IDS, FAR), INVALID, "past ps.max_gradient = 1e\\+09")
+        for step in (2, 3):
+            raw(server.addresses[0], "Push", push(IDS, grad.tobytes(), step=step))
+            twin.push("user", np.frombuffer(IDS, np.int64), grad, step=step)
+        rows = server.client.pull("user", np.frombuffer(IDS, np.int64), create=False).wait()
+        np.testing.assert_array_equal(rows, twin.pull("user", np.frombuffer(IDS, np.int64), create=False))
+        assert server.client.digest("user") == twin.tables["user"].digest()
+    finally:
+        server.stop()
 
 
 def test_empty_pulls_and_pushes_work(server):

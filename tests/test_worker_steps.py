@@ -20,8 +20,8 @@ SHARES = [(np.array([5, 1, 9], np.int64), RNG.normal(size=(3, 4)).astype(np.floa
 ALL = np.array([5, 1, 9, 7, 2], np.int64)
 
 
-def store_with_rows() -> ShardStore:
-    s = ShardStore(CONFIG)
+def store_with_rows(limits: StoreLimits | None = None) -> ShardStore:
+    s = ShardStore(CONFIG, limits=limits)
     s.pull("a", ALL)
     return s
 
@@ -165,7 +165,7 @@ def test_a_combined_step_is_compensated_by_the_largest_staleness_of_its_pushes()
 def test_a_combined_step_refused_when_applied_keeps_the_other_workers_pushes_held():
     """The push that completes a step is refused (its result would not be finite): it changes
     nothing, the other worker's acknowledged push stays held, and a good resend completes it."""
-    one, s = store_with_rows(), store_with_rows()
+    one, s = store_with_rows(), store_with_rows(StoreLimits(max_gradient=float("inf")))  # past ps.max_gradient's check
     one.push("a", np.concatenate([SHARES[0][0], SHARES[1][0]]), np.concatenate([SHARES[0][1], SHARES[1][1]]), step=1)
     s.push("a", *SHARES[0], step=1, origin=Origin(0, 2, combine=True))
     before = values(s)

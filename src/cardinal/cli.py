@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 
 import cardinal
+from cardinal.failures import RESUME_HINT, ServerFailure
 
 TRAIN_HELP = """keys: `cardinal recipe show [RECIPE]` prints every key of the resolved recipe with its meaning
 (they are documented beside the dataclass fields in cardinal/train/config.py).
@@ -136,9 +137,9 @@ def main(argv: list[str] | None = None) -> int:
                     "server": server, "launch": launch, "data": data, "sweep": sweep,
                     "export": export, "serve": serve, "top": top, "plan": plan}
         return commands[args.command](args)
-    except ValueError as e:  # what the user can change; anything else (a bug) is a traceback (exit 1)
-        say(f"cardinal {args.command}: error: {e}")  # on a line of its own, not on a progress bar's
-        return 2
+    except (ValueError, ServerFailure) as e:  # what the user can change; anything else (a bug) is a traceback (exit 1)
+        say(f"cardinal {args.command}: error: {e}" + (f" ({RESUME_HINT})" if isinstance(e, ServerFailure) else ""))
+        return 2  # on a line of its own, not on a progress bar's
     except KeyboardInterrupt:  # before training started, or a third Ctrl-C while saving (no torn checkpoint)
         say(f"cardinal {args.command}: interrupted")
         return 130

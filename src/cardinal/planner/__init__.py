@@ -15,6 +15,7 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
+from cardinal import strict_json
 from cardinal.ps.plan import ShardingPlan
 
 log = logging.getLogger(__name__)
@@ -97,11 +98,13 @@ def pinned(recipe) -> set[str]:
 
 def read(path: str | Path) -> ShardingPlan:
     try:
-        obj = json.loads(Path(path).read_text())
+        obj = strict_json.loads(Path(path).read_text())
     except OSError as e:
         raise ValueError(f"ps.plan: cannot read {path}: {e.strerror}") from None
-    except ValueError as e:
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ValueError(f"ps.plan: {path} is not JSON: {e}") from None
+    except ValueError as e:  # a key (a table) named twice, nested too deep
+        raise ValueError(f"ps.plan {path}: {e}") from None
     return ShardingPlan.from_json(obj, f"ps.plan {path}")
 
 

@@ -16,6 +16,13 @@ belong to the server and the wire (``server.py``, ``wire.py``).
     client_idle_s              seconds without a request (longer than any client's resends)
     max_step_ahead             steps a training request may run past the newest step this
                                server accepted; past it the request is refused (``step_clock.py``)
+    max_gradient               the largest |gradient| a push may carry; past it the push is
+                               refused whole, as a non-finite one is. The default, 1e9, is far
+                               past any sane gradient, and its square (1e18) added to a float32
+                               accumulator (Adagrad, FTRL; Adam's v is at most it) each step
+                               stays finite for 3e20 steps: a finite 1e19 would pass float32's
+                               3.4e38 in 4 pushes and freeze its row (every later push refused).
+                               inf: no bound (the store still refuses non-finite results)
 """
 
 from dataclasses import dataclass, fields
@@ -38,14 +45,16 @@ class StoreLimits:
     memory_budget: int = 0
     disk_budget: int = 0
     max_step_ahead: int = MAX_STEP_AHEAD
+    max_gradient: float = 1e9
 
     def __post_init__(self):
         for f in fields(self):
-            value = getattr(self, f.name)
+            value, whole = getattr(self, f.name), f.type is int
+            if isinstance(value, bool) or not isinstance(value, int if whole else (int, float)):
+                raise ValueError(f"ps.{f.name} must be {'an integer' if whole else 'a number'}, "
+                                 f"got {type(value).__name__} {value!r}")
             least = 0 if f.name.endswith("_budget") else 1
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or not value >= least:
-                raise ValueError(f"ps.{f.name} must be a number >= {least}, got {value!r}")
+            if not value >= least:
+                raise ValueError(f"ps.{f.name} must be >= {least}, got {value!r}")
         if self.disk_budget and not self.memory_budget:
             raise ValueError("ps.disk_budget needs ps.memory_budget: rows go to disk when RAM is past its budget")
-            if f.type is int and not isinstance(value, int):
-                raise ValueError(f"ps.{f.name} must be an integer, got {value!r}")

@@ -217,6 +217,7 @@ class ShardStore:
         validate.check_kind(kind)
         validate.check_counts(counts, len(ids), kind)
         self.clock.admit(step)
+        validate.check_bound(grads, kind, self.limits.max_gradient, table)
         if origin is not None:
             if not isinstance(origin, Origin):
                 raise TypeError(f"origin must be an Origin, got {type(origin).__name__}")

@@ -21,6 +21,7 @@ import numpy as np
 
 from cardinal.data import criteo
 from cardinal.data import tsv_kernels as K
+from cardinal.ps.request_log import quote
 
 COLUMNS = criteo.DENSE + criteo.SPARSE
 KEYS = ("rows", "labelled_rows", "examples")
@@ -77,7 +78,7 @@ def _named(i: int, example) -> str:
         raise BadRequest(f"examples[{i}]: must be an object of named fields, got {type(example).__name__}")
     unknown = sorted(set(example) - set(COLUMNS), key=str)
     if unknown:
-        raise BadRequest(f"examples[{i}]: unknown field {unknown[0]!r}; the fields are I1..I13 and C1..C26")
+        raise BadRequest(f"examples[{i}]: unknown field {quote(str(unknown[0]))}; the fields are I1..I13 and C1..C26")
     values = []
     for name in COLUMNS:
         v = example.get(name)
@@ -102,9 +103,10 @@ def _why(line: str) -> str:
 
 
 def _rule(name: str, v) -> str:
+    shown = quote(v) if isinstance(v, str) else r if len(r := repr(v)) <= 64 else f"of type {type(v).__name__}"
     if name[0] == "I":
-        return f"{name} {v!r} is not an integer of at most 18 digits (or null)"
-    return f"{name} {v!r} is not a hex value of at most 8 digits (or null)"
+        return f"{name} {shown} is not an integer of at most 18 digits (or null)"
+    return f"{name} {shown} is not a hex value of at most 8 digits (or null)"
 
 
 def batch_rows(parts: list[criteo.Rows]) -> criteo.Rows:

@@ -313,6 +313,9 @@ class PSConfig:
     client_idle_s: float = 600.0  # ...each until silent this long
     max_step_ahead: int = 64      # steps a training request may run past the newest step a server accepted; past it
                                   # the request is refused (a step from the future would age every row at once)
+    max_gradient: float = 1e9     # a push holding a gradient larger in magnitude is refused whole (as a non-finite
+                                  # one is): far past any sane gradient, while its square stays far inside float32
+                                  # for the optimizers' accumulators (ps/limits.py)
     memory_budget: int | str = 0  # bytes all tables of one server may take (rows, index, admission filters), an int,
                                   # "8GiB"-style or "50%" of this machine's memory; past it the lowest-scored rows are
                                   # evicted ([eviction]), or moved to disk with disk_budget. Embedded shards share it
@@ -345,7 +348,7 @@ class PSConfig:
         if self.max_concurrent_calls < 1:
             raise ValueError(f"ps.max_concurrent_calls must be >= 1, got {self.max_concurrent_calls}")
         for name in ("max_rows", "max_new_rows_per_request", "request_window", "max_clients", "client_idle_s",
-                     "max_step_ahead"):
+                     "max_step_ahead", "max_gradient"):
             if not getattr(self, name) >= 1:  # StoreLimits checks them again; importing it here would import numba
                 raise ValueError(f"ps.{name} must be a number >= 1, got {getattr(self, name)!r}")
         if bool(self.tls_cert) != bool(self.tls_key):
@@ -392,8 +395,10 @@ class PSConfig:
 
         return StoreLimits(max_rows=self.max_rows, max_new_rows_per_request=self.max_new_rows_per_request,
                            request_window=self.request_window, max_clients=self.max_clients,
-                           client_idle_s=self.client_idle_s, max_step_ahead=self.max_step_ahead, memory_budget=self.budget() // shares,
-                           disk_budget=parse_bytes(self.disk_budget, "ps.disk_budget") // shares)
+                           client_idle_s=self.client_idle_s, max_step_ahead=self.max_step_ahead,
+                           memory_budget=self.budget() // shares,
+                           disk_budget=parse_bytes(self.disk_budget, "ps.disk_budget") // shares,
+                           max_gradient=self.max_gradient)
 
     def token(self) -> str:
         """The job's token: $CARDINAL_TOKEN, else the contents of ps.token_file."""

@@ -6,8 +6,11 @@ shards go out in parallel, and ``wait`` has a deadline. Errors name the shard an
     ShardRequestError (a ValueError)  the server refused the request (INVALID_ARGUMENT, ...)
     ShardUnreachable (a TransientError) no connection: the client may send the request again
     ShardUnavailable                  it did not answer in time, or answered with an internal error
+    ShardTimeout (a TimeoutError)     no reply within the wait's deadline
     ServerRestarted                   its incarnation changed since this client first saw it:
                                       its rows are gone or older, so training must not go on
+All but the first are ``ServerFailure``s (``cardinal/failures.py``), and so is the first once the
+client gives up resending: ``cardinal`` names the server on one line and exits 2.
 Requests carry ids (``PSClient`` resends on a TransientError; the server applies each id
 once). A call refused for the server's concurrency limit never ran, and is sent again after
 a backoff; a client keeps at most ``max_in_flight`` calls in flight to each server, so that its
@@ -27,6 +30,7 @@ import grpc
 import numpy as np
 
 from cardinal import codecs
+from cardinal.failures import ServerFailure
 from cardinal.ps.servicer import SERVICE
 from cardinal.ps.transport import wire
 from cardinal.ps.transport.base import DEFAULT_TIMEOUT, Handle, TransientError, Transport
@@ -40,15 +44,19 @@ class ShardRequestError(ValueError):
     pass
 
 
-class ShardUnavailable(RuntimeError):
+class ShardUnavailable(ServerFailure):
     pass
 
 
-class ShardUnreachable(TransientError):
+class ShardUnreachable(TransientError, ServerFailure):
     """No answer (connection refused, reset), or the first attempt of a duplicate failed."""
 
 
-class ServerRestarted(RuntimeError):
+class ShardTimeout(TimeoutError, ServerFailure):
+    pass
+
+
+class ServerRestarted(ServerFailure):
     pass
 
 
@@ -81,7 +89,7 @@ class _Call(Handle):
                 reply = self.future.result(timeout)
                 break
             except grpc.FutureTimeoutError:
-                raise TimeoutError(f"{where}: no answer to {self.method} within {timeout} s") from None
+                raise ShardTimeout(f"{where}: no answer to {self.method} within {timeout} s") from None
             except grpc.RpcError as e:
                 code, details = e.code(), e.details() or ""
                 if code == grpc.StatusCode.RESOURCE_EXHAUSTED and "Concurrent RPC limit" in details \
