@@ -64,8 +64,8 @@ def status_kb(pid: int, field: str) -> int:
 
 
 def test_a_body_past_max_body_mb_is_refused_before_it_is_read_and_memory_stays_flat(export, tmp_path):
-    flood = b'{"examples": [' + b",".join([b"{}"] * 3_900_000) + b"]}"  # the audit's 15.6 MB of empty examples
-    spam = b'{"examples": [' + b",".join([b"{}"] * 1_000_000) + b"]}"  # 3.9 MB: under the 4 MiB limit
+    flood = b'{"examples": [' + b", ".join([b"{}"] * 3_900_000) + b"]}"  # the audit's 15.6 MB of empty examples
+    spam = b'{"examples": [' + b", ".join([b"{}"] * 1_000_000) + b"]}"  # 4.0 MB: under the 4 MiB limit
     with serving(export, tmp_path) as (proc, port, _):
         peak = status_kb(proc.pid, "VmHWM")
         answers = [ask(port, "POST", "/predict", flood), ask(port, "POST", "/predict", spam)]
