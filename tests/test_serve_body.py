@@ -96,3 +96,15 @@ def test_a_body_past_max_body_mb_is_refused_before_it_is_read():
     with pytest.raises(BadRequest, match="max_body_mb") as refused:
         asyncio.run(read_rows(Unread(b" " * (4 << 20 | 1)), ServeLimits(), 4096))
     assert refused.value.status == 413
+
+
+@pytest.mark.parametrize("setting, says", [("max_body=8", "unknown setting serve.max_body"),
+                                           ("max_connections=0", "max_connections must be in"),
+                                           ("header_timeout_s=-1", "header_timeout_s must be in"),
+                                           ("body_timeout_s='x'", "body_timeout_s must be float"),
+                                           ("max_body_mb=0", "max_body_mb must be in")])
+def test_serve_names_a_limit_it_cannot_take_before_loading_anything(setting, says, tmp_path, capsys):
+    from cardinal import cli
+
+    assert cli.main(["serve", str(tmp_path / "no-export"), "--set", setting]) == 2
+    assert says in capsys.readouterr().err
