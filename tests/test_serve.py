@@ -19,6 +19,7 @@ from cardinal.data import CriteoReader
 from cardinal.ps import checkpoint
 from cardinal.serve.export import export_run
 from cardinal.serve.follow import Follower
+from cardinal.serve.guard import ServeLimits
 from cardinal.serve.http import PredictionServer
 from cardinal.serve.merge import merge
 from cardinal.serve.model import ServingModel
@@ -397,7 +398,7 @@ def test_serve_refuses_a_poll_or_port_it_cannot_use(run, exported):
 
 
 def test_an_oversized_body_is_refused_and_the_server_goes_on(run, exported):
-    server = PredictionServer(exported, max_body_mb=0.01)
+    server = PredictionServer(exported, limits=ServeLimits(max_body_mb=0.01))
     lines = eval_lines(run[0], 2)
 
     async def go(client):

@@ -122,8 +122,9 @@ def test_no_new_cli_options():
                        "sweep": ["--grid", "--help", "--out", "--parallel", "--set", "-h"],
                        # serving is not training: its few knobs are the server's, not a recipe's
                        "export": ["--checkpoint", "--help", "--out", "--ratio", "--tables", "-h"],
-                       "serve": ["--follow", "--help", "--host", "--max-batch", "--poll", "--port", "--threads",
-                                 "-h"],
+                       # its limits (max_body_mb, timeouts, max_connections) are --set KEY=VALUE
+                       "serve": ["--follow", "--help", "--host", "--max-batch", "--poll", "--port", "--set",
+                                 "--threads", "-h"],
                        "top": ["--help", "--interval", "--once", "-h"],
                        "plan": ["--help", "--out", "--set", "--stats", "-h"]}
 

@@ -11,7 +11,7 @@
     cardinal launch --servers S --workers W -- [RECIPE] [--set ...] [--resume RUN_DIR]
     cardinal sweep [RECIPE] --grid section.key=v1,v2 [--grid ...] [--set ...] [--parallel N]
     cardinal export RUN_DIR --out DIR [--checkpoint STEP_DIR] [--tables fp32|fp16|int8|saec] [--ratio R]
-    cardinal serve EXPORT_DIR [--port P] [--host H] [--follow RUN_DIR] [--max-batch N]
+    cardinal serve EXPORT_DIR [--port P] [--host H] [--follow RUN_DIR] [--max-batch N] [--set KEY=VALUE ...]
     cardinal top HOST:PORT [HOST:PORT ...] [--interval S] [--once]   (servers' and workers' metrics, live)
 
 Every command's exit status says whether it succeeded: 0 when it did; 2 for an error the user
@@ -107,6 +107,8 @@ def parser() -> argparse.ArgumentParser:
     v.add_argument("--poll", type=float, default=1.0, help="seconds between looks at the run (default 1)")
     v.add_argument("--max-batch", type=int, default=4096, help="examples in a request, and in one model call")
     v.add_argument("--threads", type=int, default=1, help="onnxruntime threads a model call uses (default 1)")
+    v.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a limit: max_body_mb, header_timeout_s, body_timeout_s, max_connections (serve/guard.py)")
     tp = sub.add_parser("top", help="watch a running job: each server's load, rows, bytes, latency; workers' progress")
     tp.add_argument("addresses", nargs="+", metavar="HOST:PORT", help="metrics endpoints of servers and workers")
     tp.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes (default 1)")
@@ -357,11 +359,13 @@ def export(args) -> int:
 def serve(args) -> int:
     from cardinal.serve.follow import Follower
     from cardinal.serve.http import PredictionServer, serve as run
+    from cardinal.serve.guard import limits
     from cardinal.serve.model import ServingModel
 
+    checked = limits(args.set)  # before the model loads: a mistyped key answers at once
     follower = Follower(args.follow) if args.follow else None
     server = PredictionServer(ServingModel.load(args.export_dir, args.threads), args.max_batch, follower=follower,
-                              poll_s=args.poll)  # the server holds the only reference: a reload frees the first
+                              poll_s=args.poll, limits=checked)  # the only reference: a reload frees it
     return run(server, args.host, args.port)
 
 

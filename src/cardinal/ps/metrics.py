@@ -12,8 +12,11 @@ scrapes. Names start ``cardinal_ps_``; every series carries the shard. Load skew
 servers (max over mean of request rates), in ``deploy/grafana-dashboard.json`` and ``cardinal top``.
 """
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from cardinal.metrics_http import MetricsServer
+from cardinal.netguard import HttpLimits
 
 LATENCY_BUCKETS = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0)
 
@@ -40,15 +43,14 @@ class ShardMetrics:
         if rows:
             self._rows.labels(self._shard, method, table).inc(rows)
 
-    def serve(self, host: str, port: int) -> int:
+    def serve(self, host: str, port: int, limits: HttpLimits = HttpLimits()) -> int:
         """Start the HTTP endpoint on a thread of its own; returns the port (``port`` 0: a free one)."""
-        self.server, _ = start_http_server(port, host, self.registry)
-        return self.server.server_port
+        self.server = MetricsServer(self.registry, host, port, limits)
+        return self.server.port
 
     def close(self) -> None:
         if self.server is not None:
-            self.server.shutdown()
-            self.server.server_close()
+            self.server.close()
 
 
 class _StoreCollector:

@@ -7,21 +7,22 @@
                     predictions, ids looked up and ids never trained, the model's step, rows and
                     bytes, reloads
 
-Requests are parsed on the event loop as they come and queued; one model call at a time takes
-everything queued (up to ``max_batch`` examples) as one batch, on a thread of its own (a batch
-of a few examples on the loop: the hand-off would cost what the call does), while the next
-requests queue behind it: a lone request waits for nobody, and under load the batches
-grow by themselves. A bad request is a 4xx naming what to change (413 past ``max_batch``
-examples or ``max_body_mb``); an error inside the server is a 500 for the requests of that
-batch only. With ``follow``, a thread polls the training run and swaps in each newer model
-(``follow.py``); a batch reads the model reference once, so it is all old or all new.
+Requests are read within limits, parsed on the event loop in slices (``body.py``) and queued; one
+model call at a time takes everything queued (up to ``max_batch`` examples) as one batch, on a
+thread of its own (a batch of a few examples on the loop: the hand-off would cost what the call
+does), while the next requests queue behind it: a lone request waits for nobody, and under load
+the batches grow by themselves. A bad request is a 4xx naming what to change (413 past ``max_batch``
+examples or ``max_body_mb``, 408 past ``body_timeout_s``); an error inside the server is a 500 for
+the requests of that batch only. Connections are capped and their heads timed (``guard.py``), and
+the process's warnings and errors rate-limited (``netguard.py``). With ``follow``, a thread polls
+the training run and swaps in each newer model (``follow.py``); a batch reads the model reference
+once, so it is all old or all new.
 """
 
 import asyncio
 import collections
 import ctypes
 import gc
-import json
 import logging
 import signal
 import sys
@@ -34,13 +35,17 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from cardinal.netguard import ConnectionCap, rate_limit_logs
+from cardinal.serve.body import read_rows
+from cardinal.serve.guard import ServeLimits, busy_while_answered, listen
 from cardinal.serve.model import LAYOUTS, ServingModel
-from cardinal.serve.requests import BadRequest, batch_rows, parse_request
+from cardinal.serve.requests import BadRequest, batch_rows
 
 log = logging.getLogger("cardinal.serve")
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
 BATCHER = web.AppKey("batcher", asyncio.Task)
 INLINE = 32  # batches of at most this many examples run on the event loop itself
+LINGER_S = 2.0  # after an answer that left a body unread, read and drop it this long before closing
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
 
@@ -66,8 +71,8 @@ class Metrics:
 
 
 class PredictionServer:
-    def __init__(self, model: ServingModel, max_batch: int = 4096, max_body_mb: float = 16.0, follower=None,
-                 poll_s: float = 1.0):
+    def __init__(self, model: ServingModel, max_batch: int = 4096, follower=None, poll_s: float = 1.0,
+                 limits: ServeLimits = ServeLimits()):
         if model.manifest["data_format"] not in LAYOUTS:
             raise ValueError(f"this export was trained on {model.manifest['data_format']!r} data; serving parses "
                              f"requests in the Criteo layout ({', '.join(LAYOUTS)} runs) only")
@@ -78,7 +83,8 @@ class PredictionServer:
         if follower is not None and any(t.form == "saec" for t in model.tables.values()):
             raise ValueError("--follow: a saec export's clusters are fixed at export; follow training with an fp32, "
                              "fp16 or int8 export")
-        self.model, self.max_batch, self.max_body = model, max_batch, int(max_body_mb * (1 << 20))
+        self.model, self.max_batch, self.limits = model, max_batch, limits
+        self.cap = ConnectionCap(limits.max_connections)
         self.follower, self.poll_s = follower, poll_s
         self.metrics = Metrics()
         self._describe(model)
@@ -92,7 +98,7 @@ class PredictionServer:
     # --- the app -------------------------------------------------------------------------
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=self.max_body)
+        app = web.Application(client_max_size=self.limits.max_body, middlewares=[busy_while_answered(self.cap)])
         app.add_routes([web.post("/predict", self.predict), web.get("/healthz", self.healthz),
                         web.get("/readyz", self.readyz), web.get("/metrics", self.scrape)])
         app.on_startup.append(self._start)
@@ -129,11 +135,7 @@ class PredictionServer:
     async def predict(self, request) -> web.Response:
         start = time.perf_counter()
         try:
-            try:
-                body = json.loads(await request.read())
-            except (ValueError, RecursionError) as e:  # not JSON, not UTF-8, a 5,000-digit number, deep nesting
-                raise BadRequest(f"the body is not JSON this server reads: {str(e)[:200]}") from None
-            rows = parse_request(body, self.max_batch)
+            rows = await read_rows(request, self.limits, self.max_batch)
             done = asyncio.get_running_loop().create_future()
             self._queue.append((rows, done))
             self._queued.set()
@@ -250,18 +252,21 @@ def serve(server: PredictionServer, host: str = "127.0.0.1", port: int = 8000) -
     # which otherwise walk every torch and onnx object now and then and stall requests for tens of ms
     gc.freeze()
 
+    rate_limit_logs()  # a flood of bad requests or connections writes a bounded log
+
     async def main():
-        runner = web.AppRunner(server.app(), handle_signals=False, access_log=None)
+        runner = web.AppRunner(server.app(), handle_signals=False, access_log=None, lingering_time=LINGER_S,
+                               keepalive_timeout=server.limits.header_timeout_s)  # a whole head within it
         await runner.setup()
-        site = web.TCPSite(runner, host, port)
-        await site.start()
-        bound = site._server.sockets[0].getsockname()[1]
+        listening = await listen(runner, host, port, server.cap)
+        bound = listening.sockets[0].getsockname()[1]
         print(f"serving on http://{host}:{bound} (model of step {server.model.step})", flush=True)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         await stop.wait()
+        listening.close()
         await runner.cleanup()
 
     asyncio.run(main())

@@ -30,7 +30,7 @@ _HEX = re.compile(r"[0-9a-fA-F]{1,8}")
 
 
 class BadRequest(ValueError):
-    """A request the client must change: ``status`` 400 (malformed) or 413 (too large)."""
+    """A request the client must change: ``status`` 400 (malformed), 408 (too slow) or 413 (too large)."""
 
     def __init__(self, message: str, status: int = 400):
         super().__init__(message)
@@ -38,24 +38,41 @@ class BadRequest(ValueError):
 
 
 def parse_request(body, max_examples: int) -> criteo.Rows:
+    key, items = request_list(body)
+    if len(items) > max_examples:
+        raise too_many(key, max_examples)
+    return to_rows(key, to_lines(key, items))
+
+
+def request_list(body) -> tuple[str, list]:
+    """The body's one key and its list of examples (not yet checked)."""
     if not isinstance(body, dict) or len(body) != 1 or not set(body) <= set(KEYS):
         raise BadRequest('the body must be a JSON object with one key: "rows" (TSV lines of I1..I13, C1..C26), '
                          '"labelled_rows" (the same with the label first) or "examples" (objects of named fields)')
     key, items = next(iter(body.items()))
     if not isinstance(items, list) or not items:
         raise BadRequest(f'"{key}" must be a non-empty list')
-    if len(items) > max_examples:
-        raise BadRequest(f'"{key}" holds {len(items)} examples, more than the {max_examples} a request may '
-                         f"(the server's --max-batch)", 413)
+    return key, items
+
+
+def too_many(key: str, max_examples: int) -> BadRequest:
+    return BadRequest(f'"{key}" holds more than the {max_examples} examples a request may (the server\'s '
+                      f"--max-batch)", 413)
+
+
+def to_lines(key: str, items: list, first: int = 0) -> list[str]:
+    """The TSV lines (label first) of ``items``, the examples ``first``, ``first + 1``... of the request."""
     if key == "examples":
-        lines = [_named(i, x) for i, x in enumerate(items)]
-    else:
-        lines = [_line(key, i, x) for i, x in enumerate(items)]
+        return [_named(i, x) for i, x in enumerate(items, first)]
+    return [_line(key, i, x) for i, x in enumerate(items, first)]
+
+
+def to_rows(key: str, lines: list[str], first: int = 0) -> criteo.Rows:
     rows, bad_line, _ = criteo.parse_buffer("\n".join(lines).encode())
     if len(bad_line):
         i = int(bad_line[0])
-        raise BadRequest(f"{key}[{i}]: {_why(lines[i])}")
-    assert len(rows) == len(items)
+        raise BadRequest(f"{key}[{first + i}]: {_why(lines[i])}")
+    assert len(rows) == len(lines)
     return rows
 
 

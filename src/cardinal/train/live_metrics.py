@@ -16,8 +16,10 @@ cache hit rates as gauges.
 import re
 import threading
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from cardinal.metrics_http import MetricsServer
 
 
 class WorkerMetrics:
@@ -27,8 +29,8 @@ class WorkerMetrics:
         self._snapshot: dict = {"step": 0, "samples": 0, "seconds": {}, "gauges": {}}
         self.registry = CollectorRegistry()
         self.registry.register(self)
-        self.server, _ = start_http_server(port, host, self.registry)
-        self.port = self.server.server_port
+        self.server = MetricsServer(self.registry, host, port)  # read timeouts, a connection cap, one thread
+        self.port = self.server.port
         print(f"worker {rank} metrics on http://{host}:{self.port}/metrics", flush=True)
 
     def update(self, step: int, samples: int, loss: float, samples_per_s: float, seconds: dict, gauges: dict) -> None:
@@ -57,8 +59,7 @@ class WorkerMetrics:
                 yield g
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.server.close()
 
 
 def _name(key: str) -> str:
