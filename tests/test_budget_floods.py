@@ -117,7 +117,8 @@ def test_a_bloom_filter_past_its_fill_decays_and_never_admits_everything():
 
 def test_bloom_filters_must_leave_the_rows_half_the_budget():
     with pytest.raises(ValueError, match="admission.bloom_bytes.*ps.memory_budget"):
-        ShardStore(config(AdmissionConfig(policy="bloom", bloom_bytes=3 << 20)), limits=StoreLimits(memory_budget=BUDGET))
+        ShardStore(config(AdmissionConfig(policy="bloom", bloom_bytes=3 << 20)),
+                   limits=StoreLimits(memory_budget=BUDGET))
     ShardStore(config(AdmissionConfig(policy="bloom", bloom_bytes=1 << 20)), limits=StoreLimits(memory_budget=BUDGET))
     ShardStore(config(AdmissionConfig(policy="bloom", bloom_bytes=3 << 20)))  # no budget: no bound to keep
 
