@@ -298,12 +298,11 @@ class ShardStore:
         self.log.append(table, step, [(w, p[0], p[2]) for w, p in zip(self.steps.senders(table, step), parts)])
         self.steps.finish(table, step, origin.workers)
 
-    def _admit(self, n_new: int, table=None):
+    def _admit(self, n_new: int, table):
         """Reserve ``n_new`` rows of ``table`` under the limits, or raise ``StoreFull`` (``NeedRoom``: not
         yet under the budget); returns the release to call once the rows exist (a table calls this
         with its own lock held)."""
-        if table is not None:
-            self.budget.check(self.tables, table, n_new)
+        self.budget.check(self.tables, table, n_new)
         limit = self.limits.max_new_rows_per_request
         if n_new > limit:
             raise StoreFull(f"this request would create {n_new} rows, over ps.max_new_rows_per_request = {limit}; "
