@@ -70,6 +70,22 @@ def test_the_bloom_filter_never_counts_an_id_less_than_it_was_seen(pulls):
         assert (f.estimate(ids) >= np.minimum([seen[i] for i in sorted(seen)], 255)).all()
 
 
+@pytest.mark.parametrize("policy", ["count", "bloom"])
+def test_a_decay_halves_every_count_and_forgets_the_ids_seen_once(policy):
+    f = make_filter(AdmissionConfig(policy=policy, threshold=9, bloom_bytes=1 << 16))
+    ids = np.arange(30, dtype=np.int64)
+    for n in range(1, 6):
+        f.decide(ids[:n * 6], 0).commit()  # ids 0-5 seen 5 times, 6-11 4 times, ... 24-29 once
+    seen = np.repeat(np.arange(5, 0, -1), 6)
+    before = f.nbytes
+    f.decay()
+    want = seen // 2
+    got = f.estimate(ids) if policy == "bloom" else f.counts.get(ids).astype(np.int64)
+    assert np.array_equal(got, want) if policy == "count" else (got >= want).all() and (got[24:] == 0).mean() > 0.9
+    assert f.nbytes < before if policy == "count" else f.nbytes == before  # a bloom filter's bytes are fixed
+    f.check()
+
+
 def test_the_probability_filter_admits_one_minus_one_minus_p_to_the_n():
     p, n_ids = 0.3, 20_000
     t = table(policy="probability", probability=p)

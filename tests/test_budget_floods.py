@@ -13,6 +13,7 @@ from cardinal.memory_config import AdmissionConfig, EvictionConfig
 from cardinal.ps import ShardStore, StoreConfig, StoreFull, StoreLimits
 from cardinal.ps.transport.grpc_transport import GrpcTransport, ShardRequestError
 from cluster import JOB, TOKEN, Cluster
+from test_grpc import server_process
 
 BUDGET = 4 << 20
 TABLES = (TableConfig("emb", 8, seed=1), TableConfig("lr", 1, seed=2))
@@ -61,6 +62,21 @@ def test_a_flood_of_new_ids_at_one_step_is_refused_at_the_budget_over_grpc(tmp_p
     finally:
         raw.close()
         cluster.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_real_server_refuses_a_flood_past_its_budget_from_the_recipe(tmp_path):
+    with server_process(tmp_path, 'ps.memory_budget="4MiB"') as (_, fields):
+        raw = GrpcTransport([f"127.0.0.1:{fields['port']}"], JOB, TOKEN, timeout=30)
+        try:
+            with pytest.raises(ShardRequestError, match="RESOURCE_EXHAUSTED.*ps.memory_budget is full"):
+                for ids in flood(400_000, 9):  # rows of dim 5 (DeepFM's 4 + 1), all at step 1
+                    raw.pull(0, "emb", ids, create=True, step=1).wait()
+                    assert raw.stats(0).wait()["bytes"] <= BUDGET * 1.02
+            assert raw.stats(0, check=True).wait()["bytes"] <= BUDGET
+        finally:
+            raw.close()
 
 
 def test_with_a_disk_tier_a_flood_at_one_step_goes_to_disk_and_every_row_reads_back(tmp_path):
