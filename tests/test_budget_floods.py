@@ -4,6 +4,8 @@ keeps stays inside the budget. New rows that protected rows leave no room for ar
 there is one; admission counters age out; a Bloom filter past its fill decays instead of
 admitting every id."""
 
+import threading
+
 import numpy as np
 import pytest
 
@@ -149,4 +151,28 @@ def test_a_refused_push_is_refused_whole_in_process():
     with pytest.raises(StoreFull, match="ps.memory_budget is full"):
         s.push("emb", mixed, np.ones((len(mixed), 8), np.float32), step=3)
     assert (s.tables["emb"].digest(), s.tables["lr"].digest(), s.stats()["bytes"]) == before
+    s.check()
+
+
+@pytest.mark.timeout(120)
+def test_concurrent_floods_of_many_tables_stay_inside_the_budget():
+    tables = tuple(TableConfig(f"t{i}", 8, seed=i) for i in range(8))
+    s = ShardStore(StoreConfig(tables, {"name": "rowwise_adagrad"}), limits=StoreLimits(memory_budget=BUDGET))
+    start, refused = threading.Barrier(len(tables)), []
+
+    def attack(name: str, seed: int):
+        start.wait(timeout=30)
+        for ids in flood(200_000, seed, 8000):  # 8,000 rows of 62 bytes: 1/8 of the budget a pull
+            try:
+                s.pull(name, ids, step=1)
+            except StoreFull:
+                refused.append(name)
+
+    threads = [threading.Thread(target=attack, args=(t.name, 10 + k)) for k, t in enumerate(tables)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=100)
+    assert not any(t.is_alive() for t in threads)  # no deadlock between tables making room
+    assert refused and s.stats()["bytes"] <= BUDGET * 1.02
     s.check()

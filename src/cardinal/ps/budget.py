@@ -4,9 +4,9 @@ Eviction after a request (``memory.py``) alone lets a flood of new ids pass the 
 request's rows each time, and without any bound when the rows are protected (touched in the last
 ``eviction.protect_steps`` steps: every id of a flood sent at one step). So the store asks first:
 
-    check(tables, table, n)          the store's admit, the table's lock held: n new rows of
-                                     ``table`` fit under the budget, or ``NeedRoom`` is raised
-                                     before anything has changed
+    reserve(tables, table, n)        the store's admit, the table's lock held: room for n new rows
+                                     of ``table`` is reserved under the budget (``release``d once
+                                     they exist), or ``NeedRoom`` is raised before anything changed
     make_room(tables, room, step)    no table lock held (it takes each in turn, as eviction does):
                                      if what may leave RAM (rows not protected, a count filter's
                                      counts) can make room, it leaves and the store tries the request
@@ -24,6 +24,7 @@ leave the rows at least half of the budget.
 """
 
 import math
+import threading
 
 from cardinal.ps.limits import StoreFull
 
@@ -50,23 +51,34 @@ class Budget:
             raise ValueError(f"the bloom admission filters take {fixed} bytes on this server (admission.bloom_bytes "
                              f"per table), over half of ps.memory_budget ({memory.budget} bytes for the tables): "
                              "lower admission.bloom_bytes or raise ps.memory_budget")
+        self.reserved = 0  # bytes of rows being made (``reserve``)
+        self._lock = threading.Lock()
 
-    def check(self, tables: dict, table, n_new: int) -> None:
-        """Raise ``NeedRoom`` unless ``n_new`` new rows of ``table`` fit under the budget now. Rows of a
-        table with a disk tier are always let in: eviction moves any row there after the request."""
+    def reserve(self, tables: dict, table, n_new: int) -> int:
+        """Reserve room for ``n_new`` new rows of ``table`` under the budget, or raise ``NeedRoom``; returns
+        the bytes reserved, to ``release`` once the rows exist (requests on other tables reserve at the
+        same time: each sees the others'). Rows of a table with a disk tier are always let in: eviction
+        moves any row there after the request."""
         m = self.memory
         if not m.budget or n_new == 0 or table.cold is not None:
-            return
+            return 0
         need = math.ceil(n_new * (m.row_cost(table) + INDEX_BYTES))
-        if sum(t.nbytes for t in tables.values()) + need > m.budget:
-            raise NeedRoom(need, table.config.name)
+        with self._lock:
+            if sum(t.nbytes for t in tables.values()) + self.reserved + need > m.budget:
+                raise NeedRoom(need, table.config.name)
+            self.reserved += need
+        return need
+
+    def release(self, nbytes: int) -> None:
+        with self._lock:
+            self.reserved -= nbytes
 
     def make_room(self, tables: dict, room: NeedRoom, step: int) -> None:
         """Make ``room.nbytes`` of room under the budget for a request of ``step``, or raise ``StoreFull``
         having changed nothing."""
         m = self.memory
         with m.lock:
-            total = sum(t.nbytes for t in tables.values())
+            total = sum(t.nbytes for t in tables.values()) + self.reserved
             over = total + room.nbytes - m.budget
             if over <= 0:
                 return
@@ -80,7 +92,7 @@ class Budget:
                     f"{m.config.protect_steps} steps, which may be in flight, and hash index and filter state); "
                     "nothing was created: send fewer new ids a step, raise ps.memory_budget, add shards or set "
                     "ps.disk_budget")
-            m.fit(tables, step, extra=room.nbytes)
+            m.fit(tables, step, extra=room.nbytes + self.reserved)
 
 
 def decay_filters(tables: dict, need: float, keep: float) -> int:

@@ -302,14 +302,15 @@ class ShardStore:
         """Reserve ``n_new`` rows of ``table`` under the limits, or raise ``StoreFull`` (``NeedRoom``: not
         yet under the budget); returns the release to call once the rows exist (a table calls this
         with its own lock held)."""
-        self.budget.check(self.tables, table, n_new)
         limit = self.limits.max_new_rows_per_request
         if n_new > limit:
             raise StoreFull(f"this request would create {n_new} rows, over ps.max_new_rows_per_request = {limit}; "
                             "send fewer new ids per request")
+        reserved = self.budget.reserve(self.tables, table, n_new)
         with self._admitting:
             held = sum(len(t) for t in self.tables.values()) + self._pending
             if held + n_new > self.limits.max_rows:
+                self.budget.release(reserved)
                 raise StoreFull(f"store full: shard {self.shard} holds {held} rows and this request would create "
                                 f"{n_new} more, over ps.max_rows = {self.limits.max_rows}; add shards or raise "
                                 "ps.max_rows")
@@ -318,6 +319,7 @@ class ShardStore:
         def release():
             with self._admitting:
                 self._pending -= n_new
+            self.budget.release(reserved)
         return release
 
     def _check_ids(self, table, ids):
