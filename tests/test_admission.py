@@ -56,7 +56,9 @@ def test_a_threshold_of_one_is_bitwise_no_filter():
 
 @given(st.lists(st.lists(st.integers(0, 2000), min_size=1, max_size=60, unique=True), max_size=30))
 def test_the_bloom_filter_never_counts_an_id_less_than_it_was_seen(pulls):
-    f = make_filter(AdmissionConfig(policy="bloom", threshold=255, bloom_bytes=64))  # small: many shared counters
+    # small enough to share counters, large enough never to pass MAX_FILL (2,001 ids raise at most 6,003
+    # counters), past which counts are halved and may fall below the sightings
+    f = make_filter(AdmissionConfig(policy="bloom", threshold=255, bloom_bytes=16384))
     seen: dict[int, int] = {}
     for keys in pulls:
         ids = np.array(keys, np.int64)
@@ -66,6 +68,22 @@ def test_the_bloom_filter_never_counts_an_id_less_than_it_was_seen(pulls):
     if seen:
         ids = np.array(sorted(seen), np.int64)
         assert (f.estimate(ids) >= np.minimum([seen[i] for i in sorted(seen)], 255)).all()
+
+
+@pytest.mark.parametrize("policy", ["count", "bloom"])
+def test_a_decay_halves_every_count_and_forgets_the_ids_seen_once(policy):
+    f = make_filter(AdmissionConfig(policy=policy, threshold=9, bloom_bytes=1 << 16))
+    ids = np.arange(30, dtype=np.int64)
+    for n in range(1, 6):
+        f.decide(ids[:n * 6], 0).commit()  # ids 0-5 seen 5 times, 6-11 4 times, ... 24-29 once
+    seen = np.repeat(np.arange(5, 0, -1), 6)
+    before = f.nbytes
+    f.decay()
+    want = seen // 2
+    got = f.estimate(ids) if policy == "bloom" else f.counts.get(ids).astype(np.int64)
+    assert np.array_equal(got, want) if policy == "count" else (got >= want).all() and (got[24:] == 0).mean() > 0.9
+    assert f.nbytes < before if policy == "count" else f.nbytes == before  # a bloom filter's bytes are fixed
+    f.check()
 
 
 def test_the_probability_filter_admits_one_minus_one_minus_p_to_the_n():
@@ -96,7 +114,7 @@ def test_a_refused_request_counts_no_sighting():
 
 @pytest.mark.parametrize("policy", ["count", "bloom", "probability"])
 def test_counters_survive_a_checkpoint_and_a_reshard(tmp_path, policy):
-    saved = [store(s, 2, policy=policy, threshold=3, bloom_bytes=4096) for s in range(2)]
+    saved = [store(s, 2, policy=policy, threshold=3, bloom_bytes=32768) for s in range(2)]
     rng = np.random.default_rng(4)
     ids = rng.integers(-2**63, 2**63 - 1, 3000, dtype=np.int64)
     for step in (1, 2):
@@ -107,7 +125,7 @@ def test_counters_survive_a_checkpoint_and_a_reshard(tmp_path, policy):
     for s in saved:
         s.save(str(tmp_path), 2)
     checkpoint.commit(checkpoint.step_dir(tmp_path, 2), 2, 2)
-    loaded = [store(s, 3, policy=policy, threshold=3, bloom_bytes=4096) for s in range(3)]
+    loaded = [store(s, 3, policy=policy, threshold=3, bloom_bytes=32768) for s in range(3)]
     for s in loaded:
         s.load(str(checkpoint.step_dir(tmp_path, 2)))
         s.check()

@@ -92,14 +92,19 @@ def test_a_budget_is_held_while_the_id_set_grows(policy):
     s.check()
 
 
-def test_rows_touched_in_the_last_steps_are_never_evicted():
-    s = store(4096, protect_steps=2)
-    ids = np.arange(2000, dtype=np.int64)
-    s.pull("user", ids, step=7)  # far over the budget, all in flight
-    assert len(s.tables["user"]) == 2000
-    s.pull("user", ids[:10], step=10)  # step 7 is 3 steps old now: evictable; these 10 are not
-    assert set(values(s, "user")) >= set(range(10))
-    assert len(s.tables["user"]) < 2000
+def test_rows_touched_in_the_last_protect_steps_steps_are_never_evicted():
+    s = store(400_000, policy="lfu", protect_steps=2)
+    old, recent = np.arange(1000, dtype=np.int64), np.arange(1000, 2000, dtype=np.int64)
+    for step in range(1, 6):
+        s.pull("user", old, step=step)  # seen 5 times, last at step 5
+    s.pull("user", recent, step=6)  # seen once (the lowest score), at step 6
+    kept = {i: v for i, v in values(s, "user").items() if i >= 1000}
+    s.pull("user", np.arange(2000, 3500, dtype=np.int64), step=8)  # room for it: step 6 is 2 steps back, protected
+    now = values(s, "user")
+    assert all(now.get(i) == v for i, v in kept.items())  # every row of step 6, unchanged
+    assert 0 < s.tables["user"].evicted.get("budget", 0) < 1000 and len(s.tables["user"]) > 2500
+    assert s.stats()["bytes"] <= 400_000
+    s.check()
 
 
 def test_lru_evicts_the_least_recently_used_and_survivors_read_back_unchanged():
@@ -114,7 +119,7 @@ def test_lru_evicts_the_least_recently_used_and_survivors_read_back_unchanged():
 
 def test_the_same_requests_evict_the_same_rows(tmp_path):
     def run():
-        s = store(200_000, policy="decayed", admission=AdmissionConfig(policy="count", threshold=2))
+        s = store(500_000, policy="decayed", admission=AdmissionConfig(policy="count", threshold=2))
         rng = np.random.default_rng(5)
         for step in range(1, 30):
             ids = rng.zipf(1.2, 3000).astype(np.int64)
@@ -126,7 +131,7 @@ def test_the_same_requests_evict_the_same_rows(tmp_path):
     assert a.tables["user"].evicted["budget"] > 0
     a.save(str(tmp_path), 29)  # a checkpoint after evictions loads whole
     checkpoint.commit(checkpoint.step_dir(tmp_path, 29), 29, 1)
-    c = store(200_000)
+    c = store(500_000)
     c.load(str(checkpoint.step_dir(tmp_path, 29)))
     c.check()
     assert values(c, "user") == values(a, "user")

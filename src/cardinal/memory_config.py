@@ -59,7 +59,8 @@ class EvictionConfig:
     ttl_steps: int = 0            # delete rows not pulled or pushed for this many steps (0: never)
     ttl_seconds: float = 0.0      # ... or for this many seconds by the server's clock (0: never)
     every: int = 100              # steps between time-to-live sweeps
-    protect_steps: int = 2        # rows touched in the last this many steps are never evicted (they may be in flight)
+    protect_steps: int = 2        # rows touched in the last this many steps are never evicted (they may be in flight):
+                                  # new rows they leave no room for are refused, or, with a disk tier, they go to it
 
     def __post_init__(self):
         if self.policy not in EVICTION_POLICIES:

@@ -211,7 +211,7 @@ class SaecTable:
                 new = unique_inverse(ids[rows < 0])[0]
                 decision = self.admission.decide(new, int(step)) if self.admission is not None else None
                 joining = new if decision is None else new[decision.admitted]
-                release = admit(len(joining)) if admit is not None else None
+                release = admit(len(joining), self) if admit is not None else None
                 try:
                     self._join(joining, step)
                     self.created += len(joining)  # ids given an entry by training pulls
@@ -257,7 +257,7 @@ class SaecTable:
             for f in np.unique(fields):  # a field's first new id: its default slot, made by the push below
                 defaults.setdefault(int(f), self.n_clustered + len(defaults))
             slots[rows < 0] = [defaults[int(f)] for f in fields]
-            release = admit(len(new)) if admit is not None and len(new) else None
+            release = admit(len(new), self) if admit is not None and len(new) else None
             try:
                 self.rows.push(slots, grads, step=step, kind=kind, lr_scale=lr_scale, counts=counts)
                 self.defaults = defaults

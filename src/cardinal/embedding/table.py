@@ -43,7 +43,7 @@ from cardinal.embedding.tiers import ColdTier
 from cardinal.optim import SparseOptimizer
 
 TRY_BLOCK_BYTES = 512 << 10  # rows updated per block: still in (one core's) L2 when checked
-Admit = Callable[[int], Callable[[], None]]  # admit(n_new) -> release(); raises to refuse
+Admit = Callable[[int, object], Callable[[], None]]  # admit(n_new, table) -> release(); raises to refuse
 
 
 class NonFiniteUpdate(ValueError):
@@ -160,7 +160,7 @@ class EmbeddingTable:
 
         ``create=True`` (training) inserts unknown ids and counts a sighting of each;
         ``create=False`` (evaluation, serving) changes nothing and gives zeros for unknown ids.
-        ``admit(n_new)`` is asked before any row is created or sighting counted; it may raise
+        ``admit(n_new, table)`` is asked before any row is created or sighting counted; it may raise
         to refuse the request, which then changes nothing. With an admission filter only the
         ids it admits get rows; the others read zeros and their sighting is counted.
         """
@@ -180,7 +180,7 @@ class EmbeddingTable:
                 unique = unique_inverse(new_ids)[0]
                 decision = self.admission.decide(unique, int(step)) if self.admission is not None else None
                 admitted = unique if decision is None else unique[decision.admitted]
-                release = admit(len(admitted)) if admit is not None else None
+                release = admit(len(admitted), self) if admit is not None else None
                 try:
                     if decision is None:
                         rows[missing] = self._rows(new_ids)
@@ -293,7 +293,7 @@ class EmbeddingTable:
                                                                 self.dim)
                 if bad >= 0:
                     raise self._non_finite(kind, unique[missing[bad]])
-                release = admit(len(missing)) if admit is not None else None
+                release = admit(len(missing), self) if admit is not None else None
             try:
                 if len(missing):
                     present = np.flatnonzero(rows >= 0)

@@ -7,7 +7,8 @@ belong to the server and the wire (``server.py``, ``wire.py``).
     max_rows                   rows of all tables together on this server; a request that
                                would pass it is refused whole (``StoreFull``), nothing created
     memory_budget              bytes of all tables together in RAM (0: none); past it rows
-                               leave RAM (``memory.py``), requests are not refused
+                               leave RAM (``memory.py``); new rows it has no room for (the
+                               rows held are in flight) are refused (``StoreFull``, ``budget.py``)
     disk_budget                bytes of rows in the disk tier (0: no disk tier); past it the
                                disk tier's rows are evicted
     max_new_rows_per_request   rows one pull or push may create

@@ -8,16 +8,18 @@ After each request that may create rows (training pulls, pushes) the store calls
   Wall time maps to steps through the time each step was first seen here, so rows carry no
   clock of their own.
 - **Budget**: when the tables' bytes in RAM (rows, index, admission filters:
-  ``EmbeddingTable.nbytes``) pass ``budget``, the lowest-scored rows (``embedding/eviction.py``)
-  leave RAM until it is back under LOW_WATER x budget: to the disk tier when the tables have one
-  (``demote``), else deleted. Each table gives up rows in proportion to its share of the row
-  bytes, so a table is never emptied for another's growth.
+  ``EmbeddingTable.nbytes``) pass ``budget``, counting filters past their share of it decay
+  (``budget.py``), then the lowest-scored rows (``embedding/eviction.py``) leave RAM until it is
+  back under LOW_WATER x budget: to the disk tier when the tables have one (``demote``), else
+  deleted. Each table gives up rows in proportion to the bytes of rows it may give up, so a
+  table is never emptied for another's growth while the other has rows to give.
 - **Disk budget**: when the disk tier's rows pass ``disk_budget``, its lowest-scored rows are
   deleted down to DISK_LOW_WATER x disk_budget (a scan of the tier: rarer, so a wider margin).
 
 Rows touched in the last ``protect_steps`` steps are never evicted: they may be in flight
-(pulled ahead for the next batch, or held in a worker's cache window). Deletion keeps every
-checkpoint consistent: it holds the table's lock, as a save does.
+(pulled ahead for the next batch, or held in a worker's cache window); new rows get room before
+they are created, or are refused when protected rows fill the budget (``budget.py``). Deletion
+keeps every checkpoint consistent: it holds the table's lock, as a save does.
 """
 
 import logging
@@ -30,8 +32,8 @@ import numpy as np
 
 from cardinal.embedding.eviction import lowest, make_policy
 from cardinal.memory_config import EvictionConfig
+from cardinal.ps.budget import FILTER_SHARE, LOW_WATER, decay_filters
 
-LOW_WATER = 0.99  # a budget eviction frees down to this share of the budget
 DISK_LOW_WATER = 0.95  # ... and a disk budget eviction, which scans the whole tier
 log = logging.getLogger(__name__)
 _EMPTY = np.empty(0, np.int64)
@@ -45,13 +47,13 @@ class Memory:
         self.policy = make_policy(config.policy, config.decay)
         self.swept = 0  # step // every of the last sweep: sweeps fall on the same steps in a resumed run
         self._step_times: deque[tuple[int, float]] = deque()  # (step, when first seen), steps increasing
-        self._lock = threading.Lock()
+        self.lock = threading.Lock()
         self.short = 0  # budget evictions that could not get under the budget (all rows protected)
         self.failures = 0  # evictions that raised (a disk tier's write, say)
 
     def after(self, tables: dict, step: int) -> None:
         """Sweep and evict as due after a request of ``step``; one thread at a time (others go on)."""
-        if not self._lock.acquire(blocking=False):
+        if not self.lock.acquire(blocking=False):
             return
         try:
             self._after(tables, step)
@@ -59,7 +61,7 @@ class Memory:
             self.failures += 1
             log.warning("eviction failed (%s: %s); rows stay where they are until the next request", type(e).__name__, e)
         finally:
-            self._lock.release()
+            self.lock.release()
 
     def _after(self, tables: dict, step: int) -> None:
         if self.config.ttl_seconds:
@@ -78,7 +80,7 @@ class Memory:
         request deletes, as the run that saved the checkpoint and went on did."""
         if not self.disk_budget:
             return
-        with self._lock:
+        with self.lock:
             if self.budget and sum(t.nbytes for t in tables.values()) > self.budget:
                 self.fit(tables, step, protect=False)
 
@@ -97,30 +99,66 @@ class Memory:
                 if t.cold is not None and len(t.cold):
                     t.evict_cold(lambda rows, c=cutoff: _EMPTY if rows is None else rows.ids[rows.last_step < c], reason)
 
-    def fit(self, tables: dict, step: int, protect: bool = True) -> None:
-        """Evict the lowest-scored rows until the tables are under LOW_WATER x budget."""
-        total = sum(t.nbytes for t in tables.values())
-        need = total - LOW_WATER * self.budget
-        row_bytes = {name: t.row_bytes for name, t in tables.items()}
-        reclaimable = sum(row_bytes.values())
-        if need <= 0 or reclaimable == 0:
-            return
-        freed = 0
-        for name, t in tables.items():
-            if t.storage.size == 0:
-                continue
-            per_row = row_bytes[name] / t.storage.size
-            k = math.ceil(need * row_bytes[name] / reclaimable / per_row)
-            select = lambda cols, n, k=k, t=t: self._victims(cols, n, t.values, step, k, protect)  # noqa: E731
-            freed += per_row * (t.demote(select) if t.cold is not None else t.evict(select, "budget"))
-        if total - freed > self.budget:
+    def fit(self, tables: dict, step: int, protect: bool = True, extra: int = 0) -> None:
+        """Get the tables under LOW_WATER x budget with ``extra`` bytes to spare. In turn, while over:
+        admission counts past their share of the budget decay (``budget.py``); the lowest-scored rows
+        that are not protected leave RAM; with a disk tier, protected rows go to it too if that gets
+        the tables under the budget (a training request brings them back whole); counts decay further."""
+        target = LOW_WATER * self.budget
+        held = lambda: sum(t.nbytes for t in tables.values()) + extra  # noqa: E731
+        decay_filters(tables, held() - target, FILTER_SHARE * self.budget)
+        if held() > target:
+            self.leave_rows(tables, step, held() - target, self.free(tables, step, protect), protect)
+        for _ in range(2 if protect and any(t.cold is not None for t in tables.values()) else 0):
+            free = self.free(tables, step, False)  # twice: the tier's key filter grows as rows go to it
+            if held() <= target or held() - sum(free.values()) > self.budget:  # only if that gets under it
+                break
+            self.leave_rows(tables, step, held() - target, free, False)
+        decay_filters(tables, held() - target, 0)
+        total = held()
+        if total > self.budget:
             if self.short == 0:
-                fixed = total - reclaimable
+                fixed = sum(t.nbytes - t.row_bytes for t in tables.values())
                 log.warning("memory budget %d bytes not met: %d bytes are rows touched in the last %d steps (never "
                             "evicted) or not rows at all (%d bytes of hash index and admission filter state); raise "
-                            "ps.memory_budget, or bound the filter with admission.policy = 'bloom'",
-                            self.budget, int(total - freed), self.config.protect_steps, fixed)
+                            "ps.memory_budget", self.budget, int(total), self.config.protect_steps, fixed)
             self.short += 1
+
+    def leave_rows(self, tables: dict, step: int, need: float, free: dict, protect: bool) -> float:
+        """The lowest-scored rows leave RAM until ``need`` bytes are freed, each table giving in
+        proportion to the bytes of rows it may give (``free``); returns the bytes freed."""
+        total, freed = sum(free.values()), 0
+        for name, nbytes in free.items():
+            t = tables[name]
+            freed += self.leave(t, math.ceil(need * nbytes / total / self.row_cost(t)), step, protect)
+        return freed
+
+    def free(self, tables: dict, step: int, protect: bool = True) -> dict[str, float]:
+        """Bytes of RAM rows each table may let go of: those not protected (any, unless ``protect``)."""
+        free = {}
+        for name, t in tables.items():
+            with t.lock:
+                n = t.storage.size
+                k = n - int(self.protected(t.storage.columns().last_step[:n], step).sum()) if protect else n
+                if k:
+                    free[name] = k * self.row_cost(t)
+        return free
+
+    def leave(self, t, k: int, step: int, protect: bool = True) -> int:
+        """The ``k`` lowest-scored RAM rows of table ``t`` (none protected, unless not ``protect``) leave
+        RAM: to its disk tier, else deleted. Returns the bytes freed."""
+        select = lambda cols, n: self._victims(cols, n, t.values, step, k, protect)  # noqa: E731
+        per_row = self.row_cost(t)
+        return per_row * (t.demote(select) if t.cold is not None else t.evict(select, "budget"))
+
+    @staticmethod
+    def row_cost(t) -> float:
+        """Bytes one RAM row of table ``t`` takes (its index slot aside)."""
+        return t.row_bytes / t.storage.size if t.storage.size else 16 + 4 * t.storage.width
+
+    def protected(self, last_step: np.ndarray, step: int) -> np.ndarray:
+        """Which rows (by ``last_step``) a request of ``step`` may not evict: touched in the last protect_steps."""
+        return last_step.astype(np.int64) >= step - self.config.protect_steps
 
     def fit_disk(self, tables: dict, step: int) -> None:
         """Delete the disk tier's lowest-scored rows until it is under DISK_LOW_WATER x disk_budget."""
@@ -149,7 +187,7 @@ class Memory:
     def _victims(self, cols, n, values, step, k, protect=True) -> np.ndarray:
         scores = self.policy.score(cols, n, values, step)
         if protect:
-            scores[cols.last_step[:n].astype(np.int64) >= step - self.config.protect_steps] = np.inf
+            scores[self.protected(cols.last_step[:n], step)] = np.inf
         return lowest(scores, k)
 
     def _note_time(self, step: int) -> None:

@@ -36,6 +36,7 @@ from cardinal.embedding.tiers import RocksTier
 from cardinal.memory_config import AdmissionConfig, EvictionConfig
 from cardinal.optim import make_optimizer
 from cardinal.ps import checkpoint, checkpoint_load, checkpoint_saec, validate
+from cardinal.ps.budget import Budget, NeedRoom
 from cardinal.ps.limits import StoreFull, StoreLimits
 from cardinal.ps.memory import Memory
 from cardinal.ps.plan import ShardingPlan
@@ -120,6 +121,7 @@ class ShardStore:
                              f"is {self.limits.memory_budget}: copy fewer ids or raise the budget")
         self.memory = Memory(config.eviction, self.limits.memory_budget and self.limits.memory_budget - copies,
                              self.limits.disk_budget)
+        self.budget = Budget(self.memory, self.config.admission)
         self._tiers = None
         if self.limits.disk_budget:
             if tier_dir:
@@ -176,7 +178,7 @@ class ShardStore:
         fingerprint = _fingerprint(request_id, table, f"pull {create} {step}", ids)
         rows = self.requests.run(request_id, fingerprint,
                                  lambda: self._on(table, lambda t: t.pull(ids, create=create, step=step,
-                                                                          admit=self._admit)),
+                                                                          admit=self._admit), step),
                                  lambda: self._on(table, lambda t: t.pull(ids, create=False)))
         if create:
             self.clock.advance(step)
@@ -235,14 +237,18 @@ class ShardStore:
         self._cluster(table, step)
         return reply()
 
-    def _on(self, table: str, fn):
+    def _on(self, table: str, fn, step: int = 0):
         """``fn(t)`` on table ``table`` holding its lock, ``t`` still the store's table then (a
-        clustering may have replaced the one first looked up)."""
+        clustering may have replaced the one first looked up); tried again once room is made when its
+        new rows would pass the memory budget (``budget.py``; ``step``: the request's)."""
         while True:
             t = self.tables[table]
-            with t.lock:
-                if self.tables[table] is t:
-                    return fn(t)
+            try:
+                with t.lock:
+                    if self.tables[table] is t:
+                        return fn(t)
+            except NeedRoom as room:
+                self.budget.make_room(self.tables, room, step)
 
     def _cluster(self, table: str, step: int) -> None:
         """Saec: replace the table by its clustering after its first push at or past the spec's step."""
@@ -281,12 +287,12 @@ class ShardStore:
 
     def _apply_push(self, table, ids, grads, step, kind, origin: Origin | None, counts) -> None:
         if origin is None:
-            self._on(table, lambda t: t.push(ids, grads, step=step, kind=kind, admit=self._admit, counts=counts))
+            self._on(table, lambda t: t.push(ids, grads, step=step, kind=kind, admit=self._admit, counts=counts), step)
             return
         self.steps.admit(table, step, origin)
         if not origin.combine or origin.workers == 1:
             self._on(table, lambda t: t.push(ids, grads, step=step, admit=self._admit,
-                                             lr_scale=_lr_scale(origin.staleness), counts=counts))
+                                             lr_scale=_lr_scale(origin.staleness), counts=counts), step)
             if origin.workers > 1:  # logged before the clock moves past it
                 self.log.append(table, step, [(origin.worker, ids, counts)])
             self.steps.applied(table, step, origin.worker, origin.parts)
@@ -298,23 +304,26 @@ class ShardStore:
         try:  # every worker's push of the step, in (worker, part) order: one update, whatever the arrival order
             self._on(table, lambda t: t.push(np.concatenate([p[0] for p in parts]),
                                              np.concatenate([p[1] for p in parts]), step=step, admit=self._admit,
-                                             lr_scale=_lr_scale(staleness), counts=combined_counts(parts)))
+                                             lr_scale=_lr_scale(staleness), counts=combined_counts(parts)), step)
         except BaseException:
             self.steps.withdraw(table, step, origin)
             raise
         self.log.append(table, step, [(w, p[0], p[2]) for w, p in zip(self.steps.senders(table, step), parts)])
         self.steps.finish(table, step, origin.workers)
 
-    def _admit(self, n_new: int):
-        """Reserve ``n_new`` rows under the limits, or raise ``StoreFull``; returns the release
-        to call once the rows exist (a table calls this with its own lock held)."""
+    def _admit(self, n_new: int, table):
+        """Reserve ``n_new`` rows of ``table`` under the limits, or raise ``StoreFull`` (``NeedRoom``: not
+        yet under the budget); returns the release to call once the rows exist (a table calls this
+        with its own lock held)."""
         limit = self.limits.max_new_rows_per_request
         if n_new > limit:
             raise StoreFull(f"this request would create {n_new} rows, over ps.max_new_rows_per_request = {limit}; "
                             "send fewer new ids per request")
+        reserved = self.budget.reserve(self.tables, table, n_new)
         with self._admitting:
             held = sum(len(t) for t in self.tables.values()) + self._pending
             if held + n_new > self.limits.max_rows:
+                self.budget.release(reserved)
                 raise StoreFull(f"store full: shard {self.shard} holds {held} rows and this request would create "
                                 f"{n_new} more, over ps.max_rows = {self.limits.max_rows}; add shards or raise "
                                 "ps.max_rows")
@@ -323,6 +332,7 @@ class ShardStore:
         def release():
             with self._admitting:
                 self._pending -= n_new
+            self.budget.release(reserved)
         return release
 
     def _check_ids(self, table, ids):

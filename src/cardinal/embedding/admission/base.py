@@ -8,7 +8,8 @@ sightings are counted by the filter (each pull of it counts one).
 
 ``decide`` changes nothing: it returns the verdict and a ``commit`` to call once the request
 has succeeded as a whole, so a refused request (a store limit, say) leaves the counters as
-they were. A filter's state goes into checkpoints (``state``/``load``) and reshards with
+they were. Under a memory budget a filter's state is bounded too: its counts age out (``decay``).
+A filter's state goes into checkpoints (``state``/``load``) and reshards with
 the rows: a filter of shard s of N keeps what concerns the ids routing to s.
 """
 
@@ -62,6 +63,14 @@ class AdmissionFilter(ABC):
     @property
     def nbytes(self) -> int:
         return 0
+
+    @property
+    def decayable_bytes(self) -> int:
+        """Bytes ``decay`` may give back to a memory budget, a round at a time (0: fixed state)."""
+        return 0
+
+    def decay(self) -> None:
+        """Halve every count: ids seen once are forgotten (a filter's way to age out old sightings)."""
 
     def describe(self) -> dict:
         """Policy and settings, as recorded in checkpoint manifests."""

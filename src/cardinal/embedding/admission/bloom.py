@@ -11,6 +11,13 @@ Resharding sums the saved shards' counters (saturating): ids of different shards
 distinct, so the sum never counts an id less than it was seen; a shard then also carries
 the other shards' counts, which only raises the overcount. The same ``bloom_bytes`` is
 needed to load a filter back.
+
+A filter that fills up admits everything: once most counters are raised, an id never seen
+finds all its K_HASHES counters at the threshold already. So when more than MAX_FILL of the
+counters are raised (the fill at which a Bloom filter with K_HASHES hashes is designed to
+work: a never-seen id then reads at least 1 with probability MAX_FILL ** K_HASHES = 1/8), every
+counter is halved (TinyLFU's reset): ids seen once are forgotten, the others keep half their
+count, and the fill drops. From then on an id's count can be below its sightings.
 """
 
 import numba as nb
@@ -20,6 +27,7 @@ from cardinal.embedding.admission.base import AdmissionFilter, Decision, check_p
 from cardinal.embedding.hashing import U64, index_hash
 
 K_HASHES = 3
+MAX_FILL = 0.5  # share of raised counters past which every counter is halved
 
 
 @nb.njit(inline="always")
@@ -58,7 +66,9 @@ def estimate(counters, keys, seed, out):
 
 @nb.njit(nogil=True, cache=True)
 def add(counters, keys, seed):
-    """One sighting of each of keys (n,) int64: raise the counters at their minimum (saturating)."""
+    """One sighting of each of keys (n,) int64: raise the counters at their minimum (saturating).
+    Returns how many counters were raised from zero."""
+    raised = 0
     for i in range(keys.shape[0]):
         h1, h2 = _hashes(keys[i], seed)
         low = _low(counters, h1, h2)
@@ -68,6 +78,9 @@ def add(counters, keys, seed):
             p = _position(h1, h2, k, counters.shape[0])
             if counters[p] == low:
                 counters[p] = low + 1
+                if low == 0:
+                    raised += 1
+    return raised
 
 
 class BloomFilter(AdmissionFilter):
@@ -77,6 +90,7 @@ class BloomFilter(AdmissionFilter):
     def __init__(self, config):
         super().__init__(config)
         self.counters = np.zeros(config.bloom_bytes, np.uint8)
+        self.raised = 0  # counters above zero
 
     def estimate(self, ids: np.ndarray) -> np.ndarray:
         out = np.empty(len(ids), np.int64)
@@ -85,7 +99,16 @@ class BloomFilter(AdmissionFilter):
 
     def decide(self, ids, step):
         admitted = self.estimate(ids) + 1 >= self.config.threshold
-        return Decision(admitted, lambda: add(self.counters, ids[~admitted], np.int64(self.config.seed)))
+        return Decision(admitted, lambda: self._add(ids[~admitted]))
+
+    def _add(self, ids: np.ndarray) -> None:
+        self.raised += add(self.counters, ids, np.int64(self.config.seed))
+        while self.raised > MAX_FILL * len(self.counters):
+            self.decay()
+
+    def decay(self):
+        self.counters >>= 1
+        self.raised = int(np.count_nonzero(self.counters))
 
     def state(self):
         return {"counters": self.counters.copy()}
@@ -99,7 +122,11 @@ class BloomFilter(AdmissionFilter):
                                  f"{len(self.counters)}: load it with admission.bloom_bytes = {len(part['counters'])}")
             total += part["counters"]
         self.counters = np.minimum(total, 255).astype(np.uint8)
+        self.raised = int(np.count_nonzero(self.counters))
 
     @property
     def nbytes(self):
         return self.counters.nbytes
+
+    def check(self):
+        assert self.raised == np.count_nonzero(self.counters), "the bloom filter's count of raised counters is off"

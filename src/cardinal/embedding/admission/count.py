@@ -3,12 +3,16 @@
 Every id not yet admitted has an exact counter (12 bytes plus its index slot), so the memory
 grows with the number of distinct ids seen once: the price of exactness. An admitted id's
 counter is dropped (its row counts from then on); an evicted row's id starts again from zero.
+Under a memory budget the counters age out instead (``ps/budget.py`` calls ``decay``): every
+count is halved, the ids seen once are forgotten, and the rest are packed into a fresh map.
 """
 
 import numpy as np
 
 from cardinal.embedding.admission.base import AdmissionFilter, Decision, check_part
 from cardinal.embedding.key_counts import KeyCounts
+
+EMPTY_BYTES = KeyCounts().nbytes  # an empty map's index
 
 
 class CountFilter(AdmissionFilter):
@@ -45,6 +49,16 @@ class CountFilter(AdmissionFilter):
     @property
     def nbytes(self):
         return self.counts.nbytes
+
+    @property
+    def decayable_bytes(self):
+        return self.counts.nbytes - EMPTY_BYTES
+
+    def decay(self):
+        ids, counts = self.counts.items()
+        keep = counts > 1
+        self.counts = KeyCounts()
+        self.counts.set(ids[keep], counts[keep] >> np.uint32(1))
 
     def check(self):
         self.counts.check()
