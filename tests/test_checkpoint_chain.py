@@ -12,12 +12,15 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 import torch
 
 from cardinal import cli
 from cardinal.ps import checkpoint
-from cardinal.serve.export import run_recipe
+from cardinal.serve.export import export_run, run_recipe
+from cardinal.serve.follow import Follower
+from cardinal.serve.model import ServingModel
 from cardinal.train import Trainer
 from cardinal.train.resume import resumed_recipe
 from checkpoint_edit import edit_json, reseal
@@ -107,7 +110,7 @@ def test_cardinal_eval_refuses_a_broken_chain_naming_the_file(run, edit):
     proc = subprocess.Popen([sys.executable, "-m", "cardinal.cli", "eval", str(a), "--checkpoint", str(path)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     with reaped([proc]):
-        out, err = proc.communicate(timeout=90)  # a chain walked forever would never return
+        out, err = proc.communicate(timeout=60)  # a chain walked forever would never return
     assert proc.returncode == 2 and out == "", (out, err[-3000:])
     assert len(err.strip().splitlines()) == 1, err[-3000:]
     assert re.search(f"{re.escape(str(named))}: .*{says}", err), err
@@ -218,6 +221,29 @@ def serving(runs, tmp_path):
         status, body = call(port, "/predict", {"labelled_rows": [line]})
         assert status == 200 and json.loads(body)["step"] == 4
         yield proc, port, follow, line, json.loads(body)
+
+
+def test_a_follower_applies_deltas_only_over_the_very_commit_it_serves(runs, tmp_path):
+    """Run b's steps 4 and 8 copied over the followed run's step 4 (served) and in as its step 8: a
+    chain whole in itself, but not on the served model's base. Read whole, it serves run b's step 8;
+    its delta applied over run a's rows would serve a mix of the two."""
+    a, b = runs
+    follow = tmp_path / "follow"
+    (follow / "checkpoints").mkdir(parents=True)
+    shutil.copy(a / "recipe.json", follow / "recipe.json")
+    put(at(a, 4), at(follow, 4))
+    export_run(follow, tmp_path / "x")
+    served = ServingModel.load(tmp_path / "x")
+    shutil.rmtree(at(follow, 4))
+    put(at(b, 4), at(follow, 4))
+    put(at(b, 8), at(follow, 8))
+    new = Follower(follow).next_model(served)
+    export_run(b, tmp_path / "b8", checkpoint=at(b, 8))
+    fresh = ServingModel.load(tmp_path / "b8")
+    assert new.step == 8
+    for name, table in fresh.tables.items():
+        np.testing.assert_array_equal(new.tables[name].ids, table.ids)
+        np.testing.assert_array_equal(new.tables[name].arrays["values"], table.arrays["values"])
 
 
 def still_serves_step_4(port, line, answer):
