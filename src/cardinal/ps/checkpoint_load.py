@@ -38,7 +38,7 @@ from cardinal.embedding import formats
 from cardinal.embedding.hashing import ROUTING_NAME
 from cardinal.embedding.storage import Columns
 from cardinal.ps.checkpoint import (COLUMNS, COMMIT, DELETED, FORMAT_VERSION, MANIFEST, STATE, admission_file,
-                                    shard_dir, shard_names, step_dir)
+                                    shard_dir, shard_names)
 from cardinal.ps import checkpoint_chain, checkpoint_columns, checkpoint_saec
 from cardinal.ps.plan import ShardingPlan
 

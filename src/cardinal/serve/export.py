@@ -172,8 +172,8 @@ def export_run(run_dir: str | Path, out: str | Path, checkpoint: str | Path | No
 
 def _write(recipe, model, stores: list, step_path: Path, out: Path, form: str, ratio: float, info: dict) -> dict:
     from cardinal.compression.clustered import ClusteredTable, cluster_table
-    from cardinal.ps.checkpoint_chain import identity
     from cardinal.models.projection import Projected
+    from cardinal.ps.checkpoint_chain import identity
     from cardinal.serve.onnx_model import export_onnx
     from cardinal.train import tables
 
