@@ -18,6 +18,7 @@ import torch
 
 from cardinal import cli
 from cardinal.ps import checkpoint
+from cardinal.ps.checkpoint_chain import digest
 from cardinal.serve.export import export_run, run_recipe
 from cardinal.serve.follow import Follower
 from cardinal.serve.model import ServingModel
@@ -142,8 +143,6 @@ def test_a_resumed_run_keeps_its_id_and_its_deltas_name_their_base(run):
     resumed = Trainer(resumed_recipe(a, ["train.steps=16", "train.epochs=2"]), a, progress=False)
     resumed.fit(resume=True)
     resumed.close()
-    from cardinal.ps.checkpoint_chain import digest
-
     commits = {s: json.loads((at(a, s) / "commit.json").read_text()) for s in (4, 8, 12, 16)}
     assert len({c["run"]["id"] for c in commits.values()}) == 1 and commits[16].get("base") is None  # 3 a chain
     assert commits[12]["base_sha256"] == digest(commits[8]) and commits[8]["base_sha256"] == digest(commits[4])
