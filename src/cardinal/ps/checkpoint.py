@@ -13,7 +13,8 @@
 
 A clustered (Saec) table writes its map and cluster rows instead (``checkpoint_saec.py``).
 
-A delta checkpoint (``base`` = the step of the checkpoint it applies on) holds only the rows
+A delta checkpoint (``base`` = the step of the checkpoint it applies on, ``base_sha256`` = the digest
+of that one's commit, ``run`` = the run's id: ``checkpoint_chain.py``) holds only the rows
 pulled or pushed after that step, plus ``<table>.deleted.npy``, the ids deleted since; it is
 loaded as its chain, the full checkpoint at its root then every delta in order
 (``checkpoint_load.py``), and older checkpoints are removed only when no kept one needs them.
@@ -34,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cardinal.durable import ArrayWriter, crc32_json, file_entry, write_array, write_json
+from cardinal.durable import ArrayWriter, crc32_json, file_entry, read_json, write_array, write_json
 from cardinal.embedding.hashing import ROUTING_NAME
 from cardinal.failpoints import failpoint
 
@@ -122,7 +123,7 @@ def _write_chunks(out: Path, name: str, table) -> dict:
 
 
 def commit(step_path: Path, step: int, n_shards: int, extra: dict | None = None, base: int | None = None,
-           plan: dict | None = None) -> None:
+           plan: dict | None = None, run: dict | None = None, base_sha256: str | None = None) -> str:
     """Write the commit marker after checking that every shard's manifest is in place.
 
     The marker lists every other top-level file of the checkpoint with its size and crc32:
@@ -130,7 +131,11 @@ def commit(step_path: Path, step: int, n_shards: int, extra: dict | None = None,
     dense state), and carries the crc32 of its own canonical JSON, so that no file of a
     committed checkpoint can be edited unnoticed. ``plan``: the sharding plan the shards were
     saved in (``ShardingPlan.to_json``; recorded unless it is the hash plan, ``plan.py``).
+    ``run``: {"id", "full_every"} of the run saving it; a delta records ``base_sha256``, the digest
+    of the commit it was saved on (read from its directory when None: ``checkpoint_chain.py``).
+    Returns this commit's digest.
     """
+    from cardinal.ps import checkpoint_chain
     files = {}
     for s in range(n_shards):
         path = shard_dir(step_path, s, n_shards) / MANIFEST
@@ -145,9 +150,15 @@ def commit(step_path: Path, step: int, n_shards: int, extra: dict | None = None,
               "routing": ROUTING_NAME, "shards": shard_names(n_shards), "files": files, "extra": extra or {}}
     if base is not None:
         marker["base"] = base
+        marker["base_sha256"] = base_sha256 or checkpoint_chain.digest(read_json(step_dir(step_path.parent, base)
+                                                                                 / COMMIT))
+    if run is not None:
+        marker["run"] = run
     if plan is not None:
         marker["plan"] = plan
-    write_json(step_path / COMMIT, {**marker, "crc32": crc32_json(marker)})
+    marker["crc32"] = crc32_json(marker)
+    write_json(step_path / COMMIT, marker)
+    return checkpoint_chain.digest(marker)
 
 
 def shard_names(n_shards: int) -> list[str]:
@@ -175,9 +186,12 @@ def remove_older(root: str | os.PathLike, keep: int, protect: Iterable[int] = ()
 
 def deltas_since_full(root: str | os.PathLike, step: int) -> int:
     """How many deltas lead from the full checkpoint at the root of ``step``'s chain to it (0: full)."""
-    n, path = 0, step_dir(root, step)
+    n, path, seen = 0, step_dir(root, step), {step}
     while (base := base_of(path)) is not None:
+        if base in seen:  # a renamed checkpoint: its chain points at itself
+            raise ValueError(f"{path / COMMIT}: a delta on step {base}, whose chain leads back to it")
         n, path = n + 1, step_dir(root, base)
+        seen.add(base)
     return n
 
 

@@ -14,7 +14,8 @@ A load trusts nothing it reads. In order:
     admission state   size and crc32; its dtypes and shapes checked by the filter that loads it
     a Saec table      its own files (``checkpoint_saec.py``), in the shard count that saved it only
     a delta           its base: an earlier committed checkpoint in the same directory, read the
-                      same way (``read_chain``); its deleted ids: unique int64
+                      same way (``read_chain``), of the same run, the very commit the delta was
+                      saved on (``checkpoint_chain.py``); its deleted ids: unique int64
 
 A delta is loaded as its chain: the full checkpoint at its root, then each delta in order
 (its deleted ids removed, its rows put in place of older ones); admission state is the newest's.
@@ -37,8 +38,8 @@ from cardinal.embedding import formats
 from cardinal.embedding.hashing import ROUTING_NAME
 from cardinal.embedding.storage import Columns
 from cardinal.ps.checkpoint import (COLUMNS, COMMIT, DELETED, FORMAT_VERSION, MANIFEST, STATE, admission_file,
-                                    shard_dir, shard_names, step_dir)
-from cardinal.ps import checkpoint_columns, checkpoint_saec
+                                    shard_dir, shard_names)
+from cardinal.ps import checkpoint_chain, checkpoint_columns, checkpoint_saec
 from cardinal.ps.plan import ShardingPlan
 
 DTYPES = {"ids": np.dtype(np.int64), "data": np.dtype(np.float32), "count": np.dtype(np.uint32),
@@ -58,6 +59,7 @@ def read_commit(step_path: Path) -> dict:
     body = {k: v for k, v in info.items() if k != "crc32"}
     if info.get("crc32") != crc32_json(body):
         raise ValueError(f"{marker}: its crc32 does not match its contents (edited or corrupt)")
+    info["sha256"] = checkpoint_chain.digest(info)  # what a delta on this one records (checkpoint_chain.py)
     _expect(marker, info, "kind", "cardinal.commit")
     _expect(marker, info, "routing", ROUTING_NAME)
     step, n = info.get("step"), info.get("n_shards")
@@ -66,6 +68,7 @@ def read_commit(step_path: Path) -> dict:
     base = info.get("base")
     if base is not None and not (_is_int(base) and 0 <= base < step):
         raise ValueError(f"{marker}: base {base!r} must be the step of an earlier checkpoint (0 <= base < {step})")
+    checkpoint_chain.check_marker(marker, info)
     info["plan"] = ShardingPlan.from_json(info["plan"], f"{marker}: plan") if "plan" in info else ShardingPlan(n)
     if info["plan"].n_shards != n:
         raise ValueError(f"{marker}: its plan is for {info['plan'].n_shards} shards, its n_shards is {n}")
@@ -93,14 +96,9 @@ def read_commit(step_path: Path) -> dict:
 
 def read_chain(step_path: Path) -> list[tuple[Path, dict]]:
     """The checkpoints a load of ``step_path`` reads, oldest first: itself when it is full; else
-    the full checkpoint its bases lead to, then each delta. Every one is ``read_commit``-checked."""
-    chain = [(step_path, read_commit(step_path))]
-    while (base := chain[-1][1].get("base")) is not None:
-        path = step_dir(step_path.parent, base)
-        if not (path / COMMIT).is_file():
-            raise ValueError(f"{chain[-1][0]} is a delta on step {base}, whose committed checkpoint {path} is missing")
-        chain.append((path, read_commit(path)))
-    return chain[::-1]
+    the full checkpoint its bases lead to, then each delta. Every one is ``read_commit``-checked,
+    and each link against the one it applies on (``checkpoint_chain.walk``)."""
+    return checkpoint_chain.walk(step_path, read_commit)
 
 
 def _check_manifest(path: Path, m: dict, shard: int, n_shards: int, step: int, base: int | None = None) -> dict:

@@ -96,6 +96,7 @@ class PSClient:
         self._readers = {t: sorted({self.plan.reader(t, w) for w in range(workers)}) for t in self._refreshes}
         self._refreshed: dict[str, int] = {}  # table -> step of this client's last refresh of its copies
         self._refreshing = threading.Lock()
+        self._committed: tuple[int, str] | None = None  # (step, digest) of the checkpoint saved or loaded last
         if self.plan.replicas:  # every worker of the job reports the same counts (a collective sums them)
             self.traffic.add(copied_ids=0, copied_stale_ids=0, copy_refresh_ids=0)
 
@@ -268,11 +269,12 @@ class PSClient:
 
     def save(self, root: str, step: int, *, keep: int = 1, extra: dict | None = None,
              before_commit=None, timeout: float | None = None, protect: Iterable[int] = (),
-             base: int | None = None) -> Path:
+             base: int | None = None, run: dict | None = None) -> Path:
         """Save every shard, commit, then remove all but the newest ``keep`` checkpoints and
         those of the steps in ``protect`` (the best checkpoint, which the trainer keeps), and any
         checkpoint a kept delta needs. ``base``: a delta checkpoint on that step's (committed, in
-        ``root``, and the step every shard saved or loaded last).
+        ``root``, and the step every shard saved or loaded last; it records the digest of that
+        checkpoint as this client saved or loaded it). ``run``: the run's {"id", "full_every"}.
 
         ``before_commit(step_path)`` writes anything else that belongs to the checkpoint
         (the trainer's dense state): it is committed, or lost, with the shards.
@@ -285,7 +287,10 @@ class PSClient:
         path = checkpoint.step_dir(root, step)
         if before_commit is not None:
             before_commit(path)
-        checkpoint.commit(path, step, self.n_shards, extra, base, None if self.plan.is_hash() else self.plan.to_json())
+        known = self._committed[1] if base is not None and self._committed and self._committed[0] == base else None
+        digest = checkpoint.commit(path, step, self.n_shards, extra, base,
+                                   None if self.plan.is_hash() else self.plan.to_json(), run, known)
+        self._committed = (step, digest)
         checkpoint.remove_older(root, keep, protect)
         return path
 
@@ -323,6 +328,7 @@ class PSClient:
             except Exception as e:
                 raise RuntimeError(f"checkpoint {path}: shard {s} did not commit it ({e}), shards "
                                    f"{list(range(s))} did: load it again") from e
+        self._committed = (info["step"], info["sha256"])
         with self._refreshing:
             self._refreshed.clear()  # every server forgot its copies: the next pull refreshes them
         rows: dict[str, int] = {}

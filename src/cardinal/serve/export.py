@@ -3,8 +3,9 @@
     DIR/model.onnx        the dense model, probabilities out (``onnx_model.py``), with its projections
                           when tables have dims of their own (``models/projection.py``; manifest "dims")
     DIR/tables/<t>.*.npy  each model table's live rows, sorted by id, in the chosen form (``tables.py``)
-    DIR/manifest.json     written last: the recipe, fields, tables, the checkpoint it came from,
-                          and every file's size and crc32 (checked when ``cardinal serve`` loads it)
+    DIR/manifest.json     written last: the recipe, fields, tables, the checkpoint it came from (its
+                          run and commit digest: what a follower applies deltas on), and every
+                          file's size and crc32 (checked when ``cardinal serve`` loads it)
 
 No optimizer state, request logs, counts or baseline tables leave the run. The rows are read by
 loading the checkpoint (full, or a delta chain, of any shard count, any row format, any tier)
@@ -75,13 +76,13 @@ def dense_fields(recipe) -> list[str]:
     return list(movielens.DENSE if recipe.data.format == "movielens" else criteo.DENSE)
 
 
-def dense_state(step_path: Path) -> dict:
-    """The checkpoint's dense model state (verified against its commit marker)."""
+def dense_state(step_path: Path, info: dict | None = None) -> dict:
+    """The checkpoint's dense model state (verified against its commit marker, ``info`` when read already)."""
     from cardinal.ps import checkpoint as ckpt
     from cardinal.ps.checkpoint_load import read_commit
     from cardinal.train.state_io import load_tree
 
-    entry = read_commit(step_path)["files"].get(f"dense/{ckpt.STATE}")
+    entry = (info or read_commit(step_path))["files"].get(f"dense/{ckpt.STATE}")
     if entry is None:
         raise ValueError(f"{step_path} holds no dense/{ckpt.STATE}: not a trainer checkpoint")
     return load_tree(step_path / "dense", entry)["model"]
@@ -148,13 +149,16 @@ def export_run(run_dir: str | Path, out: str | Path, checkpoint: str | Path | No
     if any(p.exists() and not p.is_dir() for p in out.parents):
         raise ValueError(f"{out}: {next(p for p in out.parents if p.exists() and not p.is_dir())} is a file, "
                          "not a directory")
+    from cardinal.ps.checkpoint_load import read_commit
+
     recipe = run_recipe(run_dir)
     step_path = find_checkpoint(run_dir, checkpoint).resolve()
-    model = model_of(recipe, dense_state(step_path))
+    info = read_commit(step_path)
+    model = model_of(recipe, dense_state(step_path, info))
     stores = load_stores(recipe, step_path)
     made = not out.exists()
     try:
-        return _write(recipe, model, stores, step_path, out, form, ratio)
+        return _write(recipe, model, stores, step_path, out, form, ratio, info)
     except BaseException:
         if made:
             shutil.rmtree(out, ignore_errors=True)
@@ -166,9 +170,10 @@ def export_run(run_dir: str | Path, out: str | Path, checkpoint: str | Path | No
         close_all(stores)
 
 
-def _write(recipe, model, stores: list, step_path: Path, out: Path, form: str, ratio: float) -> dict:
+def _write(recipe, model, stores: list, step_path: Path, out: Path, form: str, ratio: float, info: dict) -> dict:
     from cardinal.compression.clustered import ClusteredTable, cluster_table
     from cardinal.models.projection import Projected
+    from cardinal.ps.checkpoint_chain import identity
     from cardinal.serve.onnx_model import export_onnx
     from cardinal.train import tables
 
@@ -187,7 +192,7 @@ def _write(recipe, model, stores: list, step_path: Path, out: Path, form: str, r
     export_onnx(model, len(dense_fields(recipe)), out / "model.onnx")
     files["model.onnx"] = file_entry(out / "model.onnx")
     fsync_dir(out / "tables")
-    manifest = {"kind": KIND, "version": 1, "step": stores[0].step, "checkpoint": str(step_path),
+    manifest = {"kind": KIND, "version": 1, "step": stores[0].step, "checkpoint": str(step_path), **identity(info),
                 "data_format": recipe.data.format, "model": recipe.model["name"],
                 "dim": recipe.embedding.dim, "uses_wide": bool(model.uses_wide),
                 "uses_embedding": bool(model.uses_embedding), "pooling": recipe.embedding.pooling,

@@ -118,8 +118,9 @@ class PredictionServer:
         self._stop.set()
         app[BATCHER].cancel()
         self._calls.shutdown(wait=True)
-        if self._follow_thread is not None:
-            self._follow_thread.join(timeout=30)
+        if self._follow_thread is not None:  # a reload under way stops at its next link; a daemon, it ends with us
+            self.follower.stop.set()
+            self._follow_thread.join(timeout=1)
 
     async def healthz(self, request) -> web.Response:
         return web.json_response({"ok": True})

@@ -109,11 +109,12 @@ class ServingModel:
             feed["wide"] = np.ascontiguousarray(rows[..., dim])
         return self.runner.predict(feed)
 
-    def updated(self, step: int, checkpoint: str, dense_state: dict | None, rows: dict[str, tuple]) -> "ServingModel":
-        """A new model at ``step`` (of ``checkpoint``): the dense weights of ``dense_state`` (None: these),
-        and per table (ids, values, deleted ids) applied over this one's rows."""
+    def updated(self, step: int, source: dict, dense_state: dict | None, rows: dict[str, tuple]) -> "ServingModel":
+        """A new model at ``step`` (of the checkpoint ``source`` names: its "checkpoint", "run" and
+        "commit_sha256"): the dense weights of ``dense_state`` (None: these), and per table (ids,
+        values, deleted ids) applied over this one's rows."""
         tables = dict(self.tables)
         for name, (ids, values, deleted) in rows.items():
             tables[name] = self.tables[name].updated(ids, values, deleted)
         runner = self.runner if dense_state is None else self.runner.reweighted(dense_state)
-        return ServingModel({**self.manifest, "step": step, "checkpoint": checkpoint}, tables, runner, step)
+        return ServingModel({**self.manifest, **source, "step": step}, tables, runner, step)

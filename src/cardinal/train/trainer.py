@@ -58,6 +58,7 @@ import json
 import logging
 import math
 import time
+import uuid
 from dataclasses import replace
 from pathlib import Path
 
@@ -158,6 +159,7 @@ class Trainer:
         self.live = None  # a worker's Prometheus endpoint (train.metrics_port), from fit() on
         self._saved: int | None = None   # the step of the newest checkpoint this run has
         self._kept_best: int | None = None  # the step best.json names
+        self.run_id = uuid.uuid4().hex  # the run's id in its checkpoints (ps/checkpoint_chain.py); a resume loads it
 
     def close(self) -> None:
         """Close the connections to the servers (a no-op for embedded shards); the trainer is done."""
@@ -557,7 +559,8 @@ class Trainer:
             protect = {s for s in (self._kept_best, self.step if is_best else None) if s is not None}
             base = self._delta_base(root)
             self.client.save(str(root), self.step, keep=keep, extra=position, protect=protect, base=base,
-                             before_commit=lambda path: save_tree(path / "dense", dense))
+                             before_commit=lambda path: save_tree(path / "dense", dense),
+                             run={"id": self.run_id, "full_every": self.recipe.train.full_every})
             if is_best:
                 write_marker(root, self.best)
                 checkpoint.remove_older(root, keep, protect={self.step})
@@ -620,6 +623,7 @@ class Trainer:
         extra = info["extra"]
         self.step, self.epoch, self.batch_in_epoch = extra["step"], extra["epoch"], extra["batch_in_epoch"]
         self._saved = self.step
+        self.run_id = (marker.get("run") or {}).get("id", self.run_id)  # none in a checkpoint from before run ids
         self.best.restore(extra.get("best"))
         root = found.parent
         kept = best_checkpoint(root)
