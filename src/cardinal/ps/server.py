@@ -19,7 +19,9 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from cardinal.ps.metrics import ShardMetrics
+from cardinal.ps.process_memory import rpc_threads
 from cardinal.ps.servicer import SERVICE, ShardServicer
+from cardinal.ps.transport import heap
 from cardinal.ps.store import ShardStore
 
 READY = "CARDINAL_SERVER_READY"
@@ -48,7 +50,9 @@ class ShardServer:
     def __init__(self, store: ShardStore, data_dir: str | Path, job: str, token: str, options: ServerOptions):
         self.store, self.options = store, options
         limit = options.max_message_mb << 20
-        self.server = grpc.server(futures.ThreadPoolExecutor(options.threads, thread_name_prefix="cardinal-rpc"),
+        heap.keep_freed_buffers(store.limits.memory_budget)  # first, so that under a budget it keeps less
+        threads = rpc_threads(store.limits.memory_budget, options.threads)  # under a budget: fewer (process_memory.py)
+        self.server = grpc.server(futures.ThreadPoolExecutor(threads, thread_name_prefix="cardinal-rpc"),
                                   maximum_concurrent_rpcs=options.max_concurrency,
                                   options=[("grpc.max_receive_message_length", limit),
                                            ("grpc.max_send_message_length", limit)])

@@ -38,6 +38,7 @@ from cardinal.ps import checkpoint, checkpoint_load, checkpoint_saec, validate
 from cardinal.ps.limits import StoreFull, StoreLimits
 from cardinal.ps.memory import Memory
 from cardinal.ps.plan import ShardingPlan
+from cardinal.ps.process_memory import rocks_memory
 from cardinal.ps.replicas import CopiedRows
 from cardinal.ps.request_log import RequestLog, quote
 from cardinal.ps.update_log import UpdateLog
@@ -140,7 +141,8 @@ class ShardStore:
             cold = None
             if self._tiers is not None:
                 cold = RocksTier(self._tiers / f"{t.name}-shard{self.shard}-{uuid.uuid4().hex[:8]}",
-                                 portable_width(t, optimizer))
+                                 portable_width(t, optimizer),
+                                 *rocks_memory(self.limits.memory_budget, len(self.config.tables)))
                 self._tier_list.append(cold)
             tables[t.name] = EmbeddingTable(t, optimizer, admission=make_filter(self.config.admission.get(t.name)),
                                             cold=cold)
