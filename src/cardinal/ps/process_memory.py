@@ -18,7 +18,8 @@ Without a budget (0) every part keeps its unbounded default.
 """
 
 MIB = 1 << 20
-FLOOR = 150_000_000  # an idle `cardinal server` measured 133-138 MB (benchmarks/server_rss.py)
+FLOOR = 150_000_000  # an idle `cardinal server` (listening, no row) measured 133-138 MB (393 with torch);
+                     # its first requests load numba's kernels: +50 MB (184 MB), not counted in FLOOR
 SAVE_CHUNK_BYTES = 8 * MIB  # rows a full checkpoint copies out at a time
 
 
