@@ -78,3 +78,33 @@ def test_under_a_budget_the_heap_keeps_a_bounded_share_of_freed_buffers():
                           env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     assert done.returncode == 0, done.stderr
     assert int(done.stdout) <= budget // 8, int(done.stdout) / MIB  # at most 2 arenas x a 16th of the budget
+
+
+FRAGMENTS = """
+import sys, time
+import numpy as np
+from cardinal.embedding import TableConfig
+from cardinal.ps import ShardStore, StoreConfig, StoreLimits
+from cardinal.ps.server import ServerOptions, ShardServer
+def rss():
+    return int(next(l for l in open("/proc/self/status") if l.startswith("VmRSS")).split()[1]) << 10
+store = ShardStore(StoreConfig((TableConfig("t", 4),)), limits=StoreLimits(memory_budget=int(sys.argv[1])))
+server = ShardServer(store, sys.argv[2], "j", "t", ServerOptions()).start()
+before = rss()
+blocks = [np.ones(100_000, np.uint8) for _ in range(1500)]  # 150 MB of heap blocks, each below mmap's threshold
+blocks = blocks[::10]  # every 10th kept: the heap's top stays in use, its middle is free pages
+time.sleep(1.5)
+print(rss() - before)
+server.stop(0)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc",
+                    reason="glibc only: elsewhere the heap settings do nothing")
+def test_under_a_budget_a_server_hands_free_pages_inside_its_heap_back(tmp_path):
+    budget = 256 * MIB
+    done = subprocess.run([sys.executable, "-c", FRAGMENTS, str(budget), str(tmp_path)], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout) <= 50_000_000, int(done.stdout) / 1e6  # 15 MB still in use; 150 MB without a trim

@@ -72,6 +72,8 @@ class ShardServer:
         self.metrics_port: int | None = None
 
     def start(self) -> "ShardServer":
+        if self.store.limits.memory_budget:  # free pages inside the heap go back to the kernel (heap.py)
+            threading.Thread(target=self._trim, name="cardinal-trim", daemon=True).start()
         if self.metrics is not None:
             self.metrics_port = self.metrics.serve(self.options.host, self.options.metrics_port)
         self.server.start()
@@ -86,6 +88,10 @@ class ShardServer:
         if self.metrics is not None:
             self.metrics.close()
         self._stopped.set()
+
+    def _trim(self) -> None:
+        while not self._stopped.wait(heap.TRIM_EVERY_S):
+            heap.trim()
 
     def wait(self) -> None:
         self._stopped.wait()
