@@ -38,6 +38,7 @@ import numpy as np
 from cardinal.durable import ArrayWriter, crc32_json, file_entry, read_json, write_array, write_json
 from cardinal.embedding.hashing import ROUTING_NAME
 from cardinal.failpoints import failpoint
+from cardinal.ps.process_memory import SAVE_CHUNK_BYTES
 
 FORMAT_VERSION = 2  # 2: commit.json checks itself and lists every top-level file
 COMMIT = "commit.json"
@@ -112,7 +113,7 @@ def _write_chunks(out: Path, name: str, table) -> dict:
     shapes = {"ids": ((n,), np.int64), "data": ((n, width), np.float32), "count": ((n,), np.uint32),
               "last_step": ((n,), np.uint32)}
     writers = {c: ArrayWriter(out / f"{name}.{c}.npy", dtype, shape) for c, (shape, dtype) in shapes.items()}
-    for chunk in table.row_chunks():
+    for chunk in table.row_chunks(max(1, SAVE_CHUNK_BYTES // (4 * width + 16))):  # a bounded copy at a time
         for column in COLUMNS:
             writers[column].write(getattr(chunk, column))
     files = {}

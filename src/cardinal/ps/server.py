@@ -19,7 +19,9 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from cardinal.ps.metrics import ShardMetrics
+from cardinal.ps.process_memory import rpc_threads
 from cardinal.ps.servicer import SERVICE, ShardServicer
+from cardinal.ps.transport import heap
 from cardinal.ps.store import ShardStore
 
 READY = "CARDINAL_SERVER_READY"
@@ -48,7 +50,9 @@ class ShardServer:
     def __init__(self, store: ShardStore, data_dir: str | Path, job: str, token: str, options: ServerOptions):
         self.store, self.options = store, options
         limit = options.max_message_mb << 20
-        self.server = grpc.server(futures.ThreadPoolExecutor(options.threads, thread_name_prefix="cardinal-rpc"),
+        heap.keep_freed_buffers(store.limits.memory_budget)  # first, so that under a budget it keeps less
+        threads = rpc_threads(store.limits.memory_budget, options.threads)  # under a budget: fewer (process_memory.py)
+        self.server = grpc.server(futures.ThreadPoolExecutor(threads, thread_name_prefix="cardinal-rpc"),
                                   maximum_concurrent_rpcs=options.max_concurrency,
                                   options=[("grpc.max_receive_message_length", limit),
                                            ("grpc.max_send_message_length", limit)])
@@ -68,6 +72,8 @@ class ShardServer:
         self.metrics_port: int | None = None
 
     def start(self) -> "ShardServer":
+        if self.store.limits.memory_budget:  # free pages inside the heap go back to the kernel (heap.py)
+            threading.Thread(target=self._trim, name="cardinal-trim", daemon=True).start()
         if self.metrics is not None:
             self.metrics_port = self.metrics.serve(self.options.host, self.options.metrics_port)
         self.server.start()
@@ -82,6 +88,10 @@ class ShardServer:
         if self.metrics is not None:
             self.metrics.close()
         self._stopped.set()
+
+    def _trim(self) -> None:
+        while not self._stopped.wait(heap.TRIM_EVERY_S):
+            heap.trim()
 
     def wait(self) -> None:
         self._stopped.wait()

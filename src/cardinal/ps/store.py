@@ -17,8 +17,6 @@ refreshes (a push of kind "replica"), nothing else.
 """
 
 import contextlib
-import shutil
-import tempfile
 import threading
 import uuid
 import weakref
@@ -33,6 +31,7 @@ from cardinal.embedding import EmbeddingTable, TableConfig
 from cardinal.embedding.table import portable_width
 from cardinal.embedding.admission import make_filter
 from cardinal.embedding.tiers import RocksTier
+from cardinal.embedding.tiers.claim import TierDir
 from cardinal.memory_config import AdmissionConfig, EvictionConfig
 from cardinal.optim import make_optimizer
 from cardinal.ps import checkpoint, checkpoint_load, checkpoint_saec, validate
@@ -40,6 +39,7 @@ from cardinal.ps.budget import Budget, NeedRoom
 from cardinal.ps.limits import StoreFull, StoreLimits
 from cardinal.ps.memory import Memory
 from cardinal.ps.plan import ShardingPlan
+from cardinal.ps.process_memory import rocks_memory
 from cardinal.ps.replicas import CopiedRows
 from cardinal.ps.request_log import RequestLog, quote
 from cardinal.ps.step_clock import StepClock
@@ -124,11 +124,10 @@ class ShardStore:
         self.budget = Budget(self.memory, self.config.admission)
         self._tiers = None
         if self.limits.disk_budget:
-            if tier_dir:
-                Path(tier_dir).mkdir(parents=True, exist_ok=True)
-            self._tiers = Path(tempfile.mkdtemp(prefix=f"cardinal-tier-{shard}-", dir=tier_dir or None))
+            claimed = TierDir(tier_dir, shard)  # locked while this store lives; a killed one's are reclaimed
+            self._tiers = claimed.path
             self._tier_list: list[RocksTier] = []  # every tier made, closed with the store
-            self._tier_files = weakref.finalize(self, _remove_tiers, self._tiers, self._tier_list)
+            self._tier_files = weakref.finalize(self, _remove_tiers, claimed, self._tier_list)
         self.tables = self._fresh_tables()
         self._staged: tuple[str, dict, int] | None = None  # (token, tables, step) of a prepared load
         self._saved: int | None = None  # the step last saved or loaded: what a delta checkpoint may apply on
@@ -145,7 +144,8 @@ class ShardStore:
             cold = None
             if self._tiers is not None:
                 cold = RocksTier(self._tiers / f"{t.name}-shard{self.shard}-{uuid.uuid4().hex[:8]}",
-                                 portable_width(t, optimizer))
+                                 portable_width(t, optimizer),
+                                 *rocks_memory(self.limits.memory_budget, len(self.config.tables)))
                 self._tier_list.append(cold)
             tables[t.name] = EmbeddingTable(t, optimizer, admission=make_filter(self.config.admission.get(t.name)),
                                             cold=cold)
@@ -496,10 +496,10 @@ def _close_tiers(tables: dict) -> None:
             t.cold.close()
 
 
-def _remove_tiers(path: Path, tiers: list) -> None:
+def _remove_tiers(claimed: TierDir, tiers: list) -> None:
     for tier in tiers:
         tier.close()
-    shutil.rmtree(path, ignore_errors=True)
+    claimed.release()
 
 
 def _lr_scale(staleness: int) -> float:

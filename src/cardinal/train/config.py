@@ -23,7 +23,6 @@ by the shell (``[a.tsv,b.tsv]``); a path holding a comma needs the quoted TOML l
 """
 
 import copy
-import inspect
 import math
 import os
 import tomllib
@@ -541,9 +540,9 @@ def check_model(spec: dict) -> None:
     name = spec.pop("name", None)
     if name not in MODEL_NAMES:
         raise ValueError(f"model.name must be one of {sorted(MODEL_NAMES)}, got {name!r}")
-    from cardinal.models import MODELS  # torch: only once the name is known good
+    from cardinal.model_traits import MODELS  # no torch: servers load recipes too
 
-    params = list(inspect.signature(MODELS[name].__init__).parameters)[4:]  # after self, n_dense, n_fields, dim
+    params = list(MODELS[name].settings)
     for key in spec:
         if key not in params:
             raise ValueError(f"model {name!r} has no setting {key!r}; it takes {params}")

@@ -13,15 +13,14 @@ id's field its bits from ``field_shift`` up; the baseline's stay whole too.
 """
 
 from cardinal.compression.clustered_training import SaecSpec
-from cardinal.data import criteo, movielens
 from cardinal.embedding import TableConfig
-from cardinal.models import MODELS
+from cardinal.model_traits import FIELD_SHIFT, MODELS, SPARSE_FIELDS  # not cardinal.models nor the readers: servers need no torch
 from cardinal.ps import StoreConfig
 from cardinal.train.config import Recipe
 
 
 def sparse_fields(recipe: Recipe) -> list[str]:
-    return list(movielens.SPARSE if recipe.data.format == "movielens" else criteo.SPARSE)
+    return list(SPARSE_FIELDS["movielens" if recipe.data.format == "movielens" else "criteo"])
 
 
 def row_width(recipe: Recipe, table: str, model: str | None = None) -> int:
@@ -52,7 +51,7 @@ def baseline_features(recipe: Recipe) -> dict[str, str]:
 
 def field_shift(recipe: Recipe) -> int:
     """The bit an id's field starts at: movielens ids are (field << 40) | value, Criteo-layout ones << 32."""
-    return (movielens.ID_LIMIT if recipe.data.format == "movielens" else criteo.CAT_LIMIT).bit_length() - 1
+    return FIELD_SHIFT["movielens" if recipe.data.format == "movielens" else "criteo"]
 
 
 def features(recipe: Recipe) -> dict[str, str]:

@@ -25,7 +25,9 @@ from cardinal.failpoints import failpoint
 
 
 class RocksTier(ColdTier):
-    def __init__(self, path: str | Path, width: int):
+    def __init__(self, path: str | Path, width: int, write_buffer: int = 16 << 20, cache: int = 8 << 20):
+        """``write_buffer``, ``cache``: RocksDB's memtable size (it holds two at most: one being
+        flushed) and block cache, in bytes (a server sizes them from its budget: ps/process_memory.py)."""
         self.path = Path(path)
         self.width = width
         if self.path.exists():
@@ -33,10 +35,11 @@ class RocksTier(ColdTier):
         self.path.parent.mkdir(parents=True, exist_ok=True)
         options = Options(raw_mode=True)
         options.create_if_missing(True)
-        options.set_write_buffer_size(16 << 20)  # RAM it may hold before writing a file
+        options.set_write_buffer_size(write_buffer)  # RAM it may hold before writing a file
+        options.set_max_write_buffer_number(2)
         table = BlockBasedOptions()
         table.set_bloom_filter(10, False)
-        table.set_block_cache(Cache(8 << 20))  # data blocks; index and filter blocks stay in the table readers:
+        table.set_block_cache(Cache(cache))  # data blocks; index and filter blocks stay in the table readers:
         options.set_block_based_table_factory(table)  # kept in a cache of 8 MB, a get took 680 us, not 8 us
         options.enable_statistics()  # byte counters, for the write amplification (io_bytes)
         self._db = Rdict(str(self.path), options)
@@ -72,7 +75,8 @@ class RocksTier(ColdTier):
     def ram_bytes(self) -> int:
         """The key filter and RocksDB's index and filter blocks, which grow with the tier (as RocksDB
         estimates them: they follow its compactions, so demotions are timed by them too). Its
-        memtables (at most 2 x 16 MB) and block cache (8 MB) are not counted."""
+        memtables (at most 2 x write_buffer) and block cache are not counted: a server sizes them
+        within its budget's margin (ps/process_memory.py)."""
         db = self._db
         return self.keys.nbytes + (db.property_int_value("rocksdb.estimate-table-readers-mem") if db else 0)
 
@@ -109,7 +113,8 @@ class RocksTier(ColdTier):
         self._n -= len(ids)
         self.keys.stale += len(ids)
 
-    def chunks(self, size=1 << 16):
+    def chunks(self, size: int | None = None):
+        size = size or max(1, (4 << 20) // (4 * self.width + 16))  # about 4 MiB of rows at a time
         it = self._db.iter()
         it.seek_to_first()
         keys, values = [], []
