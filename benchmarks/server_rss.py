@@ -12,6 +12,7 @@ once it listens, before any row); the target is peak RSS <= 1.1 x budget + the d
 """
 
 import argparse
+import math
 import re
 import sys
 import tempfile
@@ -117,10 +118,19 @@ class Sampler(threading.Thread):
                       flush=True)
 
 
+def batch_for(budget: int, largest: int) -> int:
+    """A batch whose new rows of the last few steps (protected from eviction: the server refuses a
+    step whose protected rows alone would pass the budget) take at most a third of the budget: a
+    batch row brings about 5 KB of new rows (26 fields at dim 64), protected for 3 steps."""
+    return max(64, min(largest, 1 << int(math.log2(budget / 45_000))))
+
+
 def case(budget_mib: int, disk: bool, args, base: Path) -> dict:
     root = base / f"b{budget_mib}-{'disk' if disk else 'ram'}"
-    sets = [f'data.cache_dir="{base / "data"}"', f"data.synthetic.rows={args.rows}", "data.synthetic.eval_rows=2000",
-            f"data.synthetic.vocab={args.vocab}", "data.synthetic.skew=1.01", f"data.batch_size={args.batch}",
+    batch = batch_for(budget_mib * MIB, args.batch)
+    sets = [f'data.cache_dir="{base / "data"}"', f"data.synthetic.rows={args.rows or args.steps * batch}",
+            "data.synthetic.eval_rows=2000",
+            f"data.synthetic.vocab={args.vocab}", "data.synthetic.skew=1.01", f"data.batch_size={batch}",
             f"embedding.dim={args.dim}", "model.hidden=[16]", f"train.steps={args.steps}", "train.log_every=10",
             "ps.metrics_port=0", f"ps.memory_budget={budget_mib * MIB}",
             f'ps.disk_dir="{root / "tiers"}"', *([f"ps.disk_budget={8 * budget_mib * MIB}"] if disk else [])]
@@ -133,7 +143,7 @@ def case(budget_mib: int, disk: bool, args, base: Path) -> dict:
     if run.code != 0 or not sampler.rss:
         raise SystemExit(f"budget {budget_mib} MiB, disk {disk}: exit {run.code}\n{run.tail()}")
     floor, peak, budget = sampler.rss[0], max(sampler.rss), budget_mib * MIB
-    return {"budget MiB": budget_mib, "disk tier": "yes" if disk else "no",
+    return {"budget MiB": budget_mib, "disk tier": "yes" if disk else "no", "batch": batch,
             "idle RSS MB": round(floor / 1e6, 1), "peak RSS MB": round(peak / 1e6, 1),
             "peak accounted / budget": round(max(sampler.bytes, default=0) / budget, 3),
             **{f"at peak: {k} MB": round(v / 1e6, 1) for k, v in sampler.at_peak.items()},
@@ -144,22 +154,23 @@ def case(budget_mib: int, disk: bool, args, base: Path) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--budgets-mib", default="64,256,1024")
-    p.add_argument("--steps", type=int, default=40)
-    p.add_argument("--batch", type=int, default=4096)
+    p.add_argument("--steps", type=int, default=60)
+    p.add_argument("--batch", type=int, default=4096, help="the largest batch (smaller budgets take smaller ones)")
     p.add_argument("--dim", type=int, default=64)
-    p.add_argument("--rows", type=int, default=0, help="generated rows (0: steps x batch)")
+    p.add_argument("--rows", type=int, default=0, help="generated rows (0: steps x each case's batch)")
     p.add_argument("--vocab", type=int, default=50_000_000)
     p.add_argument("--timeout", type=float, default=1800)
     p.add_argument("--trace", action="store_true", help="print every sample")
     p.add_argument("--disk", default="no,yes", help="cases without (no) and with (yes) the disk tier")
     p.add_argument("--base", help="where runs and data go (default: a temporary directory, removed after)")
     args = p.parse_args()
-    args.rows = args.rows or args.steps * args.batch
     with tempfile.TemporaryDirectory(prefix="server-rss-", dir=args.base) as tmp:
         rows = [case(int(b), disk, args, Path(tmp)) for b in args.budgets_mib.split(",") for disk in
                 [d == "yes" for d in args.disk.split(",")]]
     write("server_rss", "A server process's resident memory against its ps.memory_budget", rows, [
-        f"cardinal launch --servers 1 --workers 1, {args.steps} steps of {args.batch} rows, embedding.dim {args.dim}, "
+        f"cardinal launch --servers 1 --workers 1, {args.steps} steps of batch rows (at most {args.batch}, so that "
+        "the rows of the steps protected from eviction take at most a third of the budget), embedding.dim "
+        f"{args.dim}, "
         f"generated data (vocab {args.vocab:,}, skew 1.01: ids outgrow every budget), a full checkpoint at the end",
         "RSS: VmRSS of the server process every 0.5 s from the moment it listens to its exit; idle: the first sample",
         f"bound: 1.1 x budget + the documented floor ({FLOOR / 1e6:.0f} MB, cardinal/ps/process_memory.py)",
