@@ -195,3 +195,34 @@ def test_a_failed_demotion_keeps_the_rows_in_ram_and_the_request_succeeds(stores
 def test_disk_budget_without_a_memory_budget_is_an_error():
     with pytest.raises(ValueError, match="ps.disk_budget needs ps.memory_budget"):
         StoreLimits(disk_budget=1 << 30)
+
+
+def test_a_put_larger_than_the_memtable_goes_in_batches_and_a_failed_one_leaves_nothing(tmp_path):
+    tier = RocksTier(tmp_path / "t", 16, write_buffer=64 << 10, cache=64 << 10)
+    db, writes = tier._db, []
+
+    class Failing:  # RocksDB failing at the third write of a put
+        def __getattr__(self, name):
+            return getattr(db, name)
+
+        def write(self, batch, options):
+            writes.append(1)
+            if len(writes) == 3:
+                raise OSError("disk full")
+            return db.write(batch, options)
+    try:
+        put = rows(20_000, 16)  # about 1.4 MB of records: many memtables' worth
+        tier._db = Failing()
+        with pytest.raises(OSError, match="disk full"):
+            tier.put(put)
+        tier._db = db
+        assert len(writes) == 4  # two batches went in, the third failed, then the undo
+        found, _ = tier.get(put.ids)
+        assert len(tier) == 0 and not found.any()  # all or nothing, as one batch was
+        tier.put(put)
+        found, got = tier.get(put.ids)
+        assert found.all() and np.array_equal(got.data.view(np.uint32), put.data.view(np.uint32))
+        assert db.property_int_value("rocksdb.size-all-mem-tables") <= 3 * (64 << 10)
+    finally:
+        tier._db = db
+        tier.close()

@@ -45,6 +45,7 @@ class RocksTier(ColdTier):
         self._db = Rdict(str(self.path), options)
         self._write = WriteOptions()
         self._write.disable_wal = True
+        self._batch_bytes = max(4 << 10, write_buffer // 2)  # a write batch lands in one memtable whole: kept small
         self._n = 0
         self.keys = KeyFilter()  # which ids may be here: lookups of the others never reach RocksDB
 
@@ -60,11 +61,21 @@ class RocksTier(ColdTier):
         record[:, w] = rows.count
         record[:, w + 1] = rows.last_step
         keys, values, size = rows.ids.astype("<i8").tobytes(), record.tobytes(), 4 * (w + 2)
-        batch = WriteBatch(raw_mode=True)
-        for i in range(n):
-            batch.put(keys[8 * i:8 * i + 8], values[size * i:size * (i + 1)])
         failpoint("tier.before_put")
-        self._db.write(batch, self._write)
+        per_batch = max(1, self._batch_bytes // (8 + size))
+        done = 0
+        try:
+            for done in range(0, n, per_batch):  # the memtable switches between batches: it stays near its size
+                batch = WriteBatch(raw_mode=True)
+                for i in range(done, min(n, done + per_batch)):
+                    batch.put(keys[8 * i:8 * i + 8], values[size * i:size * (i + 1)])
+                self._db.write(batch, self._write)
+        except BaseException:  # all or nothing, as one batch was: the rows stay in RAM only
+            undo = WriteBatch(raw_mode=True)
+            for i in range(done):
+                undo.delete(keys[8 * i:8 * i + 8])
+            self._db.write(undo, self._write)
+            raise
         self._n += n
         if self.keys.needs_rebuild(self._n):
             self.keys.rebuild(self._n, (c.ids for c in self.chunks()))
