@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 import cardinal
-from cardinal.failures import RESUME_HINT, ServerFailure
+from cardinal.failures import RESUME_HINT, ServerFailure, peer_failure
 
 TRAIN_HELP = """keys: `cardinal recipe show [RECIPE]` prints every key of the resolved recipe with its meaning
 (they are documented beside the dataclass fields in cardinal/train/config.py).
@@ -142,6 +142,11 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, ServerFailure) as e:  # what the user can change; anything else (a bug) is a traceback (exit 1)
         say(f"cardinal {args.command}: error: {e}" + (f" ({RESUME_HINT})" if isinstance(e, ServerFailure) else ""))
         return 2  # on a line of its own, not on a progress bar's
+    except Exception as e:  # noqa: BLE001 - a peer's failure met in a collective is named; anything else re-raised
+        if (line := peer_failure(e)) is None:
+            raise
+        say(f"cardinal {args.command}: error: {line}")
+        return 2
     except KeyboardInterrupt:  # before training started, or a third Ctrl-C while saving (no torn checkpoint)
         say(f"cardinal {args.command}: interrupted")
         return 130

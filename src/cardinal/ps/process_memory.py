@@ -18,8 +18,10 @@ Without a budget (0) every part keeps its unbounded default.
 """
 
 MIB = 1 << 20
-FLOOR = 150_000_000  # an idle `cardinal server` (listening, no row) measured 133-138 MB (393 with torch);
-                     # its first requests load numba's kernels: +50 MB (184 MB), not counted in FLOOR
+FLOOR = 150_000_000  # an idle `cardinal server` (listening, no row) measured 125-138 MB (393 with torch), of
+                     # which 43 MB its own (heap, anonymous maps), the rest libraries' pages; right after a
+                     # fresh install the page cache holds them whole and RSS maps more of them: 198-203 MB.
+                     # Its first requests load numba's kernels: +50 MB, not counted in FLOOR
 SAVE_CHUNK_BYTES = 8 * MIB  # rows a full checkpoint copies out at a time
 
 
