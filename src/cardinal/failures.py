@@ -22,12 +22,19 @@ class ServerFailure(RuntimeError):
 RESUME_HINT = "a server of the job failed: start it again and resume the run (cardinal train --resume RUN_DIR)"
 
 
+_PEER_GONE = ("Connection closed by peer", "Connection reset by peer")  # gloo's words for a peer gone
+
+
 def peer_failure(e: BaseException) -> str | None:
-    """One line for torch.distributed's error when another worker of the job went away, else None.
-    Told by its type, from torch only where it is imported already (a worker's process)."""
+    """One line for torch.distributed's error when another worker of the job went away, else None:
+    a ``DistError``, or the plain RuntimeError gloo raises from a collective whose peer closed the
+    connection. torch is looked at only where it is imported already (a worker's process)."""
     dist = getattr(sys.modules.get("torch"), "distributed", None)
-    error = getattr(dist, "DistError", None)
-    if error is None or not isinstance(e, error):
+    if dist is None:
+        return None
+    text = str(e)
+    gloo_peer_gone = isinstance(e, RuntimeError) and "gloo" in text and any(s in text for s in _PEER_GONE)
+    if not gloo_peer_gone and not isinstance(e, getattr(dist, "DistError", ())):
         return None
     first = next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
     return (f"another worker of the job stopped (the workers' collective failed: {first[:160]}): see its log, then "
