@@ -33,8 +33,9 @@ import time
 from pathlib import Path
 
 import cardinal
-from cardinal.failures import RESUME_HINT, ServerFailure, peer_failure
+from cardinal.failures import RESUME_HINT, ServerFailure, culprit_named, peer_failure
 
+PROBE_S = 5.0  # how long a rank whose peer stopped waits on each server before blaming the peer
 TRAIN_HELP = """keys: `cardinal recipe show [RECIPE]` prints every key of the resolved recipe with its meaning
 (they are documented beside the dataclass fields in cardinal/train/config.py).
 file lists (data.train, data.eval, ps.servers): a path, a comma list a.tsv,b.tsv, or a TOML list
@@ -179,7 +180,8 @@ def train(args) -> int:
             run_dir.rmdir()
         raise
     try:
-        with stop.catching_signals():  # SIGINT / SIGTERM: save at a step boundary, one line, 130 / 143
+        # SIGINT / SIGTERM: save at a step boundary, one line, 130 / 143; a peer's failure names a dead server
+        with stop.catching_signals(), culprit_named(lambda: trainer.client.health(timeout=PROBE_S)):
             summary = trainer.fit(resume=bool(args.resume))
     except Interrupted as e:
         if int(os.environ.get("RANK", "0")) == 0:

@@ -8,10 +8,12 @@ imports, so that ``cli.py`` catches it without loading the parameter-server code
 
 When one worker stops (its server died, say), the others meet it as torch.distributed's error
 in their next collective (gloo: "connection closed by peer"): ``peer_failure`` names that too, on
-one line, so every rank exits 2 rather than with a traceback.
+one line, so every rank exits 2 rather than with a traceback. Where the peer stopped because a
+server died, ``culprit_named`` asks the servers first, so every rank names the same server.
 """
 
 import sys
+from contextlib import contextmanager
 
 
 class ServerFailure(RuntimeError):
@@ -39,3 +41,17 @@ def peer_failure(e: BaseException) -> str | None:
     first = next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
     return (f"another worker of the job stopped (the workers' collective failed: {first[:160]}): see its log, then "
             "resume the run (cardinal train --resume RUN_DIR)")
+
+
+@contextmanager
+def culprit_named(probe):
+    """A peer's failure met in a collective is first checked against the servers: ``probe`` asks
+    each one and raises the ``ServerFailure`` naming a server that went away (the usual reason a
+    peer stopped), so a rank that met only the collective names the same culprit as the rank that
+    met the server; if every server answers, the peer's failure goes on as it was."""
+    try:
+        yield
+    except Exception as e:  # noqa: BLE001 - re-raised unless a server is found gone
+        if peer_failure(e) is not None:
+            probe()
+        raise

@@ -343,8 +343,8 @@ class PSClient:
         """Every shard's stats; ``check=True`` verifies each shard's invariants first."""
         return [self.transport.stats(s, check=check).wait() for s in range(self.n_shards)]
 
-    def health(self) -> list[dict]:
-        return [self.transport.health(s).wait() for s in range(self.n_shards)]
+    def health(self, timeout: float | None = DEFAULT_TIMEOUT) -> list[dict]:
+        return [self.transport.health(s).wait(timeout) for s in range(self.n_shards)]
 
     def digest(self, table: str) -> str:
         """Digest of a whole table across shards: equal for any shard count and any plan that keeps
