@@ -1,5 +1,6 @@
-"""The README's commands and code work as printed (issue 10, item 7). The tests read the README
-itself, so a rewritten line is tested as rewritten.
+"""The commands and code of the README and of docs/*.md work as printed (issue 10, item 7; the
+manual moved to docs/ in issue 26, item 7). The tests read the pages themselves, so a rewritten
+line is tested as rewritten.
 
 What runs, of the ```bash blocks' commands (continuation lines joined, comments dropped):
 - every ``cardinal ...`` command (also after ``torchrun ... -m cardinal.cli``) parses with the
@@ -27,18 +28,20 @@ from cardinal.train import config
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]  # the README first, then the manual's pages
 
 
-def python_blocks() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+def python_blocks(pages: list[Path] = PAGES) -> list[str]:
+    return [block for page in pages for block in re.findall(r"```python\n(.*?)```", page.read_text(), re.S)]
 
 
-def bash_lines() -> list[str]:
-    """Every command of the README's bash blocks, continuation lines joined."""
+def bash_lines(pages: list[Path] = PAGES) -> list[str]:
+    """Every command of the pages' bash blocks, continuation lines joined, each once (README first)."""
     lines = []
-    for block in re.findall(r"```bash\n(.*?)```", README.read_text(), re.S):
-        lines += [line.strip() for line in block.replace("\\\n", " ").splitlines() if line.strip()]
-    return lines
+    for page in pages:
+        for block in re.findall(r"```bash\n(.*?)```", page.read_text(), re.S):
+            lines += [line.strip() for line in block.replace("\\\n", " ").splitlines() if line.strip()]
+    return list(dict.fromkeys(lines))
 
 
 def cardinal_args(line: str) -> list[str] | None:
@@ -57,9 +60,11 @@ def cardinal_args(line: str) -> list[str] | None:
 
 
 def commands() -> list[list[str]]:
-    found = [args for args in map(cardinal_args, bash_lines()) if args is not None]
-    assert len(found) >= 5, "the README lost its cardinal commands"
-    return found
+    readme = [args for args in map(cardinal_args, bash_lines([README])) if args is not None]
+    assert len(readme) >= 5, "the README lost its cardinal commands"
+    found = list(dict.fromkeys(tuple(args) for args in map(cardinal_args, bash_lines()) if args is not None))
+    assert len(found) >= 20, "docs/ lost its cardinal commands"
+    return [list(args) for args in found]
 
 
 def resolve(args: list[str]) -> None:
@@ -73,7 +78,7 @@ def resolve(args: list[str]) -> None:
 
 
 @pytest.mark.parametrize("args", commands(), ids=" ".join)
-def test_every_cardinal_command_in_the_readme_parses_and_resolves(args):
+def test_every_cardinal_command_in_the_readme_and_docs_parses_and_resolves(args):
     try:
         resolve(args)
     except SystemExit as e:  # argparse's way of refusing
@@ -88,18 +93,23 @@ exec "{python}" -m cardinal.cli "$@"
 
 
 def dry_lines() -> list[str]:
-    """The documented subset run under bash: the lines that run cardinal train, eval or recipe."""
-    return [line for line in bash_lines() if shlex.split(line, comments=True)[:1] == ["cardinal"]
-            and cardinal_args(line)[:1] in (["train"], ["eval"], ["recipe"])]
+    """The documented subset run under bash: the lines that run cardinal train, eval or recipe
+    (of the README and docs/; a command printed twice runs once, as the README prints it)."""
+    lines = {}
+    for line in bash_lines():
+        runs = shlex.split(line, comments=True)[:1] == ["cardinal"]
+        if runs and cardinal_args(line)[:1] in (["train"], ["eval"], ["recipe"]):
+            lines.setdefault(tuple(cardinal_args(line)), line)
+    return list(lines.values())
 
 
 @pytest.mark.slow
-def test_the_readmes_train_and_eval_lines_work_in_bash_as_printed(tmp_path):
+def test_the_train_and_eval_lines_of_the_readme_and_docs_work_in_bash_as_printed(tmp_path):
     from conftest import tiny_recipe
     from cardinal.train import Trainer
 
     lines = dry_lines()
-    assert any(line.startswith("cardinal train") for line in lines), "the README lost its cardinal train lines"
+    assert any(line.startswith("cardinal train") for line in lines), "the README and docs lost their train lines"
     runs = set()
     for line in lines:
         parsed = cli.parser().parse_args(cardinal_args(line))
@@ -120,11 +130,14 @@ def test_the_readmes_train_and_eval_lines_work_in_bash_as_printed(tmp_path):
         assert done.returncode == 0, f"{line}\n{done.stderr[-2000:]}"
 
 
-def test_readme_python_example_runs():
-    blocks = python_blocks()
-    assert blocks, "the README lost its Python example"
-    for block in blocks:
-        exec(compile(block, "README.md", "exec"), {})
+@pytest.mark.parametrize("page", [page for page in PAGES if python_blocks([page])], ids=lambda page: page.name)
+def test_python_examples_run(page):
+    for block in python_blocks([page]):
+        exec(compile(block, page.name, "exec"), {})
+
+
+def test_the_python_examples_are_still_there():
+    assert len(python_blocks()) >= 2, "the README and docs lost their Python examples"
 
 
 def test_readme_python_example_runs_from_the_parent_folder_of_a_checkout_named_cardinal(tmp_path):
@@ -153,3 +166,4 @@ def test_readme_python_example_runs_from_the_parent_folder_of_a_checkout_named_c
                               timeout=120)
         assert done.returncode == 0, done.stderr[-2000:]
         assert Path(done.stdout.splitlines()[0]).resolve() == Path(origin).resolve()
+
