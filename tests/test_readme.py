@@ -1,6 +1,6 @@
 """The commands and code of the README and of docs/*.md work as printed (issue 10, item 7; the
 manual moved to docs/ in issue 26, item 7). The tests read the pages themselves, so a rewritten
-line is tested as rewritten.
+line is tested as rewritten, and every relative link of a page leads to a file (and heading) there.
 
 What runs, of the ```bash blocks' commands (continuation lines joined, comments dropped):
 - every ``cardinal ...`` command (also after ``torchrun ... -m cardinal.cli``) parses with the
@@ -167,3 +167,35 @@ def test_readme_python_example_runs_from_the_parent_folder_of_a_checkout_named_c
         assert done.returncode == 0, done.stderr[-2000:]
         assert Path(done.stdout.splitlines()[0]).resolve() == Path(origin).resolve()
 
+
+def slug(heading: str) -> str:
+    """The anchor GitHub gives a heading: lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def anchors(page: Path) -> set[str]:
+    text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)  # a "# comment" in a block is no heading
+    return {slug(heading) for heading in re.findall(r"^#{1,6} (.+)$", text, re.M)}
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: str(page.relative_to(ROOT)))
+def test_every_relative_link_leads_to_a_file_and_heading(page):
+    text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+    links = re.findall(r"\[[^\]]*\]\(([^)\s]+)\)", text)
+    broken = []
+    for link in links:
+        if re.match(r"^[a-z][a-z+.-]*:", link):  # https:, mailto: ...: not this checkout's
+            continue
+        path, _, anchor = link.partition("#")
+        target = (page.parent / path).resolve() if path else page
+        if not target.exists() or ROOT not in target.parents:
+            broken.append(f"{link}: no file {path}")
+        elif anchor and (target.suffix != ".md" or anchor not in anchors(target)):
+            broken.append(f"{link}: no heading #{anchor} in {target.relative_to(ROOT)}")
+    assert not broken, f"{page.relative_to(ROOT)}: " + "; ".join(broken)
+
+
+def test_the_readme_links_every_page_of_docs():
+    linked = {(ROOT / link).resolve() for link in re.findall(r"\]\((docs/[^)#\s]+)", README.read_text())}
+    unlinked = [page.name for page in PAGES[1:] if page.resolve() not in linked]
+    assert not unlinked, f"docs/ pages the README does not link to: {unlinked}"
