@@ -176,13 +176,29 @@ def test_oversized_messages_are_refused_and_large_pulls_split(cluster):
 def test_a_pull_whose_reply_would_pass_the_limit_creates_nothing_in_a_table_of_no_rows(cluster):
     """The reply-size check runs before the pull: a table holding no row yet included."""
     c = cluster(1, max_message_mb=1)
-    raw = GrpcTransport(c.addresses, JOB, TOKEN, timeout=20, max_message_mb=64)  # sends the pull whole
+    raw = GrpcTransport(c.addresses, JOB, TOKEN, timeout=20, max_message_mb=64)  # sends the pull whole...
+    raw._follow = lambda shard, limits: None  # ...not told the server's limit (an old or a hostile client)
     try:
         with pytest.raises(ShardRequestError, match="needs a 1.2 MiB reply, over this server's message limit"):
             raw.pull(0, "user", np.arange(40_000, dtype=np.int64), create=True, step=1).wait()
     finally:
         raw.close()
     assert len(c.stores[0].tables["user"]) == 0
+
+
+def test_a_client_sizes_its_calls_as_the_server_reads_them(cluster):
+    """A server says in Stats how large a message it reads and how many calls at once (less under a
+    memory budget: ps/process_memory.py); a client sends its pulls and pushes in such pieces."""
+    c = cluster(1, max_message_mb=1, max_concurrency=3)
+    client = GrpcTransport(c.addresses, JOB, TOKEN, timeout=20, max_message_mb=64, chunk_mb=4.0, max_in_flight=16)
+    try:
+        ids = np.arange(40_000, dtype=np.int64)
+        rows = client.pull(0, "user", ids, create=True, step=1).wait()  # 1.2 MiB of rows: two calls
+        assert rows.shape == (40_000, 8) and (client._message[0], client._calls[0]) == (1 << 20, 3)
+        client.push(0, "user", ids, np.ones_like(rows), step=1).wait()
+    finally:
+        client.close()
+    assert len(c.stores[0].tables["user"]) == 40_000
 
 
 def test_a_restarted_server_is_noticed(cluster, tmp_path):

@@ -83,7 +83,7 @@ def test_over_grpc_a_resent_push_gets_the_same_invalidations(cluster):
         again = transport.push(0, "a", ids(*range(30, 70)), g, **push).wait()
         assert cluster.client.digest("a") == digest
         np.testing.assert_array_equal(cluster.client.pull("a", ids(*range(70)), create=False).wait(), rows)
-        parts = sum(1 for _ in transport._chunks(40, 8 + 16))
+        parts = sum(1 for _ in transport._chunks(40, 8 + 16, 0))
         assert parts > 1
         for reply in (first, again):
             log = reply["log"]

@@ -48,6 +48,7 @@ from cardinal.embedding import EmbeddingTable
 from cardinal.embedding import row_kernels as RK
 from cardinal.embedding.compaction import delete_rows
 from cardinal.embedding.dedup import unique_inverse
+from cardinal.embedding.deletion_log import DeletionLog
 from cardinal.embedding.index import IdIndex
 from cardinal.embedding.storage import Columns, MemoryRowStorage
 from cardinal.embedding.table import Admit, combine_digests
@@ -142,7 +143,7 @@ class SaecTable:
         self.cold_bytes = 0
         self.created = self.refused = self.dropped = self.faulted = self.demoted = self.requested = 0
         self.evicted: dict[str, int] = {}
-        self.deleted: list[np.ndarray] = []
+        self.deleted = DeletionLog()  # empty: a clustered table saves only full checkpoints, which need no log
 
     @property
     def storage(self):
@@ -291,17 +292,11 @@ class SaecTable:
     def delete(self, ids: np.ndarray, log: bool = True) -> int:
         with self.lock:
             rows = self.map.find(ids)
-            rows = rows[rows >= 0]
-            if log and len(rows):
-                self.deleted.append(np.unique(self.map.columns().ids[rows]))
-            return self.map.delete(rows)
+            return self.map.delete(rows[rows >= 0])
 
     def evict(self, select: Callable[[Columns, int], np.ndarray], reason: str) -> int:
         with self.lock:
-            rows = np.unique(np.asarray(select(self.map.columns(), len(self.map)), np.int64))
-            if len(rows):
-                self.deleted.append(np.unique(self.map.columns().ids[rows]))
-            n = self.map.delete(rows)
+            n = self.map.delete(np.unique(np.asarray(select(self.map.columns(), len(self.map)), np.int64)))
             self.evicted[reason] = self.evicted.get(reason, 0) + n
             return n
 
@@ -361,7 +356,6 @@ class SaecTable:
         if since is not None:
             raise ValueError(f"table {self.config.name!r} is clustered (Saec): its checkpoints are full ones")
         with self.lock:
-            self.deleted = []
             admission = None if self.admission is None else (self.admission.describe(), self.admission.state())
             return {"rows": None, "deleted": np.empty(0, np.int64), "admission": admission}
 

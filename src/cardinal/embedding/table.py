@@ -33,6 +33,7 @@ from cardinal.embedding import formats, parallel
 from cardinal.embedding import row_kernels as RK
 from cardinal.embedding.admission import AdmissionFilter
 from cardinal.embedding.compaction import delete_rows
+from cardinal.embedding.deletion_log import DeletionLog
 from cardinal.embedding.dedup import segment_max, segment_sum, unique_inverse
 from cardinal.embedding.formats.base import BLOCK
 from cardinal.embedding.formats.rounding import INIT_STEP
@@ -133,7 +134,7 @@ class EmbeddingTable:
         self.evicted: dict[str, int] = {}  # rows deleted, by reason
         self.faulted = 0   # rows read back in from the cold tier...
         self.requested = 0  # ... of the ids training requests asked for while it held rows
-        self.deleted: list[np.ndarray] = []  # ids deleted (not moved between tiers), for delta checkpoints
+        self.deleted = DeletionLog()  # ids deleted (not moved between tiers), for delta checkpoints
         self.demoted = 0   # rows written out to it
 
     def __len__(self) -> int:
@@ -142,9 +143,10 @@ class EmbeddingTable:
 
     @property
     def nbytes(self) -> int:
-        """Bytes in RAM: the rows there, the index, the admission filter's state, the cold tier's key filter."""
+        """Bytes in RAM: the rows there, the index, the admission filter's state, the cold tier's key
+        filter, the log of deleted ids."""
         return self.row_bytes + self.index.nbytes + (self.admission.nbytes if self.admission else 0) \
-            + (self.cold.ram_bytes if self.cold is not None else 0)
+            + (self.cold.ram_bytes if self.cold is not None else 0) + self.deleted.nbytes
 
     @property
     def row_bytes(self) -> int:
@@ -392,7 +394,7 @@ class EmbeddingTable:
                 cold = self.cold.get(ids[rows < 0])[1].ids
                 self.cold.delete(cold)
                 if log:
-                    self.deleted.append(cold)
+                    self.deleted.add(cold)
                 n += len(cold)
             return n
 
@@ -411,7 +413,7 @@ class EmbeddingTable:
             dead = [select(chunk) for chunk in self.cold.chunks()] + [select(None)]
             dead = np.unique(np.concatenate(dead))
             self.cold.delete(dead)
-            self.deleted.append(dead)
+            self.deleted.add(dead)
             self.evicted[reason] = self.evicted.get(reason, 0) + len(dead)
             return len(dead)
 
@@ -428,7 +430,7 @@ class EmbeddingTable:
         are logged as deleted."""
         size, rows = self.storage.size, np.unique(np.asarray(rows, np.int64))
         if not moved and len(rows):
-            self.deleted.append(np.unique(self.storage.columns().ids[rows]))
+            self.deleted.add(self.storage.columns().ids[rows])
         self.format.release(self.storage.columns().data, rows)
         self.storage.shrink(delete_rows(self.index, self.storage.columns(), size, rows))
         return size - self.storage.size
@@ -482,11 +484,11 @@ class EmbeddingTable:
     def snapshot(self, since: int | None = None) -> dict:
         """What a checkpoint of this table holds besides a full one's rows (``row_chunks``, read under
         the same hold of the lock): a delta's ``rows`` (``export(since)``; None without ``since``),
-        ``deleted`` (the ids deleted since the previous snapshot, unique; the log starts again),
+        ``deleted`` (the ids deleted since the previous snapshot, unique, or None where the log let
+        them go: ``DeletionLog``; the log starts again),
         ``admission`` (the filter's description and state, or None)."""
         with self.lock:
-            deleted = np.unique(np.concatenate(self.deleted)) if self.deleted else np.empty(0, np.int64)
-            self.deleted = []
+            deleted = self.deleted.take()
             admission = None if self.admission is None else (self.admission.describe(), self.admission.state())
             rows = None if since is None else self.export(since)
             return {"rows": rows, "deleted": deleted, "admission": admission}

@@ -130,7 +130,7 @@ class Memory:
         total, freed = sum(free.values()), 0
         for name, nbytes in free.items():
             t = tables[name]
-            freed += self.leave(t, math.ceil(need * nbytes / total / self.row_cost(t)), step, protect)
+            freed += self.leave(t, math.ceil(need * nbytes / total / self.net_cost(t)), step, protect)
         return freed
 
     def free(self, tables: dict, step: int, protect: bool = True) -> dict[str, float]:
@@ -155,6 +155,13 @@ class Memory:
     def row_cost(t) -> float:
         """Bytes one RAM row of table ``t`` takes (its index slot aside)."""
         return t.row_bytes / t.storage.size if t.storage.size else 16 + 4 * t.storage.width
+
+    @classmethod
+    def net_cost(cls, t) -> float:
+        """Bytes a row leaving RAM frees: its cost, less the id a deletion logs for the next delta
+        checkpoint (``embedding/deletion_log.py``; none where the row moves to the disk tier)."""
+        logged = t.cold is None and not t.deleted.overflowed
+        return max(1.0, cls.row_cost(t) - (8 if logged else 0))
 
     def protected(self, last_step: np.ndarray, step: int) -> np.ndarray:
         """Which rows (by ``last_step``) a request of ``step`` may not evict: touched in the last protect_steps."""

@@ -5,11 +5,13 @@ the tables, must stay near it. A server's resident memory is
 
     floor        the interpreter, numpy, numba and its kernels, gRPC, RocksDB's code: FLOOR,
                  fixed (no torch: cardinal.model_traits gives the server what it reads of models)
-    tables       rows, hash index, admission filters, disk-tier index: accounted against the
-                 budget by ps/memory.py, which evicts (or demotes) past it
+    tables       rows, hash index, admission filters, disk-tier index, the ids deleted since the
+                 last checkpoint (``deletion_log_bytes`` at most): accounted against the budget by
+                 ps/memory.py, which evicts (or demotes) past it
     disk tier    RocksDB's memtables and block cache: ``rocks_memory``, sized from the budget
                  (its index and filter blocks are the tables' part, counted by the tier)
-    requests     messages being read and their decoded arrays: ``rpc_threads`` calls at a time
+    requests     messages being read and their decoded arrays: ``requests`` sizes how many calls
+                 are read at once and how large each may be, and clients follow what a server says
     save         a full checkpoint streams its rows SAVE_CHUNK_BYTES at a time
     freed heap   what glibc keeps of freed blocks: ``heap.keep_freed_buffers`` caps its arenas and
                  how much each keeps, from the budget
@@ -18,10 +20,11 @@ Without a budget (0) every part keeps its unbounded default.
 """
 
 MIB = 1 << 20
-FLOOR = 150_000_000  # an idle `cardinal server` (listening, no row) measured 125-138 MB (393 with torch), of
-                     # which 43 MB its own (heap, anonymous maps), the rest libraries' pages; right after a
-                     # fresh install the page cache holds them whole and RSS maps more of them: 198-203 MB.
-                     # Its first requests load numba's kernels: +50 MB, not counted in FLOOR
+FLOOR = 180_000_000  # a `cardinal server` after its first step, no row kept: 172-176 MB measured. Idle (listening,
+                     # no call yet) 122-138 MB (393 with torch): libllvmlite 40 MB, gRPC 10, RocksDB 6, the
+                     # interpreter and numpy, and 44 MB its own (heap, anonymous maps); numba's kernels load on
+                     # the first calls: +50 MB (libllvmlite's pages touched 40 -> 69 MB, +20 MB heap and maps).
+                     # Right after a fresh install the page cache holds the libraries whole and RSS maps more.
 SAVE_CHUNK_BYTES = 8 * MIB  # rows a full checkpoint copies out at a time
 
 
@@ -36,8 +39,24 @@ def rocks_memory(budget: int, tiers: int) -> tuple[int, int]:
     return max(64 << 10, min(16 * MIB, share)), max(64 << 10, min(8 * MIB, share))
 
 
-def rpc_threads(budget: int, threads: int) -> int:
-    """Calls a server applies at once: each holds its message and a few copies of its arrays (a
-    push of 4 MiB, the clients' chunk, took about 20 MiB), so one thread per 64 MiB of budget,
-    2 at least, ``threads`` at most."""
-    return threads if not budget else max(2, min(threads, budget // (64 * MIB)))
+def deletion_log_bytes(budget: int, tables: int) -> int:
+    """Bytes of deleted ids each table keeps for the next delta checkpoint: a 32nd of the budget
+    among the tables (0: no bound without a budget). Past it the next checkpoint is a full one."""
+    return budget // 32 // max(1, tables)
+
+
+REQUEST_COPIES = 4  # a call holds its message, decoded arrays, the reply and gRPC's copy of it (measured:
+                    # a 4 MiB push took about 20 MiB, 5 copies, before replies were built from the rows)
+MIN_MESSAGE = 256 << 10  # below this a call's own cost passes its rows' (1,000 rows at dim 64)
+
+
+def requests(budget: int, threads: int, calls: int, message: int) -> tuple[int, int, int]:
+    """(threads, calls read at once, largest message in bytes) of a server: its settings unless a
+    budget asks for less. Calls in flight may hold a 32nd of the budget (3.1%; with RocksDB's 4.7%,
+    within the 10% the process may hold past it): a thread per 64 MiB of budget (2 to ``threads``),
+    two calls more than threads read and waiting, and messages small enough for all of them."""
+    if not budget:
+        return threads, calls, message
+    threads = max(2, min(threads, budget // (64 * MIB)))
+    calls = min(calls, threads + 2)
+    return threads, calls, min(message, max(MIN_MESSAGE, budget // 32 // (calls * REQUEST_COPIES)))

@@ -19,7 +19,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from cardinal.ps.metrics import ShardMetrics
-from cardinal.ps.process_memory import rpc_threads
+from cardinal.ps.process_memory import requests
 from cardinal.ps.servicer import SERVICE, ShardServicer
 from cardinal.ps.transport import heap
 from cardinal.ps.store import ShardStore
@@ -49,15 +49,16 @@ class ServerOptions:
 class ShardServer:
     def __init__(self, store: ShardStore, data_dir: str | Path, job: str, token: str, options: ServerOptions):
         self.store, self.options = store, options
-        limit = options.max_message_mb << 20
         heap.keep_freed_buffers(store.limits.memory_budget)  # first, so that under a budget it keeps less
-        threads = rpc_threads(store.limits.memory_budget, options.threads)  # under a budget: fewer (process_memory.py)
+        threads, calls, limit = requests(store.limits.memory_budget, options.threads, options.max_concurrency,
+                                         options.max_message_mb << 20)  # under a budget: less (process_memory.py)
         self.server = grpc.server(futures.ThreadPoolExecutor(threads, thread_name_prefix="cardinal-rpc"),
-                                  maximum_concurrent_rpcs=options.max_concurrency,
+                                  maximum_concurrent_rpcs=calls,
                                   options=[("grpc.max_receive_message_length", limit),
                                            ("grpc.max_send_message_length", limit)])
         self.metrics = ShardMetrics(store) if options.metrics_port >= 0 else None
-        self.server.add_generic_rpc_handlers((ShardServicer(store, data_dir, job, token, limit, self.metrics).handler(),))
+        servicer = ShardServicer(store, data_dir, job, token, limit, self.metrics, calls)
+        self.server.add_generic_rpc_handlers((servicer.handler(),))
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         address = f"{options.host}:{options.port}"

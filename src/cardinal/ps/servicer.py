@@ -53,11 +53,11 @@ class _Abort(Exception):
 
 class ShardServicer:
     def __init__(self, store: ShardStore, data_dir: str | Path, job: str, token: str,
-                 max_message_bytes: int = 16 << 20, metrics=None):
+                 max_message_bytes: int = 16 << 20, metrics=None, max_calls: int = 16):
         self.metrics = metrics  # a ``ShardMetrics`` (ps/metrics.py) that counts every call, or None
         self.store, self.data_dir = store, Path(data_dir).resolve()
         self.job, self.token = job, token
-        self.max_message_bytes = max_message_bytes
+        self.max_message_bytes, self.max_calls = max_message_bytes, max_calls  # told to clients in Stats
         heap.keep_freed_buffers()  # replies are large and many: reuse their memory (heap.py)
 
     def handler(self) -> grpc.GenericRpcHandler:
@@ -148,7 +148,7 @@ class ShardServicer:
             raise _Abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
                          f"a pull of {len(ids)} ids of dim {table.dim} needs a {reply_bytes / 2**20:.1f} MiB reply, "
                          f"over this server's message limit of {self.max_message_bytes / 2**20:.1f} MiB "
-                         "(ps.max_message_mb): pull fewer ids per request (nothing was created)")
+                         "(ps.max_message_mb, or less under ps.memory_budget): pull fewer ids per request (nothing was created)")
         rows = self.store.pull(wire.field(header, "table", str), ids, create=wire.field(header, "create", bool, True),
                                step=wire.field(header, "step", int, 0), request_id=request_id)
         stale = {"stale": True} if len(rows) != len(ids) else {}  # copies of hot rows past their bound: none
@@ -202,7 +202,8 @@ class ShardServicer:
                                      check=wire.field(header, "check", bool, False))
         except AssertionError as e:
             raise _Abort(grpc.StatusCode.DATA_LOSS, f"shard {self.store.shard} failed its check: {e}") from None
-        return {"stats": stats, "health": self.store.health()}, []
+        limits = {"message_bytes": self.max_message_bytes, "calls": self.max_calls}  # clients size their calls by it
+        return {"stats": stats, "health": self.store.health(), "limits": limits}, []
 
 
 def _cut(text: str) -> str:

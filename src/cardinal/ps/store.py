@@ -39,7 +39,7 @@ from cardinal.ps.budget import Budget, NeedRoom
 from cardinal.ps.limits import StoreFull, StoreLimits
 from cardinal.ps.memory import Memory
 from cardinal.ps.plan import ShardingPlan
-from cardinal.ps.process_memory import rocks_memory
+from cardinal.ps.process_memory import deletion_log_bytes, rocks_memory
 from cardinal.ps.replicas import CopiedRows
 from cardinal.ps.request_log import RequestLog, quote
 from cardinal.ps.step_clock import StepClock
@@ -149,6 +149,7 @@ class ShardStore:
                 self._tier_list.append(cold)
             tables[t.name] = EmbeddingTable(t, optimizer, admission=make_filter(self.config.admission.get(t.name)),
                                             cold=cold)
+            tables[t.name].deleted.cap = deletion_log_bytes(self.limits.memory_budget, len(self.config.tables))
         return tables
 
     @property
@@ -353,18 +354,9 @@ class ShardStore:
             if base != self._saved or base >= step:
                 raise ValueError(f"a delta checkpoint of step {step} on step {base}: shard {self.shard} last saved "
                                  f"or loaded step {self._saved}, the only base it can save a delta on; save a full one")
-            if self._stepped_back:
-                raise ValueError(f"a delta checkpoint of step {step} on step {base}: shard {self.shard} has since "
-                                 f"changed rows at a step <= {base}, which a delta cannot find; save a full one")
-            if self._reshaped:
-                raise ValueError(f"a delta checkpoint of step {step} on step {base}: shard {self.shard} has since "
-                                 "chosen which chunks its rows keep (embedding.chunks) or clustered a table "
-                                 "(Saec), a change to rows no push touched, which a delta cannot find; save a full one")
-            clustered = [n for n, t in self.tables.items() if getattr(t, "clustered", False)]
-            if clustered:
-                raise ValueError(f"a delta checkpoint of step {step} on step {base}: shard {self.shard} holds the "
-                                 f"clustered (Saec) table {clustered[0]!r}, which only full checkpoints save; "
-                                 "save a full one (train.full_every = 1)")
+            if (why := self._why_no_delta()) is not None:
+                raise ValueError(f"a delta checkpoint of step {step} on step {base}: shard {self.shard} {why}; "
+                                 "save a full one")
         path = checkpoint.step_dir(root, step)
         if (path / checkpoint.COMMIT).exists():
             raise ValueError(f"a committed checkpoint for step {step} already exists in {root}")
@@ -481,9 +473,27 @@ class ShardStore:
                 "disk_bytes": sum(t["disk_bytes"] for t in tables.values()), "disk_budget": self.memory.disk_budget,
                 "clocks": self.steps.clocks(), "clock_base": self.steps.base, "held": self.steps.held()}
 
+    def _why_no_delta(self) -> str | None:
+        """Why this shard's next checkpoint cannot be a delta on its last one, or None."""
+        if self._stepped_back:
+            return f"has since changed rows at a step <= {self._saved}, which a delta cannot find"
+        if self._reshaped:
+            return ("has since chosen which chunks its rows keep (embedding.chunks) or clustered a table (Saec), "
+                    "a change to rows no push touched, which a delta cannot find")
+        clustered = [n for n, t in self.tables.items() if getattr(t, "clustered", False)]
+        if clustered:
+            return f"holds the clustered (Saec) table {clustered[0]!r}, which only full checkpoints save"
+        overflowed = [n for n, t in self.tables.items() if t.deleted.overflowed]
+        if overflowed:
+            return (f"deleted more ids from table {overflowed[0]!r} than its log keeps under ps.memory_budget "
+                    f"({self.tables[overflowed[0]].deleted.cap:,} bytes)")
+        return None
+
     def health(self) -> dict:
+        """``delta_safe``: whether the next checkpoint may be a delta on the last one (the trainer
+        saves a full one where a shard says no)."""
         return {"status": "serving", "shard": self.shard, "n_shards": self.n_shards,
-                "incarnation": self.incarnation}
+                "incarnation": self.incarnation, "delta_safe": self._why_no_delta() is None}
 
     def check(self) -> None:
         for t in self.tables.values():

@@ -575,11 +575,13 @@ class Trainer:
 
     def _delta_base(self, root: Path) -> int | None:
         """The step this save is a delta on (the previous checkpoint, while its chain is shorter than
-        train.full_every - 1), or None for a full one."""
+        train.full_every - 1 and every shard can save one: ``ShardStore.health``), or None for a full one."""
         prev = self._saved
         if prev is None or self.recipe.train.full_every == 1 or not (checkpoint.step_dir(root, prev) / checkpoint.COMMIT).is_file():
             return None
-        return prev if checkpoint.deltas_since_full(root, prev) + 1 < self.recipe.train.full_every else None
+        if checkpoint.deltas_since_full(root, prev) + 1 >= self.recipe.train.full_every:
+            return None
+        return prev if all(h.get("delta_safe", True) for h in self.client.health()) else None  # else a full one
 
     def _mark_best(self) -> None:
         root = (self.run_dir / "checkpoints").resolve()

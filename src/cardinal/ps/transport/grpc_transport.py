@@ -106,6 +106,8 @@ class _Call(Handle):
         self.t._count(received=len(reply))
         header, payload = wire.decode(reply)
         self.t._check_incarnation(self.shard, header["incarnation"])
+        if "limits" in header:  # a Stats reply: what the server reads at once
+            self.t._follow(self.shard, header["limits"])
         return header, payload
 
 
@@ -166,6 +168,8 @@ class GrpcTransport(Transport):
             raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
         self.max_in_flight = max_in_flight
         self._slots = [threading.BoundedSemaphore(max_in_flight) for _ in self.addresses]
+        self._message = [self.chunk_bytes] * self.n_shards  # each server's largest request and calls read at
+        self._calls = [max_in_flight] * self.n_shards        # once, as it said (Stats)
         self._incarnations: list[str | None] = [None] * self.n_shards
         self._client = uuid.uuid4().hex[:12]
         self._seq = itertools.count()
@@ -203,16 +207,25 @@ class GrpcTransport(Transport):
             raise ShardRequestError(f"unknown table {table!r}; the servers have {sorted(self._dims)}")
         return self._dims[table]
 
-    def _chunks(self, n: int, bytes_per_id: int) -> list[slice]:
-        """Requests of at most ``chunk_mb`` (and under the message limit), sent together."""
-        per = max(1, int(min(self.limit * 0.9, self.chunk_bytes) - 4096) // bytes_per_id)
+    def _follow(self, shard: int, limits: dict) -> None:
+        """Calls to ``shard`` sized as its server reads them: a server under a memory budget reads
+        fewer and smaller calls at once (ps/process_memory.py), and a client that sent more would
+        be refused and wait; its calls in flight give their slots back to the semaphore they took."""
+        self._message[shard] = min(self.chunk_bytes, int(limits["message_bytes"]))
+        calls = min(self.max_in_flight, int(limits["calls"]))
+        if calls != self._calls[shard]:
+            self._calls[shard], self._slots[shard] = calls, threading.BoundedSemaphore(calls)
+
+    def _chunks(self, n: int, bytes_per_id: int, shard: int) -> list[slice]:
+        """Requests of at most ``chunk_mb``, the message limit and the server's, sent together."""
+        per = max(1, int(min(self.limit * 0.9, self._message[shard]) - 4096) // bytes_per_id)
         return [slice(a, min(a + per, n)) for a in range(0, max(n, 1), per)]
 
     # --- the six calls ---------------------------------------------------------------------
 
     def pull(self, shard, table, ids, *, create, step, request_id=None, codec="fp32"):
         rows_codec = codecs.get(codec)
-        chunks = self._chunks(len(ids), 8 + rows_codec.row_bytes(self._dim(shard, table)))
+        chunks = self._chunks(len(ids), 8 + rows_codec.row_bytes(self._dim(shard, table)), shard)
         rid = request_id or f"{self._client}-{next(self._seq)}"
         named = {} if rows_codec.name == "fp32" else {"codec": rows_codec.name}  # fp32: as servers before codecs read
         parts = [self._call(shard, "Pull", {"table": table, "ids_bytes": 8 * (c.stop - c.start), "ids_dtype": "int64",
@@ -236,7 +249,7 @@ class GrpcTransport(Transport):
         dim = grads.shape[1] if grads.ndim == 2 else 0
         rid = request_id or f"{self._client}-{next(self._seq)}"
         parts = []
-        chunks = self._chunks(len(ids), 8 + grads_codec.row_bytes(max(dim, 1)) + (0 if counts is None else 4))
+        chunks = self._chunks(len(ids), 8 + grads_codec.row_bytes(max(dim, 1)) + (0 if counts is None else 4), shard)
         for k, c in enumerate(chunks):
             g = np.ascontiguousarray(grads[c], np.float32)
             if grads_codec.name != "fp32":  # fp32 sends any array as it is: the server judges its shape
