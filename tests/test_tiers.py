@@ -48,6 +48,27 @@ def test_rows_written_to_the_rocks_tier_read_back_bit_for_bit(tmp_path):
     assert not (tmp_path / "t").exists()
 
 
+def test_a_demotion_hands_the_tier_its_rows_a_memtable_at_a_time(tmp_path):
+    """Each put copies its rows twice (portable rows, RocksDB records): a demotion of many rows at
+    once (a budget's room-making) goes in pieces of ``put_bytes``, and every row reads back whole."""
+    from cardinal.embedding import EmbeddingTable
+    from cardinal.optim import make_optimizer
+
+    tier = RocksTier(tmp_path / "t", 16, write_buffer=64 << 10)
+    table = EmbeddingTable(TableConfig("user", 8, seed=1), make_optimizer({"name": "adagrad", "lr": 0.05}), cold=tier)
+    ids = np.arange(5000, dtype=np.int64)
+    before = table.pull(ids, step=1).tobytes()
+    sizes, put = [], tier.put
+    tier.put = lambda rows: (sizes.append(len(rows.ids)), put(rows))[1]
+    assert table.demote(lambda cols, n: np.arange(n - 1, -1, -2)) == 2500  # every other row, named backwards
+    per = tier.put_bytes // (4 * 16 + 16)
+    assert len(sizes) == -(-2500 // per) and max(sizes) == per and sum(sizes) == 2500
+    assert table.storage.size == 2500 and len(tier) == 2500
+    assert table.pull(ids, create=False, step=2).tobytes() == before
+    table.check()
+    tier.close()
+
+
 def test_the_tier_counts_the_bytes_put_and_written_to_its_files(tmp_path):
     tier = RocksTier(tmp_path / "t", 5)
     try:

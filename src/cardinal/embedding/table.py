@@ -399,12 +399,18 @@ class EmbeddingTable:
             return n
 
     def demote(self, select: Callable[[Columns, int], np.ndarray]) -> int:
-        """Move the RAM rows ``select(columns, size)`` names to the cold tier; returns how many."""
+        """Move the RAM rows ``select(columns, size)`` names to the cold tier, ``cold.put_bytes`` of
+        rows at a time (each piece all or nothing, put before RAM lets go of it); returns how many."""
         with self.lock:
-            rows = np.unique(select(self.storage.columns(), self.storage.size))
-            self.cold.put(self._ram_rows(rows))  # all or nothing, before RAM lets go
-            self.demoted += len(rows)
-            return self._delete(rows, moved=True)
+            ids = self.storage.columns().ids[np.unique(select(self.storage.columns(), self.storage.size))]
+            per = max(1, self.cold.put_bytes // (4 * self.portable_width + 16)) if self.cold.put_bytes else len(ids)
+            moved = 0
+            for lo in range(0, len(ids), per):  # by id: a piece's deletion moves other rows' numbers
+                rows = self.index.find(self.storage.columns().ids, ids[lo:lo + per])
+                self.cold.put(self._ram_rows(rows))
+                self.demoted += len(rows)
+                moved += self._delete(rows, moved=True)
+            return moved
 
     def evict_cold(self, select: Callable[[Columns], np.ndarray], reason: str) -> int:
         """Delete the cold rows whose ids ``select`` names, called on every chunk of the tier in

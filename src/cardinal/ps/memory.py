@@ -34,6 +34,7 @@ from cardinal.embedding.eviction import lowest, make_policy
 from cardinal.memory_config import EvictionConfig
 from cardinal.ps.budget import FILTER_SHARE, LOW_WATER, decay_filters
 
+ROUNDS = 3  # of evictions, at most, for one request
 DISK_LOW_WATER = 0.95  # ... and a disk budget eviction, which scans the whole tier
 log = logging.getLogger(__name__)
 _EMPTY = np.empty(0, np.int64)
@@ -107,8 +108,11 @@ class Memory:
         target = LOW_WATER * self.budget
         held = lambda: sum(t.nbytes for t in tables.values()) + extra  # noqa: E731
         decay_filters(tables, held() - target, FILTER_SHARE * self.budget)
-        if held() > target:
-            self.leave_rows(tables, step, held() - target, self.free(tables, step, protect), protect)
+        for _ in range(ROUNDS):  # again while what the rows cost where they went (a tier's filter) keeps it over
+            free = self.free(tables, step, protect) if held() > target else None
+            if not free:
+                break
+            self.leave_rows(tables, step, held() - target, free, protect)
         for _ in range(2 if protect and any(t.cold is not None for t in tables.values()) else 0):
             free = self.free(tables, step, False)  # twice: the tier's key filter grows as rows go to it
             if held() <= target or held() - sum(free.values()) > self.budget:  # only if that gets under it
@@ -158,10 +162,14 @@ class Memory:
 
     @classmethod
     def net_cost(cls, t) -> float:
-        """Bytes a row leaving RAM frees: its cost, less the id a deletion logs for the next delta
-        checkpoint (``embedding/deletion_log.py``; none where the row moves to the disk tier)."""
-        logged = t.cold is None and not t.deleted.overflowed
-        return max(1.0, cls.row_cost(t) - (8 if logged else 0))
+        """Bytes a row leaving RAM frees: its cost, less what it costs where it goes: its share of
+        the disk tier's RAM (key filter, RocksDB's table readers), or the id a deletion logs for the
+        next delta checkpoint (``embedding/deletion_log.py``)."""
+        if t.cold is not None:
+            there = t.cold.ram_bytes / len(t.cold) if len(t.cold) else 0
+        else:
+            there = 0 if t.deleted.overflowed else 8
+        return max(1.0, cls.row_cost(t) - there)
 
     def protected(self, last_step: np.ndarray, step: int) -> np.ndarray:
         """Which rows (by ``last_step``) a request of ``step`` may not evict: touched in the last protect_steps."""

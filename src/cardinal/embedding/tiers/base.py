@@ -21,6 +21,7 @@ from cardinal.embedding.storage import Columns
 
 class ColdTier(ABC):
     width: int  # float32 words of values and optimizer state per row
+    put_bytes: int = 0  # bytes of rows a demotion hands to one ``put`` (0: all at once), so that its copies stay small
 
     @abstractmethod
     def put(self, rows: Columns) -> None:

@@ -46,6 +46,7 @@ class RocksTier(ColdTier):
         self._write = WriteOptions()
         self._write.disable_wal = True
         self._batch_bytes = max(4 << 10, write_buffer // 2)  # a write batch lands in one memtable whole: kept small
+        self.put_bytes = 2 * self._batch_bytes  # a demotion's copies of its rows: a memtable's worth at a time
         self._n = 0
         self.keys = KeyFilter()  # which ids may be here: lookups of the others never reach RocksDB
 
@@ -60,15 +61,15 @@ class RocksTier(ColdTier):
         record[:, :w] = rows.data.view(np.uint32)
         record[:, w] = rows.count
         record[:, w + 1] = rows.last_step
-        keys, values, size = rows.ids.astype("<i8").tobytes(), record.tobytes(), 4 * (w + 2)
+        keys, size = rows.ids.astype("<i8").tobytes(), 4 * (w + 2)
         failpoint("tier.before_put")
         per_batch = max(1, self._batch_bytes // (8 + size))
         done = 0
         try:
             for done in range(0, n, per_batch):  # the memtable switches between batches: it stays near its size
-                batch = WriteBatch(raw_mode=True)
-                for i in range(done, min(n, done + per_batch)):
-                    batch.put(keys[8 * i:8 * i + 8], values[size * i:size * (i + 1)])
+                batch, values = WriteBatch(raw_mode=True), record[done:done + per_batch].tobytes()  # a batch's copy
+                for i in range(min(n - done, per_batch)):
+                    batch.put(keys[8 * (done + i):8 * (done + i + 1)], values[size * i:size * (i + 1)])
                 self._db.write(batch, self._write)
         except BaseException:  # all or nothing, as one batch was: the rows stay in RAM only
             undo = WriteBatch(raw_mode=True)
@@ -78,7 +79,7 @@ class RocksTier(ColdTier):
             raise
         self._n += n
         if self.keys.needs_rebuild(self._n):
-            self.keys.rebuild(self._n, (c.ids for c in self.chunks()))
+            self.keys.rebuild(self._n, self._key_chunks())
         else:
             self.keys.add(rows.ids)
 
@@ -137,6 +138,17 @@ class RocksTier(ColdTier):
                 ids = np.frombuffer(b"".join(keys), "<i8").astype(np.int64)
                 yield self._columns(ids, np.frombuffer(b"".join(values), np.uint32).reshape(-1, self.width + 2))
                 keys, values = [], []
+
+    def _key_chunks(self, size: int = 1 << 16):
+        """Every id, ``size`` at a time, values left on disk (a rebuild of the key filter reads only these)."""
+        it, keys = self._db.iter(), []
+        it.seek_to_first()
+        while it.valid():
+            keys.append(it.key())
+            it.next()
+            if len(keys) == size or not it.valid():
+                yield np.frombuffer(b"".join(keys), "<i8").astype(np.int64)
+                keys = []
 
     def _columns(self, ids, record) -> Columns:
         w = self.width
