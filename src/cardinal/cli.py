@@ -345,7 +345,7 @@ def server(args) -> int:
         raise ValueError('ps.plan = "auto" on a server: make the plan once (cardinal plan RECIPE --out FILE) and give '
                          "every server and worker --set ps.plan=FILE (cardinal launch does this for you)")
     store = ShardStore(tables.store_config(recipe), int(shard), int(n), ps.store_limits(), ps.disk_dir,
-                       planner.resolve(recipe, int(n)))
+                       planner.resolve(tables.plan_inputs(recipe), int(n)))
     options = ServerOptions(host=args.host, port=args.port, tls_cert=ps.tls_cert or None, tls_key=ps.tls_key or None,
                             max_message_mb=ps.max_message_mb, max_concurrency=ps.max_concurrent_calls,
                             metrics_port=ps.metrics_port)
@@ -381,13 +381,14 @@ def plan(args) -> int:
     from cardinal.planner.propose import propose
     from cardinal.planner.report import report
     from cardinal.planner.stats import from_run, from_sample
-    from cardinal.train import config
+    from cardinal.train import config, tables
 
     recipe = config.load(args.recipe, ['ps.plan="auto"', *args.set])  # what it makes: ps.replicate applies
     n = len(recipe.ps.servers) or recipe.ps.shards
-    stats = from_run(args.stats, recipe) if args.stats else from_sample(recipe, progress=True)
-    proposed = propose(stats, n, recipe.ps.budget(), pinned=planner.pinned(recipe))  # each server's budget
-    proposed, copied = planner.replicate(recipe, proposed)
+    inputs = tables.plan_inputs(recipe)
+    stats = from_run(args.stats, inputs) if args.stats else from_sample(inputs, progress=True)
+    proposed = propose(stats, n, recipe.ps.budget(), pinned=planner.pinned(inputs))  # each server's budget
+    proposed, copied = planner.replicate(inputs, proposed)
     print("\n".join([report(proposed, stats), *copied]))
     if args.out:
         planner.write(proposed, args.out)

@@ -96,7 +96,7 @@ def split_train_args(args: list[str]) -> tuple[str, list[str], str | None]:
 
 
 def launch(n_servers: int, n_workers: int, train_args: list[str]) -> int:
-    from cardinal.train import config
+    from cardinal.train import config, tables
 
     if n_servers < 1 or n_workers < 1:
         raise ValueError("--servers and --workers must be >= 1")
@@ -125,7 +125,7 @@ def launch(n_servers: int, n_workers: int, train_args: list[str]) -> int:
         from cardinal import planner  # the planner once, its plan to every process (each would read the data)
 
         run_dir.mkdir(parents=True, exist_ok=True)
-        plan = planner.resolve(replace(recipe, ps=replace(recipe.ps, plan="auto")), n_servers)
+        plan = planner.resolve(tables.plan_inputs(replace(recipe, ps=replace(recipe.ps, plan="auto"))), n_servers)
         planner.write(plan, plan_file)
         say(f"cardinal launch: sharding plan for {n_servers} servers in {plan_file}: {len(plan.tables)} tables placed, "
             "the rest row-wise over every server")
