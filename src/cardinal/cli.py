@@ -29,7 +29,6 @@ import logging
 import os
 import shlex
 import sys
-import time
 from pathlib import Path
 
 import cardinal
@@ -155,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def train(args) -> int:
     from cardinal.train import config
+    from cardinal.train.run_dirs import new_run_dir
 
     shared_dir = os.environ.get("CARDINAL_RUN_DIR")  # set for every worker of a job
     if args.resume:
@@ -201,25 +201,6 @@ def _resumed(run_dir: Path, overrides: list[str]):
     recipe = resume.resumed_recipe(run_dir, overrides)
     resume.check_not_done(run_dir, recipe)
     return recipe
-
-
-def _timestamp() -> str:
-    return time.strftime("%Y%m%d-%H%M%S")
-
-
-def new_run_dir(root: Path, name: str) -> Path:
-    """``root/name-YYYYmmdd-HHMMSS``, made here and now: mkdir fails if another run took the name
-    (two started in the same second), and the next free ``-2``, ``-3``... is taken instead."""
-    root.mkdir(parents=True, exist_ok=True)
-    base = f"{name}-{_timestamp()}"
-    for n in range(1, 10_000):
-        path = root / (base if n == 1 else f"{base}-{n}")
-        try:
-            path.mkdir()
-            return path
-        except FileExistsError:
-            continue
-    raise ValueError(f"{root} holds 9,999 runs named {base}*: set train.run_dir to another folder")
 
 
 def _shipped() -> list[str]:
@@ -320,7 +301,14 @@ def launch(args) -> int:
     from cardinal.launch import launch as run
 
     rest = args.train_args[1:] if args.train_args[:1] == ["--"] else args.train_args
-    return run(args.servers, args.workers, rest)
+    return run(args.servers, args.workers, rest, _train_args)
+
+
+def _train_args(args: list[str]) -> tuple[str, list[str], str | None]:
+    """(recipe, --set values, --resume dir) of arguments meant for ``cardinal train``, read as it
+    reads them (argparse exits 2 on a bad one)."""
+    parsed = parser().parse_args(["train", *args])
+    return parsed.recipe, parsed.set, parsed.resume
 
 
 def sweep(args) -> int:

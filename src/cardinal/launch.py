@@ -26,10 +26,12 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 from cardinal.ps.server import READY
+from cardinal.train.run_dirs import new_run_dir
 
 GRACE_S = 10.0
 WORKER_SAVE_S = 300.0  # how long interrupted workers may take to save before the servers are stopped
@@ -87,15 +89,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def split_train_args(args: list[str]) -> tuple[str, list[str], str | None]:
-    """(recipe, --set values, --resume dir) from the arguments meant for ``cardinal train``."""
-    from cardinal.cli import parser
-
-    parsed = parser().parse_args(["train", *args])
-    return parsed.recipe, parsed.set, parsed.resume
-
-
-def launch(n_servers: int, n_workers: int, train_args: list[str]) -> int:
+def launch(n_servers: int, n_workers: int, train_args: list[str],
+           split_train_args: Callable[[list[str]], tuple[str, list[str], str | None]]) -> int:
+    """The job; ``train_args`` are what each worker's ``cardinal train`` takes, and
+    ``split_train_args`` reads them as it does: (recipe, --set values, --resume dir)."""
     from cardinal.train import config, tables
 
     if n_servers < 1 or n_workers < 1:
@@ -114,8 +111,6 @@ def launch(n_servers: int, n_workers: int, train_args: list[str]) -> int:
         Path(server_recipe).write_text(to_toml(recipe))
     else:  # two launches in the same second get two directories
         recipe = config.load(recipe_name, sets)
-        from cardinal.cli import new_run_dir
-
         run_dir = new_run_dir(Path(recipe.train.run_dir), recipe.train.name).resolve()
     job = f"{recipe.train.name}-{secrets.token_hex(4)}"
     env = {**os.environ, "CARDINAL_TOKEN": secrets.token_hex(16), "PYTHONUNBUFFERED": "1"}
