@@ -185,7 +185,7 @@ def test_top_names_an_address_that_is_not_a_metrics_endpoint_and_goes_on(cluster
 
 
 def test_latency_quantiles_from_histogram_buckets():
-    from cardinal.top import Scrape, quantile
+    from cardinal.jobs.top import Scrape, quantile
 
     def at(counts):
         s = Scrape("x", 0.0)

@@ -691,7 +691,7 @@ def test_a_server_refuses_auto_plans(tmp_path, capsys):
 
 
 def test_a_resumed_launch_plans_again_for_another_server_count(tmp_path):
-    from cardinal.launch import _replans
+    from cardinal.jobs.launch import _replans
 
     own = tmp_path / "plan.json"
     planner.write(ShardingPlan(2, {"C1": (Piece((1,)),)}), own)

@@ -298,7 +298,7 @@ def data(args) -> int:
 
 
 def launch(args) -> int:
-    from cardinal.launch import launch as run
+    from cardinal.jobs.launch import launch as run
 
     rest = args.train_args[1:] if args.train_args[:1] == ["--"] else args.train_args
     return run(args.servers, args.workers, rest, _train_args)
@@ -312,7 +312,7 @@ def _train_args(args: list[str]) -> tuple[str, list[str], str | None]:
 
 
 def sweep(args) -> int:
-    from cardinal.sweep import run as run_sweep
+    from cardinal.jobs.sweep import run as run_sweep
 
     run_sweep(args.recipe, args.grid, args.set, args.parallel, args.out)
     return 0
@@ -387,7 +387,7 @@ def plan(args) -> int:
 
 
 def top(args) -> int:
-    from cardinal.top import run as watch
+    from cardinal.jobs.top import run as watch
 
     return watch(args.addresses, args.interval, args.once)
 
