@@ -30,7 +30,11 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+from cardinal import planner
 from cardinal.ps.server import READY
+from cardinal.train import config, tables
+from cardinal.train import resume as resuming
+from cardinal.train.recipe_toml import to_toml
 from cardinal.train.run_dirs import new_run_dir
 
 GRACE_S = 10.0
@@ -93,16 +97,11 @@ def launch(n_servers: int, n_workers: int, train_args: list[str],
            split_train_args: Callable[[list[str]], tuple[str, list[str], str | None]]) -> int:
     """The job; ``train_args`` are what each worker's ``cardinal train`` takes, and
     ``split_train_args`` reads them as it does: (recipe, --set values, --resume dir)."""
-    from cardinal.train import config, tables
-
     if n_servers < 1 or n_workers < 1:
         raise ValueError("--servers and --workers must be >= 1")
     recipe_name, sets, resume = split_train_args(train_args)
     server_recipe, scratch = recipe_name, None
     if resume:  # the run's recipe.json plus the --set values, checked as `cardinal train --resume` checks them
-        from cardinal.train import resume as resuming
-        from cardinal.train.recipe_toml import to_toml
-
         run_dir = Path(resume).resolve()
         recipe = resuming.resumed_recipe(run_dir, sets)
         resuming.check_not_done(run_dir, recipe)
@@ -117,8 +116,7 @@ def launch(n_servers: int, n_workers: int, train_args: list[str],
     common = [*sum((["--set", s] for s in sets), []), "--set", f'ps.job="{job}"']
     plan_file = run_dir / "plan.json"
     if recipe.ps.plan == "auto" or resume and _replans(recipe.ps.plan, plan_file, n_servers):
-        from cardinal import planner  # the planner once, its plan to every process (each would read the data)
-
+        # the planner once, its plan to every process (each would read the data)
         run_dir.mkdir(parents=True, exist_ok=True)
         plan = planner.resolve(tables.plan_inputs(replace(recipe, ps=replace(recipe.ps, plan="auto"))), n_servers)
         planner.write(plan, plan_file)
@@ -175,8 +173,6 @@ def launch(n_servers: int, n_workers: int, train_args: list[str],
 def _replans(plan: str, own: Path, n_servers: int) -> bool:
     """A resumed run whose own plan (the launcher's, ``<run>/plan.json``) was made for another
     server count is planned again for this one (a checkpoint loads into any plan)."""
-    from cardinal import planner
-
     return plan not in ("hash", "auto") and Path(plan).resolve() == own.resolve() and own.is_file() \
         and planner.read(own).n_shards != n_servers
 

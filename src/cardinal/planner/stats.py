@@ -12,11 +12,19 @@ step still come from a sample (a checkpoint does not record access).
 """
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 import numpy as np
 
+from cardinal.durable import load_array
+from cardinal.embedding import formats
+from cardinal.embedding.hashing import fold
+from cardinal.embedding.table import stored_width
+from cardinal.optim import make_optimizer
 from cardinal.planner.inputs import PlanInputs
+from cardinal.ps import checkpoint
+from cardinal.ps.checkpoint_load import read_chain
 
 ROW_OVERHEAD = 32  # bytes a row takes beside its words: id, count, last step, index slot
 
@@ -36,8 +44,6 @@ class TableStats:
         values (``formats``: fp16 packs two a word, int8 four and a scale), its optimizer state."""
         if width is None:
             return 4 * self.words + ROW_OVERHEAD
-        from cardinal.embedding import formats
-
         values = formats.get(self.storage).value_words
         fixed = self.words - values(self.width) - self.width * self.state_per_column  # state words of any width
         return 4 * (values(width) + width * self.state_per_column + fixed) + ROW_OVERHEAD
@@ -83,12 +89,6 @@ def from_run(run_dir, inputs: PlanInputs, rows: int = 200_000) -> list[TableStat
     """Rows per table from ``run_dir``'s newest checkpoint (every piece's rows, any plan; a delta
     counted with its chain: a delta's manifests count only the rows touched since its base), ids a
     step from a sample of the recipe's data."""
-    from dataclasses import replace
-    from pathlib import Path
-
-    from cardinal.ps import checkpoint
-    from cardinal.ps.checkpoint_load import read_chain
-
     found = checkpoint.latest(Path(run_dir) / "checkpoints")
     if found is None:
         raise ValueError(f"{run_dir} has no committed checkpoint to read table sizes from")
@@ -115,19 +115,16 @@ def _chain_ids(chain, table: str) -> np.ndarray:
     """The ids of ``table`` after loading a delta chain [(step dir, commit info)] (``read_chain``:
     the full checkpoint first), each delta's deleted ids out, its rows' ids in (the first piece's:
     every piece holds the same ids)."""
-    from cardinal.durable import load_array
-    from cardinal.ps.checkpoint import DELETED, shard_dir
-
     ids = np.empty(0, np.int64)
     for path, info in chain:
         name = info["plan"].pieces(table)[0].name(table)
         saved, deleted = [ids[:0]], [ids[:0]]
         for m in info["manifests"].values():
             if name in m["tables"]:
-                files, base = m["tables"][name]["files"], shard_dir(path, m["shard"], m["n_shards"])
+                files, base = m["tables"][name]["files"], checkpoint.shard_dir(path, m["shard"], m["n_shards"])
                 saved.append(np.asarray(load_array(base / files["ids"]["file"])))
-                if DELETED in files:
-                    deleted.append(np.asarray(load_array(base / files[DELETED]["file"])))
+                if checkpoint.DELETED in files:
+                    deleted.append(np.asarray(load_array(base / files[checkpoint.DELETED]["file"])))
         ids = np.union1d(np.setdiff1d(ids, np.concatenate(deleted)), np.concatenate(saved))
     return ids
 
@@ -145,9 +142,6 @@ def heaps(d_half: int, n_half: int, d: int, n: int, total: int) -> int:
 
 def _widths(inputs: PlanInputs) -> dict[str, tuple[int, int]]:
     """table -> (values a row, float32 words a stored row), from the run's store config."""
-    from cardinal.embedding.table import stored_width
-    from cardinal.optim import make_optimizer
-
     config = inputs.store
     optimizer = make_optimizer(config.optimizer)
     return {t.name: (t.dim, stored_width(t, optimizer)) for t in config.tables}
@@ -159,8 +153,6 @@ def _storages(inputs: PlanInputs) -> dict[str, str]:
 
 
 def _state_per_column(inputs: PlanInputs) -> int:
-    from cardinal.optim import make_optimizer
-
     o = make_optimizer(dict(inputs.store.optimizer))
     return o.state_width(2) - o.state_width(1)
 
@@ -171,8 +163,6 @@ def _table_ids(inputs: PlanInputs) -> dict[str, list[str]]:
 
 
 def _batch_ids(inputs: PlanInputs, batch) -> dict[str, np.ndarray]:
-    from cardinal.embedding.hashing import fold
-
     out = {}
     for table, fields in _table_ids(inputs).items():
         ids = np.concatenate([batch.sparse[f].values for f in fields])
