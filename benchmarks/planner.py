@@ -56,9 +56,11 @@ def measured(recipe, plan, run_dir: Path, batches: int = 100) -> dict[str, np.nd
     from cardinal.planner.stats import _batch_ids, _widths
     from cardinal.ps import checkpoint
     from cardinal.ps.checkpoint_load import read_commit
+    from cardinal.train import tables
     from cardinal.train.readers import make_readers
 
-    n, words = plan.n_shards, _widths(recipe)
+    inputs = tables.plan_inputs(recipe)
+    n, words = plan.n_shards, _widths(inputs)
     info = read_commit(checkpoint.latest(run_dir / "checkpoints"))
     out = {k: np.zeros(n) for k in ("bytes", "ids", "requests")}
     for m in info["manifests"].values():
@@ -70,7 +72,7 @@ def measured(recipe, plan, run_dir: Path, batches: int = 100) -> dict[str, np.nd
     for k, batch in enumerate(train):
         if k == batches:
             break
-        for table, ids in _batch_ids(recipe, batch).items():
+        for table, ids in _batch_ids(inputs, batch).items():
             ids = np.unique(ids)
             for p in plan.pieces(table):
                 shards = plan.route(p.name(table), ids)
@@ -84,7 +86,7 @@ def main() -> None:
     from cardinal.planner.propose import balance, describe, loads, propose
     from cardinal.planner.stats import from_sample
     from cardinal.ps.plan import ShardingPlan
-    from cardinal.train import config
+    from cardinal.train import config, tables
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--servers", type=int, default=4)
@@ -95,7 +97,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="cardinal-planner-") as tmp:
         sets = scenario(args.rows, Path(tmp))
         recipe = config.load("criteo_synthetic", sets)
-        stats = from_sample(recipe)
+        stats = from_sample(tables.plan_inputs(recipe))
         plans = {"hash": ShardingPlan(args.servers), "planner": propose(stats, args.servers)}
         planner.write(plans["planner"], Path(tmp) / "plan.json")
         files = {"hash": "hash", "planner": str(Path(tmp) / "plan.json")}

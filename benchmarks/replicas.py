@@ -37,8 +37,10 @@ from report import write  # noqa: E402
 def load(recipe, plan, workers: int, steps: int = 50) -> dict:
     """Per server, a step: ids read, ids written, requests; and C5's ids read from copies."""
     from cardinal.planner.stats import _batch_ids
+    from cardinal.train import tables
     from cardinal.train.readers import make_readers
 
+    inputs = tables.plan_inputs(recipe)
     n = plan.n_shards
     out = {k: np.zeros(n) for k in ("read", "written", "requests")}
     copied = pulled = 0
@@ -46,7 +48,7 @@ def load(recipe, plan, workers: int, steps: int = 50) -> dict:
     batches = iter(train)
     for step in range(steps):
         for w in range(workers):
-            for table, ids in _batch_ids(recipe, next(batches)).items():
+            for table, ids in _batch_ids(inputs, next(batches)).items():
                 ids = np.unique(ids)
                 shards, from_copies = plan.read_route(table, ids, w)
                 out["read"] += np.bincount(shards, minlength=n)
@@ -76,7 +78,7 @@ def main() -> None:
     from cardinal.planner.propose import balance, propose
     from cardinal.planner.stats import from_sample
     from cardinal.ps.plan import Piece, Replicas, ShardingPlan
-    from cardinal.train import config
+    from cardinal.train import config, tables
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--servers", type=int, default=4)
@@ -90,11 +92,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="cardinal-replicas-") as tmp:
         sets = scenario(args.rows, Path(tmp))
         recipe = config.load("criteo_synthetic", sets)
-        stats = from_sample(recipe)
+        inputs = tables.plan_inputs(recipe)
+        stats = from_sample(inputs)
         proposed = propose(stats, args.servers)
         home = proposed.pieces("C5")[0].servers[0]
         whole = replace(proposed, tables={**proposed.tables, "C5": (Piece((home,)),)})
-        (ids, share), = hot_ids(recipe, {"C5": args.copies}).values()
+        (ids, share), = hot_ids(inputs, {"C5": args.copies}).values()
         copies = replace(whole, replicas={"C5": Replicas(tuple(ids), args.staleness)})
         plans = {"hash": ShardingPlan(args.servers), "planner": proposed, "C5 whole": whole,
                  f"C5 whole + {args.copies} copies": copies}

@@ -12,14 +12,15 @@ from pathlib import Path
 import pytest
 
 from cardinal import cli
+from cardinal.train import run_dirs
 from processes import reaped, succeeded
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_a_name_taken_in_the_same_second_gets_a_suffix(tmp_path, monkeypatch):
-    monkeypatch.setattr(cli, "_timestamp", lambda: "20261122-101500")
-    made = [cli.new_run_dir(tmp_path / "runs", "criteo") for _ in range(3)]
+    monkeypatch.setattr(run_dirs, "_timestamp", lambda: "20261122-101500")
+    made = [run_dirs.new_run_dir(tmp_path / "runs", "criteo") for _ in range(3)]
     assert [p.name for p in made] == ["criteo-20261122-101500", "criteo-20261122-101500-2", "criteo-20261122-101500-3"]
     assert all(p.is_dir() for p in made)
 
@@ -50,7 +51,7 @@ def check_one_run_each(runs: Path, n: int) -> None:
 
 
 def test_two_runs_in_the_same_second_get_two_directories(tmp_path, data, monkeypatch):
-    monkeypatch.setattr(cli, "_timestamp", lambda: "20261122-101500")
+    monkeypatch.setattr(run_dirs, "_timestamp", lambda: "20261122-101500")
     runs = tmp_path / "runs"
     assert cli.main(["train", *sets(data, runs)]) == 0
     assert cli.main(["train", *sets(data, runs)]) == 0

@@ -233,7 +233,7 @@ def test_a_worker_killed_mid_training_leaves_the_servers_running_and_whole(tmp_p
 def test_every_worker_whose_server_dies_exits_2_naming_it_on_one_line(tmp_path):
     """Two workers (ranks 0 and 1) against two real servers; server 1 is killed mid-run: each
     worker exits 2 with one line naming shard 1 and its address, and no traceback."""
-    from cardinal.launch import free_port
+    from cardinal.jobs.launch import free_port
 
     env = {**os.environ, "CARDINAL_TOKEN": TOKEN, "PYTHONUNBUFFERED": "1"}
     sets = [f'ps.job="{JOB}"', "embedding.dim=4", 'model.hidden=[16]']

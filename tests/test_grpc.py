@@ -19,7 +19,7 @@ import pytest
 from cardinal.embedding import TableConfig
 from cardinal.ps import PSClient, ShardStore, StoreConfig, checkpoint, embedded
 from cardinal.ps.server import READY, ServerOptions, ShardServer
-from cardinal.ps.servicer import SERVICE, ShardServicer
+from cardinal.ps.servicer import ShardServicer
 from cardinal.ps.routing import route
 from cardinal.ps.transport import grpc_transport, wire
 from cardinal.ps.transport.grpc_transport import GrpcTransport, ServerRestarted, ShardRequestError
@@ -133,7 +133,7 @@ def test_a_path_outside_the_data_directory_is_refused(cluster):
 
 def _raw(address, method, message, metadata=(("x-cardinal-job", JOB), ("x-cardinal-token", TOKEN))):
     with grpc.insecure_channel(address) as ch:
-        return ch.unary_unary(f"/{SERVICE}/{method}")(message, metadata=metadata, timeout=10)
+        return ch.unary_unary(f"/{wire.SERVICE}/{method}")(message, metadata=metadata, timeout=10)
 
 
 def _push(ids: bytes, grads: bytes, **header):
@@ -256,7 +256,7 @@ def test_server_process_takes_its_limits_from_the_recipe(tmp_path):
             client.pull("emb", np.arange(100, 101, dtype=np.int64)).wait()
         with pytest.raises(grpc.RpcError) as err:  # 1.5 MiB of ids: over the 1 MiB message limit
             with grpc.insecure_channel(address) as ch:
-                ch.unary_unary(f"/{SERVICE}/Pull")(_pull_message(np.arange(200_000, dtype=np.int64), table="emb"),
+                ch.unary_unary(f"/{wire.SERVICE}/Pull")(_pull_message(np.arange(200_000, dtype=np.int64), table="emb"),
                                                    metadata=(("x-cardinal-job", JOB), ("x-cardinal-token", TOKEN)),
                                                    timeout=20)
         assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "1048576" in err.value.details()
@@ -417,7 +417,7 @@ def test_a_call_its_caller_abandons_while_sending_is_not_logged_as_a_server_bug(
 
     try:
         with grpc.insecure_channel(f"127.0.0.1:{server.port}") as ch, caplog.at_level("DEBUG", "cardinal.ps.servicer"):
-            call = ch.stream_unary(f"/{SERVICE}/Pull").future(
+            call = ch.stream_unary(f"/{wire.SERVICE}/Pull").future(
                 slow_message(), metadata=(("x-cardinal-job", JOB), ("x-cardinal-token", TOKEN)), timeout=60)
             assert arrived.wait(30), "the handler never started"  # (a deadline raced a loaded machine's scheduler)
             call.cancel()

@@ -12,7 +12,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from cardinal.embedding import TableConfig
 from cardinal.ps import StoreConfig
 from cardinal.ps.routing import route
-from cardinal.ps.servicer import SERVICE
 from cardinal.ps.transport import wire
 from cluster import JOB, TOKEN, Cluster
 
@@ -88,7 +87,7 @@ def test_refused_calls_are_counted_by_their_status_code(cluster):
     with grpc.insecure_channel(cluster.addresses[0]) as ch:
         for method, message, metadata in (("Push", nan, auth), ("Pull", unknown, auth), ("Pull", unknown, ())):
             with pytest.raises(grpc.RpcError):
-                ch.unary_unary(f"/{SERVICE}/{method}")(message, metadata=metadata, timeout=10)
+                ch.unary_unary(f"/{wire.SERVICE}/{method}")(message, metadata=metadata, timeout=10)
     after = scrape(port)
     assert value(after, "cardinal_ps_requests_total", method="Push", table="user", code="INVALID_ARGUMENT") == 1
     assert value(after, "cardinal_ps_requests_total", method="Pull", table="", code="INVALID_ARGUMENT") == 1
@@ -186,7 +185,7 @@ def test_top_names_an_address_that_is_not_a_metrics_endpoint_and_goes_on(cluster
 
 
 def test_latency_quantiles_from_histogram_buckets():
-    from cardinal.top import Scrape, quantile
+    from cardinal.jobs.top import Scrape, quantile
 
     def at(counts):
         s = Scrape("x", 0.0)

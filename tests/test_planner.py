@@ -307,7 +307,7 @@ def reference_ids(r, n_rows: int) -> tuple[dict[str, list[int]], dict[str, set]]
 
 def test_from_sample_one_table_a_field(tmp_path):
     r = recipe(tmp_path, "embedding.shared=false")
-    stats = from_sample(r, 1000)  # 4 batches of 256 of 3,000 rows
+    stats = from_sample(tables.plan_inputs(r), 1000)  # 4 batches of 256 of 3,000 rows
     assert [s.name for s in stats] == [t.name for t in tables.store_config(r).tables]
     assert len(stats) == 52 and {s.name for s in stats} == {f"C{i}" for i in range(1, 27)} | \
         {f"lr_C{i}" for i in range(1, 27)}
@@ -319,7 +319,7 @@ def test_from_sample_one_table_a_field(tmp_path):
         assert s.ids_per_step == pytest.approx(np.mean(per_batch[s.name]), rel=1e-12), s.name
         assert s.rows == heaps_reference(len(half[s.name]), 512, len(seen[s.name]), 1024, 12 * 256), s.name
     assert sum(s.rows > len(seen[s.name]) for s in stats) >= 10  # tables still growing: extrapolated (20 of 52)
-    whole = {s.name: s for s in from_sample(r, 10**6)}  # the sample is the data: exact counts
+    whole = {s.name: s for s in from_sample(tables.plan_inputs(r), 10**6)}  # the sample is the data: exact counts
     per_batch, seen = reference_ids(r, 10**6)
     assert {t: s.rows for t, s in whole.items()} == {t: len(v) for t, v in seen.items()}
     assert all(whole[t].ids_per_step == pytest.approx(np.mean(per_batch[t]), rel=1e-12) for t in whole)
@@ -327,7 +327,7 @@ def test_from_sample_one_table_a_field(tmp_path):
 
 def test_from_sample_widths_follow_the_model_and_dim(tmp_path):
     r = recipe(tmp_path, "embedding.shared=false", "embedding.dim=16")
-    stats = {s.name: s for s in from_sample(r, 600)}
+    stats = {s.name: s for s in from_sample(tables.plan_inputs(r), 600)}
     assert stats["C1"].width == 17 and stats["lr_C1"].width == 1
     opt = make_optimizer(dict(r.sparse_optimizer))
     assert stats["C1"].words == stored_width(TableConfig("C1", 17), opt)
@@ -335,7 +335,7 @@ def test_from_sample_widths_follow_the_model_and_dim(tmp_path):
 
 def test_from_sample_knows_the_row_format(tmp_path):
     r = recipe(tmp_path, "embedding.shared=false", 'embedding.storage="fp16"')
-    stats = {s.name: s for s in from_sample(r, 600)}
+    stats = {s.name: s for s in from_sample(tables.plan_inputs(r), 600)}
     opt = make_optimizer(dict(r.sparse_optimizer))
     assert stats["C1"].storage == "fp16"
     assert stats["C1"].words == stored_width(TableConfig("C1", 5, storage="fp16"), opt)
@@ -344,21 +344,21 @@ def test_from_sample_knows_the_row_format(tmp_path):
 
 def test_from_sample_one_shared_table(tmp_path):
     r = recipe(tmp_path, "embedding.shared=true")
-    stats = from_sample(r, 10**6)
+    stats = from_sample(tables.plan_inputs(r), 10**6)
     assert [s.name for s in stats] == ["emb", "lr_emb"]
     per_batch, seen = reference_ids(r, 10**6)
     for s in stats:
         assert s.rows == len(seen[s.name]) and s.ids_per_step == pytest.approx(np.mean(per_batch[s.name]))
-    no_baseline = from_sample(recipe(tmp_path, "embedding.shared=true", 'train.baseline="none"'), 600)
+    no_baseline = from_sample(tables.plan_inputs(recipe(tmp_path, "embedding.shared=true", 'train.baseline="none"')), 600)
     assert [s.name for s in no_baseline] == ["emb"]
 
 
 def test_from_sample_folds_ids_with_hash_buckets(tmp_path):
     r = recipe(tmp_path, "embedding.shared=false", "embedding.hash_buckets=40")
-    whole = from_sample(r, 10**6)
+    whole = from_sample(tables.plan_inputs(r), 10**6)
     assert all(s.rows <= 40 and s.ids_per_step <= 40 for s in whole)
     assert max(s.rows for s in whole) > 30  # the large fields fill (nearly) every bucket
-    assert max(s.rows for s in from_sample(r, 300)) == 40  # extrapolated past the buckets, cut to them
+    assert max(s.rows for s in from_sample(tables.plan_inputs(r), 300)) == 40  # extrapolated past the buckets, cut to them
 
 
 # --- 5. stats from a run ------------------------------------------------------------------------
@@ -396,7 +396,7 @@ def test_from_run_counts_the_checkpoints_rows_in_any_plan(tmp_path, kind):
     trainer.fit()
     step10 = tmp_path / "run" / "checkpoints" / "step-0000000010"
     assert json.loads((step10 / "commit.json").read_text()).get("base") == (None if kind == "full" else 5)
-    stats = {s.name: s for s in from_run(tmp_path / "run", r, 1000)}
+    stats = {s.name: s for s in from_run(tmp_path / "run", tables.plan_inputs(r), 1000)}
     held = held_rows(trainer, planner.read(path), stats)
     assert {t: s.rows for t, s in stats.items()} == held
     _, seen = reference_ids(r, 10 * 256)
@@ -406,30 +406,30 @@ def test_from_run_counts_the_checkpoints_rows_in_any_plan(tmp_path, kind):
         assert deleted
     else:  # every id trained has a row (no admission, no eviction)
         assert held == {t: len(v) for t, v in seen.items()}
-    sampled = {s.name: s for s in from_sample(r, 1000)}
+    sampled = {s.name: s for s in from_sample(tables.plan_inputs(r), 1000)}
     assert all(replace(sampled[t], rows=stats[t].rows) == stats[t] for t in stats)
     if kind == "delta":
         shared = recipe(tmp_path, *sets, "embedding.shared=true")
         with pytest.raises(ValueError, match=r"step-0000000010 holds no table 'emb' \(it has \['C1', "):
-            from_run(tmp_path / "run", shared, 1000)
+            from_run(tmp_path / "run", tables.plan_inputs(shared), 1000)
 
 
 def test_from_run_without_a_checkpoint_is_an_error(tmp_path):
     with pytest.raises(ValueError, match="has no committed checkpoint to read table sizes from"):
-        from_run(tmp_path / "nothing", recipe(tmp_path))
+        from_run(tmp_path / "nothing", tables.plan_inputs(recipe(tmp_path)))
 
 
 # --- 6. resolve, read, write --------------------------------------------------------------------
 
 def test_resolve_hash_and_a_file(tmp_path):
-    assert planner.resolve(recipe(tmp_path), 3) == ShardingPlan(3)
+    assert planner.resolve(tables.plan_inputs(recipe(tmp_path)), 3) == ShardingPlan(3)
     path = plan_file(tmp_path)
-    plan = planner.resolve(recipe(tmp_path, "embedding.shared=false", f'ps.plan="{path}"'), 3)
+    plan = planner.resolve(tables.plan_inputs(recipe(tmp_path, "embedding.shared=false", f'ps.plan="{path}"')), 3)
     assert plan == ShardingPlan.from_json({"n_shards": 3, "tables": TABLEWISE}) and planner.read(path) == plan
     assert json.loads(path.read_text()) == plan.to_json()
     with pytest.raises(ValueError, match=rf"ps.plan {re.escape(str(path))} is a plan for 3 servers, this job has 4: "
                                          r"make one with cardinal plan RECIPE --set ps.shards=4 --out FILE"):
-        planner.resolve(recipe(tmp_path, f'ps.plan="{path}"'), 4)
+        planner.resolve(tables.plan_inputs(recipe(tmp_path, f'ps.plan="{path}"')), 4)
 
 
 @pytest.mark.parametrize("content, text", [
@@ -450,7 +450,7 @@ def test_a_bad_plan_file_is_an_error_naming_it(tmp_path, content, text):
     if content is not None:
         path.write_text(content)
     with pytest.raises(ValueError, match=text) as e:
-        planner.resolve(recipe(tmp_path, f'ps.plan="{path}"'), 2)
+        planner.resolve(tables.plan_inputs(recipe(tmp_path, f'ps.plan="{path}"')), 2)
     assert str(path) in str(e.value)
     with pytest.raises(ValueError, match=text):
         planner.read(path)
@@ -476,30 +476,30 @@ def test_a_server_given_a_plan_file_naming_a_table_twice_or_nested_deep_exits_2_
 
 def test_resolve_auto_is_the_proposal_from_a_sample(tmp_path):
     r = recipe(tmp_path, "embedding.shared=false", 'ps.plan="auto"')
-    plan = planner.resolve(r, 3)
-    assert plan == propose(from_sample(r, 200_000), 3, r.ps.budget())
+    plan = planner.resolve(tables.plan_inputs(r), 3)
+    assert plan == propose(from_sample(tables.plan_inputs(r), 200_000), 3, r.ps.budget())
     assert not plan.is_hash()
-    assert planner.resolve(r, 3, sample_rows=512) == propose(from_sample(r, 512), 3)
-    assert planner.resolve(recipe(tmp_path, "embedding.shared=false", 'ps.plan="auto"'), 1) == ShardingPlan(1)
+    assert planner.resolve(tables.plan_inputs(r), 3, sample_rows=512) == propose(from_sample(tables.plan_inputs(r), 512), 3)
+    assert planner.resolve(tables.plan_inputs(recipe(tmp_path, "embedding.shared=false", 'ps.plan="auto"')), 1) == ShardingPlan(1)
 
 
 def test_resolve_auto_within_a_budget(tmp_path, caplog):
     """A budget the proposal must fit (``budget``: an embedded shard's share); tables past all the
     servers' budgets are no error in a run (rows past it are evicted): the hash plan."""
     r = recipe(tmp_path, "embedding.shared=false", 'ps.plan="auto"')
-    stats = from_sample(r, 200_000)
-    unbounded = planner.resolve(r, 3)
+    stats = from_sample(tables.plan_inputs(r), 200_000)
+    unbounded = planner.resolve(tables.plan_inputs(r), 3)
     budget = int(1.001 * sum(t.bytes for t in stats) / 3)
     assert loads(unbounded, stats)["bytes"].max() > budget
-    bounded = planner.resolve(r, 3, budget=budget)
+    bounded = planner.resolve(tables.plan_inputs(r), 3, budget=budget)
     assert bounded == propose(stats, 3, budget) and loads(bounded, stats)["bytes"].max() <= budget
-    assert planner.resolve(recipe(tmp_path, "embedding.shared=false", 'ps.plan="auto"',
-                                  f"ps.memory_budget={budget}"), 3) == bounded
+    assert planner.resolve(tables.plan_inputs(recipe(tmp_path, "embedding.shared=false", 'ps.plan="auto"',
+                                                     f"ps.memory_budget={budget}")), 3) == bounded
     small = recipe(tmp_path, "embedding.shared=false", 'ps.plan="auto"', "ps.memory_budget=10000")
     with pytest.raises(ValueError, match="the tables need about"):
         propose(stats, 3, 10_000)
     with caplog.at_level("WARNING", logger="cardinal.planner"):
-        assert planner.resolve(small, 3) == ShardingPlan(3)
+        assert planner.resolve(tables.plan_inputs(small), 3) == ShardingPlan(3)
     need = sum(t.bytes for t in stats) / 1e6
     assert f'ps.plan = "auto": the tables need about {need:.1f} MB, 3 servers of ps.memory_budget hold 0.0 MB: rows ' \
         "past it are evicted (or go to disk); the hash plan spreads them evenly" in caplog.text
@@ -538,7 +538,7 @@ def test_cardinal_plan_prints_each_table_and_each_server(tmp_path, capsys):
     r = plan_args(tmp_path)
     from cardinal.train import config
     recipe_obj = config.load("criteo_synthetic", r[2::2])
-    assert plan == propose(from_sample(recipe_obj), 4)
+    assert plan == propose(from_sample(tables.plan_inputs(recipe_obj)), 4)
 
 
 def test_report_is_the_loads():
@@ -626,7 +626,7 @@ def test_a_worker_refuses_servers_started_with_another_plan(tmp_path, monkeypatc
     try:
         for i in range(2):
             store = ShardStore(tables.store_config(server_recipe), i, 2, server_recipe.ps.store_limits(),
-                               server_recipe.ps.disk_dir, planner.resolve(server_recipe, 2))
+                               server_recipe.ps.disk_dir, planner.resolve(tables.plan_inputs(server_recipe), 2))
             servers.append(ShardServer(store, tmp_path, JOB, TOKEN, ServerOptions()).start())
         addresses = "ps.servers=[" + ",".join(f'"127.0.0.1:{s.port}"' for s in servers) + "]"
         worker = [addresses, f'ps.job="{JOB}"', "embedding.shared=false", "train.steps=2", "ps.timeout_s=10"]
@@ -676,12 +676,12 @@ def test_launch_resolves_auto_once_and_every_process_uses_its_plan(tmp_path):
 def test_clustered_tables_stay_row_wise_over_every_server_in_auto_plans(tmp_path):
     """Saec tables can only be row-wise over every server: "auto" and `cardinal plan` leave them so."""
     r = recipe(tmp_path, "embedding.shared=false", 'ps.plan="auto"', "embedding.saec_ratio=2.0", "embedding.saec_at=5")
-    pinned = planner.pinned(r)
+    pinned = planner.pinned(tables.plan_inputs(r))
     assert pinned == {t for t in tables.features(r).values()} and pinned  # the model's tables, not lr_*
-    plan = planner.resolve(r, 3)
+    plan = planner.resolve(tables.plan_inputs(r), 3)
     assert not set(plan.tables) & pinned
     ShardingPlan.shard_config(plan, tables.store_config(r), 0)  # a store takes it
-    free = propose(from_sample(r), 3, r.ps.budget())
+    free = propose(from_sample(tables.plan_inputs(r)), 3, r.ps.budget())
     assert set(free.tables) & pinned, "without pinning the planner would place some of them"
 
 
@@ -691,7 +691,7 @@ def test_a_server_refuses_auto_plans(tmp_path, capsys):
 
 
 def test_a_resumed_launch_plans_again_for_another_server_count(tmp_path):
-    from cardinal.launch import _replans
+    from cardinal.jobs.launch import _replans
 
     own = tmp_path / "plan.json"
     planner.write(ShardingPlan(2, {"C1": (Piece((1,)),)}), own)

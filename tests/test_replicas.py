@@ -17,6 +17,7 @@ from cardinal.ps import PSClient, ShardStore, StoreConfig
 from cardinal.ps.plan import Piece, Replicas, ShardingPlan
 from cardinal.ps.replicas import CopiedRows
 from cardinal.ps.transport.inprocess import InProcessTransport
+from cardinal.train import tables
 from cardinal.train.readers import make_readers
 from conftest import tiny_recipe
 
@@ -404,8 +405,8 @@ def test_cardinal_plan_copies_the_ids_in_the_most_batches(tmp_path, capsys):
             batches[i] = batches.get(i, 0) + 1
     top = sorted(batches.values(), reverse=True)[:5]
     assert sorted(batches[i] for i in plan.replicas[table].ids) == sorted(top)
-    spread, lines = planner.replicate(tiny_recipe(tmp_path, "embedding.shared=false", 'ps.plan="auto"', *sets),
-                                      ShardingPlan(4))
+    spread, lines = planner.replicate(tables.plan_inputs(tiny_recipe(tmp_path, "embedding.shared=false", 'ps.plan="auto"',
+                                                                     *sets)), ShardingPlan(4))
     assert spread == ShardingPlan(4) and lines == [f"no copies of {table}: the plan spreads it over every server, "
                                                    "which spreads its reads already"]
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from cardinal import cli, sweep
+from cardinal import cli
+from cardinal.jobs import sweep
 from cardinal.embedding.parallel import available_cores
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -15,7 +15,6 @@ from cardinal import codecs
 from cardinal.embedding import TableConfig
 from cardinal.ps import PSClient, StoreConfig, embedded
 from cardinal.ps.routing import route
-from cardinal.ps.servicer import SERVICE
 from cardinal.ps.transport import wire
 from cardinal.ps.transport.grpc_transport import GrpcTransport
 from cluster import JOB, TOKEN, Cluster
@@ -81,7 +80,7 @@ def test_the_same_codecs_give_bitwise_the_same_numbers_on_both_transports(cluste
 
 def _raw(address, method, message):
     with grpc.insecure_channel(address) as ch:
-        return ch.unary_unary(f"/{SERVICE}/{method}")(
+        return ch.unary_unary(f"/{wire.SERVICE}/{method}")(
             message, metadata=(("x-cardinal-job", JOB), ("x-cardinal-token", TOKEN)), timeout=10)
 
 

@@ -14,7 +14,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from cardinal.embedding import TableConfig
 from cardinal.ps import ShardStore, StoreConfig, StoreLimits
-from cardinal.ps.servicer import MAX_DETAILS, SERVICE
+from cardinal.ps.servicer import MAX_DETAILS
 from cardinal.ps.transport import wire
 from cluster import JOB, TOKEN, Cluster
 
@@ -27,7 +27,7 @@ INVALID, PRECONDITION, EXHAUSTED = (grpc.StatusCode.INVALID_ARGUMENT, grpc.Statu
 
 def raw(address, method, message, metadata=AUTH):
     with grpc.insecure_channel(address, [("grpc.max_send_message_length", 64 << 20)]) as ch:
-        return ch.unary_unary(f"/{SERVICE}/{method}")(message, metadata=metadata, timeout=20)
+        return ch.unary_unary(f"/{wire.SERVICE}/{method}")(message, metadata=metadata, timeout=20)
 
 
 def header(**fields):
@@ -150,7 +150,7 @@ def state(c) -> dict:
 
 def serving(address) -> bool:
     with grpc.insecure_channel(address) as ch:
-        status = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=SERVICE), timeout=10)
+        status = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=wire.SERVICE), timeout=10)
     return status.status == health_pb2.HealthCheckResponse.SERVING
 
 

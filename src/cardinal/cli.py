@@ -29,7 +29,6 @@ import logging
 import os
 import shlex
 import sys
-import time
 from pathlib import Path
 
 import cardinal
@@ -155,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def train(args) -> int:
     from cardinal.train import config
+    from cardinal.train.run_dirs import new_run_dir
 
     shared_dir = os.environ.get("CARDINAL_RUN_DIR")  # set for every worker of a job
     if args.resume:
@@ -201,25 +201,6 @@ def _resumed(run_dir: Path, overrides: list[str]):
     recipe = resume.resumed_recipe(run_dir, overrides)
     resume.check_not_done(run_dir, recipe)
     return recipe
-
-
-def _timestamp() -> str:
-    return time.strftime("%Y%m%d-%H%M%S")
-
-
-def new_run_dir(root: Path, name: str) -> Path:
-    """``root/name-YYYYmmdd-HHMMSS``, made here and now: mkdir fails if another run took the name
-    (two started in the same second), and the next free ``-2``, ``-3``... is taken instead."""
-    root.mkdir(parents=True, exist_ok=True)
-    base = f"{name}-{_timestamp()}"
-    for n in range(1, 10_000):
-        path = root / (base if n == 1 else f"{base}-{n}")
-        try:
-            path.mkdir()
-            return path
-        except FileExistsError:
-            continue
-    raise ValueError(f"{root} holds 9,999 runs named {base}*: set train.run_dir to another folder")
 
 
 def _shipped() -> list[str]:
@@ -317,14 +298,21 @@ def data(args) -> int:
 
 
 def launch(args) -> int:
-    from cardinal.launch import launch as run
+    from cardinal.jobs.launch import launch as run
 
     rest = args.train_args[1:] if args.train_args[:1] == ["--"] else args.train_args
-    return run(args.servers, args.workers, rest)
+    return run(args.servers, args.workers, rest, _train_args)
+
+
+def _train_args(args: list[str]) -> tuple[str, list[str], str | None]:
+    """(recipe, --set values, --resume dir) of arguments meant for ``cardinal train``, read as it
+    reads them (argparse exits 2 on a bad one)."""
+    parsed = parser().parse_args(["train", *args])
+    return parsed.recipe, parsed.set, parsed.resume
 
 
 def sweep(args) -> int:
-    from cardinal.sweep import run as run_sweep
+    from cardinal.jobs.sweep import run as run_sweep
 
     run_sweep(args.recipe, args.grid, args.set, args.parallel, args.out)
     return 0
@@ -345,7 +333,7 @@ def server(args) -> int:
         raise ValueError('ps.plan = "auto" on a server: make the plan once (cardinal plan RECIPE --out FILE) and give '
                          "every server and worker --set ps.plan=FILE (cardinal launch does this for you)")
     store = ShardStore(tables.store_config(recipe), int(shard), int(n), ps.store_limits(), ps.disk_dir,
-                       planner.resolve(recipe, int(n)))
+                       planner.resolve(tables.plan_inputs(recipe), int(n)))
     options = ServerOptions(host=args.host, port=args.port, tls_cert=ps.tls_cert or None, tls_key=ps.tls_key or None,
                             max_message_mb=ps.max_message_mb, max_concurrency=ps.max_concurrent_calls,
                             metrics_port=ps.metrics_port)
@@ -381,13 +369,14 @@ def plan(args) -> int:
     from cardinal.planner.propose import propose
     from cardinal.planner.report import report
     from cardinal.planner.stats import from_run, from_sample
-    from cardinal.train import config
+    from cardinal.train import config, tables
 
     recipe = config.load(args.recipe, ['ps.plan="auto"', *args.set])  # what it makes: ps.replicate applies
     n = len(recipe.ps.servers) or recipe.ps.shards
-    stats = from_run(args.stats, recipe) if args.stats else from_sample(recipe, progress=True)
-    proposed = propose(stats, n, recipe.ps.budget(), pinned=planner.pinned(recipe))  # each server's budget
-    proposed, copied = planner.replicate(recipe, proposed)
+    inputs = tables.plan_inputs(recipe)
+    stats = from_run(args.stats, inputs) if args.stats else from_sample(inputs, progress=True)
+    proposed = propose(stats, n, recipe.ps.budget(), pinned=planner.pinned(inputs))  # each server's budget
+    proposed, copied = planner.replicate(inputs, proposed)
     print("\n".join([report(proposed, stats), *copied]))
     if args.out:
         planner.write(proposed, args.out)
@@ -398,7 +387,7 @@ def plan(args) -> int:
 
 
 def top(args) -> int:
-    from cardinal.top import run as watch
+    from cardinal.jobs.top import run as watch
 
     return watch(args.addresses, args.interval, args.once)
 

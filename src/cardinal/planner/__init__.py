@@ -1,4 +1,4 @@
-"""Sharding plans for a recipe: the hash plan, one read from a file, or one the planner proposes.
+"""Sharding plans for a run: the hash plan, one read from a file, or one the planner proposes.
 
     ps.plan = "hash"          every table row-wise over every server (the default)
     ps.plan = "auto"          the planner's (``propose.py``), from a sample of the data (``stats.py``)
@@ -7,6 +7,9 @@
 Every process of a job must use the same plan: ``cardinal launch`` resolves "auto" once and
 hands its servers and workers the file; a worker checks each server holds what the plan puts
 there (``PSClient.check_plan``). A checkpoint loads into any plan, so a resumed run may change it.
+
+The planner reads a run's component configs (``inputs.py``: its [ps] section, its tables, its
+data), not its recipe: ``cardinal.train.tables.plan_inputs(recipe)`` makes them.
 """
 
 import json
@@ -16,34 +19,35 @@ from dataclasses import replace
 from pathlib import Path
 
 from cardinal import strict_json
-from cardinal.ps.plan import ShardingPlan
+from cardinal.planner.hot import hot_ids
+from cardinal.planner.inputs import PlanInputs
+from cardinal.planner.propose import propose
+from cardinal.planner.stats import from_sample
+from cardinal.ps.plan import Replicas, ShardingPlan
 
 log = logging.getLogger(__name__)
 
 
-def resolve(recipe, n_shards: int, sample_rows: int = 200_000, budget: int | None = None) -> ShardingPlan:
-    """The plan ``recipe.ps.plan`` names, for ``n_shards`` servers of ``budget`` bytes each (None:
+def resolve(inputs: PlanInputs, n_shards: int, sample_rows: int = 200_000, budget: int | None = None) -> ShardingPlan:
+    """The plan ``ps.plan`` names, for ``n_shards`` servers of ``budget`` bytes each (None:
     ``ps.memory_budget``; embedded shards split it). Tables past the servers' budgets together are
     not an error in a run (the rows past it are evicted, or go to disk): "auto" is then the hash
     plan, which spreads them evenly."""
-    choice = recipe.ps.plan
+    choice = inputs.ps.plan
     if choice == "hash":
         return ShardingPlan(n_shards)
     if choice == "auto":
-        from cardinal.planner.propose import propose
-        from cardinal.planner.stats import from_sample
-
-        stats = from_sample(recipe, sample_rows)
-        budget = recipe.ps.budget() if budget is None else budget
+        stats = from_sample(inputs, sample_rows)
+        budget = inputs.ps.budget() if budget is None else budget
         need = sum(t.bytes for t in stats)
         if budget and need > budget * n_shards:
             log.warning("ps.plan = \"auto\": the tables need about %.1f MB, %d servers of ps.memory_budget hold "
                         "%.1f MB: rows past it are evicted (or go to disk); the hash plan spreads them evenly",
                         need / 1e6, n_shards, budget * n_shards / 1e6)
-            if recipe.ps.replicate:
+            if inputs.ps.replicate:
                 log.warning("ps.plan = \"auto\": no copies of hot rows (ps.replicate) in the hash plan")
             return ShardingPlan(n_shards)
-        plan, copied = replicate(recipe, propose(stats, n_shards, budget, pinned=pinned(recipe)))
+        plan, copied = replicate(inputs, propose(stats, n_shards, budget, pinned=pinned(inputs)))
         for line in copied:
             log.info("ps.plan = \"auto\": %s", line)
         return plan
@@ -54,19 +58,16 @@ def resolve(recipe, n_shards: int, sample_rows: int = 200_000, budget: int | Non
     return plan
 
 
-def replicate(recipe, plan: ShardingPlan) -> tuple[ShardingPlan, list[str]]:
+def replicate(inputs: PlanInputs, plan: ShardingPlan) -> tuple[ShardingPlan, list[str]]:
     """``plan`` with the hot ids of each table of ``ps.replicate`` copied to every server
     (``hot.py``), and a line a table saying what its copies cover, or why it has none."""
-    want = recipe.ps.replicate
+    want = inputs.ps.replicate
     if not want:
         return plan, []
-    spread = [t for t in want if t in tables_of(recipe) and len(plan.pieces(t)[0].servers) == plan.n_shards]
-    from cardinal.planner.hot import hot_ids
-    from cardinal.ps.plan import Replicas
-
+    spread = [t for t in want if t in tables_of(inputs) and len(plan.pieces(t)[0].servers) == plan.n_shards]
     rest = {t: k for t, k in want.items() if t not in spread}
-    found = hot_ids(recipe, rest) if rest else {}
-    staleness = recipe.ps.replica_staleness
+    found = hot_ids(inputs, rest) if rest else {}
+    staleness = inputs.ps.replica_staleness
     plan = replace(plan, replicas={**plan.replicas, **{t: Replicas(tuple(ids), staleness)
                                                        for t, (ids, _) in found.items()}})
     lines = [f"copies on every server: {t}'s {len(ids)} hottest ids, {share:.0%} of its pulled ids, "
@@ -75,10 +76,8 @@ def replicate(recipe, plan: ShardingPlan) -> tuple[ShardingPlan, list[str]]:
                           for t in spread]
 
 
-def tables_of(recipe) -> set[str]:
-    from cardinal.train import tables
-
-    return {t.name for t in tables.store_config(recipe).tables}
+def tables_of(inputs: PlanInputs) -> set[str]:
+    return {t.name for t in inputs.store.tables}
 
 
 PLAN_SETTINGS = {"ps.plan", "ps.replicate", "ps.replica_staleness"}  # what a plan file holds once made
@@ -89,11 +88,9 @@ def without_plan_settings(sets: list[str]) -> list[str]:
     return [s for s in sets if s.partition("=")[0].strip() not in PLAN_SETTINGS]
 
 
-def pinned(recipe) -> set[str]:
+def pinned(inputs: PlanInputs) -> set[str]:
     """Tables a plan must leave row-wise over every server: those clustered while training (Saec)."""
-    from cardinal.train import tables
-
-    return set(tables.store_config(recipe).saec)
+    return set(inputs.store.saec)
 
 
 def read(path: str | Path) -> ShardingPlan:

@@ -5,26 +5,25 @@ its examples hold it, so an id's load on its server is the batches it is in, not
 
 import numpy as np
 
+from cardinal.planner.inputs import PlanInputs
 from cardinal.planner.stats import _batch_ids, _table_ids
 
 
-def hot_ids(recipe, want: dict[str, int], rows: int = 200_000) -> dict[str, tuple[np.ndarray, float]]:
+def hot_ids(inputs: PlanInputs, want: dict[str, int], rows: int = 200_000) -> dict[str, tuple[np.ndarray, float]]:
     """table -> (its ``want[table]`` ids in the most batches of the first ``rows`` training rows,
     sorted; the share of the table's pulled ids, batch by batch, that they are)."""
-    from cardinal.train.readers import make_readers
-
-    known = _table_ids(recipe)
+    known = _table_ids(inputs)
     for table, k in want.items():
         if table not in known:
             raise ValueError(f"ps.replicate: no table {table!r}; the recipe's tables are {sorted(known)}")
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
             raise ValueError(f"ps.replicate: {table}={k!r}: give the number of hot ids to copy, an integer >= 1")
-    train, _, _ = make_readers(recipe.data, recipe.train.seed)
+    train, _, _ = inputs.readers()
     seen: dict[str, list[np.ndarray]] = {t: [] for t in want}
     read = 0
     try:
         for batch in train:
-            for table, ids in _batch_ids(recipe, batch).items():
+            for table, ids in _batch_ids(inputs, batch).items():
                 if table in want:
                     seen[table].append(np.unique(ids))
             read += len(batch.labels)

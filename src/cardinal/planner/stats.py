@@ -1,7 +1,7 @@
 """What the planner knows of each table: rows, bytes, and how many ids a step asks for.
 
 From a sample of the training data (``from_sample``): the first ``rows`` rows, read by the
-recipe's own reader, each field's ids folded as training folds them (``hash_buckets``). A
+run's own reader (``PlanInputs.readers``), each field's ids folded as training folds them (``hash_buckets``). A
 table's ids a step is the mean of its distinct ids per global batch (what a pull and a push
 carry after de-duplication). Its rows over the whole data follow Heaps' law, the distinct
 ids of a Zipf-like stream growing as n^b: b is fitted from the sample's first half and the
@@ -12,9 +12,19 @@ step still come from a sample (a checkpoint does not record access).
 """
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 import numpy as np
+
+from cardinal.durable import load_array
+from cardinal.embedding import formats
+from cardinal.embedding.hashing import fold
+from cardinal.embedding.table import stored_width
+from cardinal.optim import make_optimizer
+from cardinal.planner.inputs import PlanInputs
+from cardinal.ps import checkpoint
+from cardinal.ps.checkpoint_load import read_chain
 
 ROW_OVERHEAD = 32  # bytes a row takes beside its words: id, count, last step, index slot
 
@@ -34,8 +44,6 @@ class TableStats:
         values (``formats``: fp16 packs two a word, int8 four and a scale), its optimizer state."""
         if width is None:
             return 4 * self.words + ROW_OVERHEAD
-        from cardinal.embedding import formats
-
         values = formats.get(self.storage).value_words
         fixed = self.words - values(self.width) - self.width * self.state_per_column  # state words of any width
         return 4 * (values(width) + width * self.state_per_column + fixed) + ROW_OVERHEAD
@@ -45,17 +53,15 @@ class TableStats:
         return self.rows * self.row_bytes()
 
 
-def from_sample(recipe, rows: int = 200_000, progress: bool = False) -> list[TableStats]:
-    """Each table's stats from the first ``rows`` training rows of ``recipe``'s data."""
-    from cardinal.train.readers import make_readers
-
-    train, _, info = make_readers(recipe.data, recipe.train.seed, progress=progress)
-    seen = _table_ids(recipe)
+def from_sample(inputs: PlanInputs, rows: int = 200_000, progress: bool = False) -> list[TableStats]:
+    """Each table's stats from the first ``rows`` training rows of the run's data."""
+    train, _, info = inputs.readers(progress=progress)
+    seen = _table_ids(inputs)
     per_batch = {t: [] for t in seen}
     distinct = {t: [] for t in seen}  # arrays of ids, folded per table
     read, half = 0, {}
     for batch in train:
-        for table, ids in _batch_ids(recipe, batch).items():
+        for table, ids in _batch_ids(inputs, batch).items():
             per_batch[table].append(len(np.unique(ids)))
             distinct[table].append(ids)
         read += len(batch.labels)
@@ -65,37 +71,31 @@ def from_sample(recipe, rows: int = 200_000, progress: bool = False) -> list[Tab
             break
     if hasattr(train, "close"):
         train.close()
-    total_rows = (info.get("train_steps") or info.get("train_steps_estimate") or 0) * recipe.data.batch_size
+    total_rows = (info.get("train_steps") or info.get("train_steps_estimate") or 0) * inputs.batch_size
     out = []
-    storages = _storages(recipe)
-    for table, (width, words) in _widths(recipe).items():
+    storages = _storages(inputs)
+    for table, (width, words) in _widths(inputs).items():
         d = len(np.unique(np.concatenate(distinct[table]))) if distinct[table] else 0
         n_half, d_half = half.get(table, (read, d))
         estimate = heaps(d_half, n_half, d, read, max(total_rows, read))
-        if recipe.embedding.hash_buckets:
-            estimate = min(estimate, recipe.embedding.hash_buckets)
+        if inputs.hash_buckets:
+            estimate = min(estimate, inputs.hash_buckets)
         ids_per_step = float(np.mean(per_batch[table])) if per_batch[table] else 0.0
-        out.append(TableStats(table, estimate, width, words, ids_per_step, _state_per_column(recipe), storages[table]))
+        out.append(TableStats(table, estimate, width, words, ids_per_step, _state_per_column(inputs), storages[table]))
     return out
 
 
-def from_run(run_dir, recipe, rows: int = 200_000) -> list[TableStats]:
+def from_run(run_dir, inputs: PlanInputs, rows: int = 200_000) -> list[TableStats]:
     """Rows per table from ``run_dir``'s newest checkpoint (every piece's rows, any plan; a delta
     counted with its chain: a delta's manifests count only the rows touched since its base), ids a
     step from a sample of the recipe's data."""
-    from dataclasses import replace
-    from pathlib import Path
-
-    from cardinal.ps import checkpoint
-    from cardinal.ps.checkpoint_load import read_chain
-
     found = checkpoint.latest(Path(run_dir) / "checkpoints")
     if found is None:
         raise ValueError(f"{run_dir} has no committed checkpoint to read table sizes from")
     chain = read_chain(found)
     newest = chain[-1][1]
     counted: dict[str, int] = {}
-    for table in _widths(recipe):
+    for table in _widths(inputs):
         first = newest["plan"].pieces(table)[0]  # every piece of a table holds the same ids
         held = [m["tables"][first.name(table)] for m in newest["manifests"].values()
                 if first.name(table) in m["tables"]]
@@ -103,7 +103,7 @@ def from_run(run_dir, recipe, rows: int = 200_000) -> list[TableStats]:
             raise ValueError(f"{found} holds no table {table!r} (it has {sorted(_saved_names(newest))}): the "
                              "recipe's tables must be the run's (the same embedding.shared, dims, model)")
         counted[table] = sum(t["rows"] for t in held) if len(chain) == 1 else len(_chain_ids(chain, table))
-    sampled = from_sample(recipe, rows)
+    sampled = from_sample(inputs, rows)
     return [replace(s, rows=counted[s.name]) for s in sampled]
 
 
@@ -115,19 +115,16 @@ def _chain_ids(chain, table: str) -> np.ndarray:
     """The ids of ``table`` after loading a delta chain [(step dir, commit info)] (``read_chain``:
     the full checkpoint first), each delta's deleted ids out, its rows' ids in (the first piece's:
     every piece holds the same ids)."""
-    from cardinal.durable import load_array
-    from cardinal.ps.checkpoint import DELETED, shard_dir
-
     ids = np.empty(0, np.int64)
     for path, info in chain:
         name = info["plan"].pieces(table)[0].name(table)
         saved, deleted = [ids[:0]], [ids[:0]]
         for m in info["manifests"].values():
             if name in m["tables"]:
-                files, base = m["tables"][name]["files"], shard_dir(path, m["shard"], m["n_shards"])
+                files, base = m["tables"][name]["files"], checkpoint.shard_dir(path, m["shard"], m["n_shards"])
                 saved.append(np.asarray(load_array(base / files["ids"]["file"])))
-                if DELETED in files:
-                    deleted.append(np.asarray(load_array(base / files[DELETED]["file"])))
+                if checkpoint.DELETED in files:
+                    deleted.append(np.asarray(load_array(base / files[checkpoint.DELETED]["file"])))
         ids = np.union1d(np.setdiff1d(ids, np.concatenate(deleted)), np.concatenate(saved))
     return ids
 
@@ -143,52 +140,34 @@ def heaps(d_half: int, n_half: int, d: int, n: int, total: int) -> int:
     return int(round(d * (total / n) ** b))
 
 
-def _widths(recipe) -> dict[str, tuple[int, int]]:
-    """table -> (values a row, float32 words a stored row), from the recipe's store config."""
-    from cardinal.embedding.table import stored_width
-    from cardinal.optim import make_optimizer
-    from cardinal.train import tables
-
-    config = tables.store_config(recipe)
+def _widths(inputs: PlanInputs) -> dict[str, tuple[int, int]]:
+    """table -> (values a row, float32 words a stored row), from the run's store config."""
+    config = inputs.store
     optimizer = make_optimizer(config.optimizer)
     return {t.name: (t.dim, stored_width(t, optimizer)) for t in config.tables}
 
 
-def _storages(recipe) -> dict[str, str]:
+def _storages(inputs: PlanInputs) -> dict[str, str]:
     """table -> its row format (embedding.storage, embedding.table_storage)."""
-    from cardinal.train import tables
-
-    return {t.name: t.storage for t in tables.store_config(recipe).tables}
+    return {t.name: t.storage for t in inputs.store.tables}
 
 
-def _state_per_column(recipe) -> int:
-    from cardinal.optim import make_optimizer
-
-    o = make_optimizer(dict(recipe.sparse_optimizer))
+def _state_per_column(inputs: PlanInputs) -> int:
+    o = make_optimizer(dict(inputs.store.optimizer))
     return o.state_width(2) - o.state_width(1)
 
 
-def _table_ids(recipe) -> dict[str, list[str]]:
+def _table_ids(inputs: PlanInputs) -> dict[str, list[str]]:
     """table -> the fields whose ids it holds (a baseline twin ``lr_X`` the same as X)."""
-    from cardinal.train import tables
-
-    out: dict[str, list[str]] = {}
-    for field, table in tables.features(recipe).items():
-        out.setdefault(table, []).append(field)
-    if tables.baseline(recipe):
-        for field, table in tables.baseline_features(recipe).items():
-            out.setdefault(table, []).append(field)
-    return out
+    return inputs.fields
 
 
-def _batch_ids(recipe, batch) -> dict[str, np.ndarray]:
-    from cardinal.embedding.hashing import fold
-
+def _batch_ids(inputs: PlanInputs, batch) -> dict[str, np.ndarray]:
     out = {}
-    for table, fields in _table_ids(recipe).items():
+    for table, fields in _table_ids(inputs).items():
         ids = np.concatenate([batch.sparse[f].values for f in fields])
-        if recipe.embedding.hash_buckets:
+        if inputs.hash_buckets:
             ids = ids.copy()
-            fold(ids, recipe.embedding.hash_buckets, ids)
+            fold(ids, inputs.hash_buckets, ids)
         out[table] = ids
     return out

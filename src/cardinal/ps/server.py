@@ -20,8 +20,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from cardinal.ps.metrics import ShardMetrics
 from cardinal.ps.process_memory import requests
-from cardinal.ps.servicer import SERVICE, ShardServicer
-from cardinal.ps.transport import heap
+from cardinal.ps.servicer import ShardServicer
+from cardinal.ps.transport import heap, wire
 from cardinal.ps.store import ShardStore
 
 READY = "CARDINAL_SERVER_READY"
@@ -78,7 +78,7 @@ class ShardServer:
         if self.metrics is not None:
             self.metrics_port = self.metrics.serve(self.options.host, self.options.metrics_port)
         self.server.start()
-        for name in ("", SERVICE):
+        for name in ("", wire.SERVICE):
             self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         return self
 

@@ -39,7 +39,6 @@ from cardinal.ps.store import ShardStore
 from cardinal.ps.transport import heap, wire
 from cardinal.ps.worker_steps import Origin
 
-SERVICE = "cardinal.Shard"
 MAX_DETAILS = 1024
 REPLY_HEADER = 4096  # bytes a reply header may take beside its rows
 log = logging.getLogger(__name__)
@@ -63,7 +62,7 @@ class ShardServicer:
     def handler(self) -> grpc.GenericRpcHandler:
         methods = {"Pull": self._pull, "Push": self._push, "Save": self._save, "Load": self._load, "Stats": self._stats}
         return grpc.method_handlers_generic_handler(
-            SERVICE, {name: grpc.stream_unary_rpc_method_handler(self._wrap(name, fn)) for name, fn in methods.items()})
+            wire.SERVICE, {name: grpc.stream_unary_rpc_method_handler(self._wrap(name, fn)) for name, fn in methods.items()})
 
     def _wrap(self, method: str, fn):
         def call(requests, context: grpc.ServicerContext) -> bytes:

@@ -10,13 +10,17 @@ model's tables keep their rows in chunks (``embedding/formats/chunked.py``), the
 weight after them, never freed; the baseline's stay whole. With ``embedding.saec_ratio`` the
 model's tables are clustered at ``embedding.saec_at`` (``compression/clustered_training.py``), each
 id's field its bits from ``field_shift`` up; the baseline's stay whole too.
+``plan_inputs`` is what the sharding planner reads of a recipe (``cardinal/planner``).
 """
+
+from functools import partial
 
 from cardinal.compression.clustered_training import SaecSpec
 from cardinal.embedding import TableConfig
 from cardinal.model_traits import FIELD_SHIFT, MODELS, SPARSE_FIELDS  # not cardinal.models nor the readers: servers need no torch
+from cardinal.planner.inputs import PlanInputs
 from cardinal.ps import StoreConfig
-from cardinal.train.config import Recipe
+from cardinal.train.config import DataConfig, Recipe
 
 
 def sparse_fields(recipe: Recipe) -> list[str]:
@@ -96,6 +100,24 @@ def store_config(recipe: Recipe) -> StoreConfig:
                        dict(recipe.sparse_optimizer), admission, recipe.eviction, e.chunk_every,
                        {n: SaecSpec(e.saec_ratio, e.saec_at, field_shift(recipe))
                         for n in sorted(set(features(recipe).values()))} if e.saec_ratio else {})
+
+
+def plan_inputs(recipe: Recipe) -> PlanInputs:
+    """What the planner reads of the recipe: its [ps], its tables, each table's fields, its data."""
+    fields: dict[str, list[str]] = {}
+    for field, table in features(recipe).items():
+        fields.setdefault(table, []).append(field)
+    if baseline(recipe):
+        for field, table in baseline_features(recipe).items():
+            fields.setdefault(table, []).append(field)
+    return PlanInputs(recipe.ps, store_config(recipe), fields, recipe.embedding.hash_buckets, recipe.data.batch_size,
+                      partial(_readers, recipe.data, recipe.train.seed))
+
+
+def _readers(data: DataConfig, seed: int, progress: bool = True) -> tuple:
+    from cardinal.train.readers import make_readers  # torch: a server reads no data, and imports none
+
+    return make_readers(data, seed, progress=progress)
 
 
 def _check_named(key: str, named: dict, tables: dict, hint: str = "") -> None:

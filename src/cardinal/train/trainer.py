@@ -224,7 +224,7 @@ class Trainer:
         """The servers' client, with the recipe's sharding plan (``cardinal/planner``; written to
         the run's plan.json when it is not the hash plan); servers are checked to hold what it says."""
         ps, codecs = recipe.ps, {"pull_codec": recipe.wire.pull, "push_codec": recipe.wire.push}
-        plan = planner.resolve(recipe, len(ps.servers) or ps.shards,  # embedded shards split the budget
+        plan = planner.resolve(tables.plan_inputs(recipe), len(ps.servers) or ps.shards,  # embedded shards split the budget
                                budget=None if ps.servers else ps.budget() // ps.shards)
         record = self.run_dir / "plan.json"
         if self.workers.leader and not (plan.is_hash() and not plan.replicas) and \

@@ -31,7 +31,6 @@ import numpy as np
 
 from cardinal import codecs
 from cardinal.failures import ServerFailure
-from cardinal.ps.servicer import SERVICE
 from cardinal.ps.transport import wire
 from cardinal.ps.transport.base import DEFAULT_TIMEOUT, Handle, TransientError, Transport
 
@@ -161,7 +160,7 @@ class GrpcTransport(Transport):
         creds = grpc.ssl_channel_credentials(Path(tls_ca).read_bytes()) if tls_ca else None
         self._channels = [grpc.secure_channel(a, creds, options) if creds else grpc.insecure_channel(a, options)
                           for a in self.addresses]
-        self._stubs = [{m: ch.unary_unary(f"/{SERVICE}/{m}") for m in ("Pull", "Push", "Save", "Load", "Stats")}
+        self._stubs = [{m: ch.unary_unary(f"/{wire.SERVICE}/{m}") for m in ("Pull", "Push", "Save", "Load", "Stats")}
                        for ch in self._channels]
         self._metadata = (("x-cardinal-job", job), ("x-cardinal-token", token))
         if max_in_flight < 1:

@@ -34,6 +34,7 @@ from cardinal import codecs
 from cardinal.codecs import Codec
 from cardinal.ps.request_log import quote
 
+SERVICE = "cardinal.Shard"  # the gRPC service: its methods are /cardinal.Shard/Pull, Push, Save, Load, Stats
 PROTOCOL = 1
 CODEC_ALIASES = {"raw": "fp32"}  # the push codec's name before there were codecs
 DTYPES = {"float32": np.float32}

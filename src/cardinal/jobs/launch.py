@@ -26,10 +26,16 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+from cardinal import planner
 from cardinal.ps.server import READY
+from cardinal.train import config, tables
+from cardinal.train import resume as resuming
+from cardinal.train.recipe_toml import to_toml
+from cardinal.train.run_dirs import new_run_dir
 
 GRACE_S = 10.0
 WORKER_SAVE_S = 300.0  # how long interrupted workers may take to save before the servers are stopped
@@ -87,25 +93,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def split_train_args(args: list[str]) -> tuple[str, list[str], str | None]:
-    """(recipe, --set values, --resume dir) from the arguments meant for ``cardinal train``."""
-    from cardinal.cli import parser
-
-    parsed = parser().parse_args(["train", *args])
-    return parsed.recipe, parsed.set, parsed.resume
-
-
-def launch(n_servers: int, n_workers: int, train_args: list[str]) -> int:
-    from cardinal.train import config
-
+def launch(n_servers: int, n_workers: int, train_args: list[str],
+           split_train_args: Callable[[list[str]], tuple[str, list[str], str | None]]) -> int:
+    """The job; ``train_args`` are what each worker's ``cardinal train`` takes, and
+    ``split_train_args`` reads them as it does: (recipe, --set values, --resume dir)."""
     if n_servers < 1 or n_workers < 1:
         raise ValueError("--servers and --workers must be >= 1")
     recipe_name, sets, resume = split_train_args(train_args)
     server_recipe, scratch = recipe_name, None
     if resume:  # the run's recipe.json plus the --set values, checked as `cardinal train --resume` checks them
-        from cardinal.train import resume as resuming
-        from cardinal.train.recipe_toml import to_toml
-
         run_dir = Path(resume).resolve()
         recipe = resuming.resumed_recipe(run_dir, sets)
         resuming.check_not_done(run_dir, recipe)
@@ -114,18 +110,15 @@ def launch(n_servers: int, n_workers: int, train_args: list[str]) -> int:
         Path(server_recipe).write_text(to_toml(recipe))
     else:  # two launches in the same second get two directories
         recipe = config.load(recipe_name, sets)
-        from cardinal.cli import new_run_dir
-
         run_dir = new_run_dir(Path(recipe.train.run_dir), recipe.train.name).resolve()
     job = f"{recipe.train.name}-{secrets.token_hex(4)}"
     env = {**os.environ, "CARDINAL_TOKEN": secrets.token_hex(16), "PYTHONUNBUFFERED": "1"}
     common = [*sum((["--set", s] for s in sets), []), "--set", f'ps.job="{job}"']
     plan_file = run_dir / "plan.json"
     if recipe.ps.plan == "auto" or resume and _replans(recipe.ps.plan, plan_file, n_servers):
-        from cardinal import planner  # the planner once, its plan to every process (each would read the data)
-
+        # the planner once, its plan to every process (each would read the data)
         run_dir.mkdir(parents=True, exist_ok=True)
-        plan = planner.resolve(replace(recipe, ps=replace(recipe.ps, plan="auto")), n_servers)
+        plan = planner.resolve(tables.plan_inputs(replace(recipe, ps=replace(recipe.ps, plan="auto"))), n_servers)
         planner.write(plan, plan_file)
         say(f"cardinal launch: sharding plan for {n_servers} servers in {plan_file}: {len(plan.tables)} tables placed, "
             "the rest row-wise over every server")
@@ -180,8 +173,6 @@ def launch(n_servers: int, n_workers: int, train_args: list[str]) -> int:
 def _replans(plan: str, own: Path, n_servers: int) -> bool:
     """A resumed run whose own plan (the launcher's, ``<run>/plan.json``) was made for another
     server count is planned again for this one (a checkpoint loads into any plan)."""
-    from cardinal import planner
-
     return plan not in ("hash", "auto") and Path(plan).resolve() == own.resolve() and own.is_file() \
         and planner.read(own).n_shards != n_servers
 

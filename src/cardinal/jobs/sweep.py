@@ -28,6 +28,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cardinal.train import config
+
 DEFAULT_TIMEOUT_S = 6 * 3600.0  # one setting's deadline: a hung child becomes an error row
 
 
@@ -87,13 +89,11 @@ def parse_grid(grids: list[str]) -> dict[str, list[str]]:
 
 def settings(grid: dict[str, list[str]], base: list[str]) -> list[Setting]:
     """Every combination of the grid, in order (the last key varies fastest)."""
-    from cardinal.train.config import parse_override
-
     keys = list(grid)
     out = []
     for i, combo in enumerate(itertools.product(*(grid[k] for k in keys))):
         overrides = [*base, *(f"{k}={v}" for k, v in zip(keys, combo))]
-        values = {k: parse_override(f"{k}={v}")[1] for k, v in zip(keys, combo)}
+        values = {k: config.parse_override(f"{k}={v}")[1] for k, v in zip(keys, combo)}
         out.append(Setting(i, values, overrides))
     return out
 
@@ -115,8 +115,7 @@ def sweep_dir(root: Path, name: str) -> Path:
 def prepare(recipe: str, items: list[Setting], out: Path, threads: int | None) -> None:
     """Validate each setting's recipe in this process (a bad one becomes an error row), fix its
     run directory and thread budget, and generate each synthetic data set once."""
-    from cardinal.train import config
-    from cardinal.train.readers import ensure_synthetic, synthetic_dir
+    from cardinal.train.readers import ensure_synthetic, synthetic_dir  # torch: only when a sweep runs
 
     made = set()
     for s in items:
@@ -200,8 +199,7 @@ def run(recipe: str, grids: list[str], base: list[str], parallel: int = 1, out_r
         timeout_s: float = DEFAULT_TIMEOUT_S, echo=print) -> dict:
     """The sweep: every combination, ``parallel`` at a time; returns the table (also written as
     sweep.json and sweep.md in the sweep directory)."""
-    from cardinal.embedding.parallel import available_cores
-    from cardinal.train import config
+    from cardinal.embedding.parallel import available_cores  # numba: only when a sweep runs
 
     if parallel < 1:
         raise ValueError(f"--parallel must be >= 1, got {parallel}")
