@@ -59,7 +59,6 @@ import logging
 import math
 import time
 import uuid
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -68,32 +67,25 @@ import torch.nn.functional as F
 from torchmetrics.functional.classification import binary_auroc
 from tqdm import tqdm
 
-from cardinal import planner
 from cardinal.data.prefetch import prefetched
-from cardinal.models import MODELS, dropout_seed
-from cardinal.models.projection import Projected, with_projections
-from cardinal.ps import PSClient, checkpoint, embedded
-from cardinal.ps.transport.grpc_transport import GrpcTransport
+from cardinal.models import dropout_seed
+from cardinal.models.projection import Projected
+from cardinal.ps import checkpoint
 from cardinal.progress import Progress
-from cardinal.train import tables, threads, wire_metrics
+from cardinal.train import builder, tables, threads, wire_metrics
 from cardinal.train.baseline import Baseline
 from cardinal.train.best import Best, best_checkpoint, write_marker
 from cardinal.train.callbacks import Callback, EarlyStopping
 from cardinal.train.checkpoint_clock import CheckpointClock
-from cardinal.train.config import DENSE_OPTIMIZERS, Recipe
+from cardinal.train.config import Recipe
 from cardinal.train.input_meter import InputMeter
 from cardinal.train.live_metrics import WorkerMetrics
 from cardinal.train.interrupt import StopFlag
 from cardinal.train.memory_metrics import server_metrics
-from cardinal.train.readers import make_readers
 from cardinal.train.report import MetricsLog, plot_curves
-from cardinal.train.schedule import DenseSchedule
 from cardinal.train.state_io import load_tree, save_tree
 from cardinal.train.workers import Workers
-from cardinal.worker import EmbeddingCollection
-from cardinal.worker.clip import CowClip
 from cardinal.worker.device import DeviceBatches, host_value, resolve_device, staging_for
-from cardinal.worker.sources import GeoReplica, PSSource
 from cardinal.worker.sources.cache import CachedSource
 
 log = logging.getLogger(__name__)
@@ -104,7 +96,7 @@ class Trainer:
                  callbacks: list[Callback] = (), stop: StopFlag | None = None):
         self.recipe, self.run_dir = recipe, Path(run_dir)
         self.signals = stop or StopFlag()  # set by SIGINT / SIGTERM (train/interrupt.py)
-        t, e = recipe.train, recipe.embedding
+        t = recipe.train
         self.workers = Workers(recipe.ps.timeout_s * 15, resolve_device(t.device), fallback=t.device == "auto")
         self.device = self.workers.device  # "auto" with workers sharing a GPU: the CPU (train/workers.py)
         self.progress = progress and self.workers.leader
@@ -112,41 +104,26 @@ class Trainer:
             self.run_dir.mkdir(parents=True, exist_ok=True)
         self.threads = threads.apply(t.threads)  # torch, kernels and numba: one budget
         torch.manual_seed(t.seed)
-        if not self.workers.leader:
-            self.workers.barrier()  # worker 0 generates the data set first
-        self.train_data, self.eval_data, self.data_info = make_readers(
-            self._global_data(recipe), t.seed, self.progress, share=(self.workers.rank, self.workers.world))
-        if self.workers.world > 1 and getattr(self.train_data, "bad", None) is not None:
-            self.train_data.bad.min_rows = math.inf  # a share's count alone decides nothing: see _check_bad_rows
-        if self.workers.leader:
-            self.workers.barrier()
+        self.train_data, self.eval_data, self.data_info = builder.readers(recipe, self.workers, self.progress)
         self.fields = list(self.train_data.sparse_fields)
         assert self.fields == tables.sparse_fields(recipe)
-        model_spec = dict(recipe.model)
-        model_cls = MODELS[model_spec.pop("name")]
-        self.model = with_projections(model_cls(len(self.train_data.dense_fields), len(self.fields), e.dim,
-                                                **model_spec), tables.features(recipe), tables.table_dims(recipe))
-        self.model_seeds = bool(model_spec.get("dropout"))
+        self.model = builder.model(recipe, self.train_data)
+        self.model_seeds = bool(recipe.model.get("dropout"))
         self.model.to(self.device)
         self.staging = staging_for(self.device)  # None on the CPU: no copies, today's path
         self.feed = DeviceBatches(self.staging) if self.staging is not None else None
         self._fed = None  # (batch, dense, labels) of the newest batch on the device
 
         self.net = self.workers.wrap(self.model)
-        self.client = self._client(recipe)
         w = self.workers
-        self.consistency = e.mode(distributed=bool(recipe.ps.servers) or w.world > 1)
-        staleness = e.staleness if self.consistency == "async" else None
-        self.embedding = EmbeddingCollection(self._cached(self._source()), tables.features(recipe), e.pooling,
-                                             staleness, timeout=recipe.ps.timeout_s, clip=CowClip.from_config(e),
-                                             staging=self.staging, buckets=e.hash_buckets)
-        d = recipe.dense_optimizer
-        self.optimizer = getattr(torch.optim, DENSE_OPTIMIZERS[d.name])(self.model.parameters(), lr=self._dense_lr(),
-                                                                        weight_decay=d.weight_decay)
-        per_epoch = self.data_info["train_steps"]
-        self.schedule = DenseSchedule(d, self._dense_lr(), t.steps or (per_epoch * t.epochs if per_epoch else None))
+        self.client = builder.client(recipe, w, self.run_dir)
+        self.consistency = recipe.embedding.mode(distributed=bool(recipe.ps.servers) or w.world > 1)
+        self.embedding = builder.embedding(recipe, self.client, w, self.consistency, self.device, self.staging)
+        self.optimizer = builder.dense_optimizer(recipe, self.model, w.world)
+        self.schedule = builder.schedule(recipe, self.data_info, w.world)
         n_dense = len(self.train_data.dense_fields)
-        self.baseline = Baseline(self, self._source(), n_dense) if tables.baseline(recipe) else None
+        self.baseline = Baseline(self, builder.source(recipe, self.client, w, self.consistency), n_dense) \
+            if tables.baseline(recipe) else None
         self.metrics = MetricsLog(self.run_dir, t.tensorboard) if self.workers.leader else None
         self.clock = CheckpointClock(t.checkpoint_minutes, self.workers.leader)  # worker 0's decides
         self.step, self.epoch, self.batch_in_epoch = 0, 0, 0
@@ -176,23 +153,6 @@ class Trainer:
         and recorded in summary.json as ``stopped_early``. Every worker must call it at the same step."""
         self.stop_reason = reason
 
-    def _source(self):
-        """Where one collection's rows come from: the servers (with the in-flight window), or a GEO replica."""
-        e, w, timeout = self.recipe.embedding, self.workers, self.recipe.ps.timeout_s
-        if self.consistency == "geo":
-            return GeoReplica(self.client, self.recipe.sparse_optimizer, e.geo_interval, timeout)
-        return PSSource(self.client, e.max_in_flight, timeout, worker=w.rank, workers=w.world, combine=e.combine,
-                        compensate=e.compensation == "lr")
-
-    def _cached(self, source):
-        """The source behind a worker cache of hot rows when ``cache.bytes`` > 0 (worker/sources/cache.py)."""
-        c = self.recipe.cache
-        if not c.capacity:
-            return source
-        dims = {t: tables.row_width(self.recipe, t) for t in set(tables.features(self.recipe).values())}
-        return CachedSource(source, dims, c.capacity, c.staleness, c.policy, c.admit_after,
-                            self.device if c.device == "auto" else c.device)  # auto: the worker's device
-
     def _cache_metrics(self) -> dict:
         """The worker cache's numbers (hit rates, evictions, staleness), for metrics.jsonl and summary.json."""
         return self.embedding.source.metrics() if isinstance(self.embedding.source, CachedSource) else {}
@@ -205,40 +165,6 @@ class Trainer:
 
     def _modules(self):
         return (self.model, self.embedding, *(self.baseline.modules if self.baseline is not None else ()))
-
-    def _global_data(self, recipe: Recipe):
-        """The data section with the global batch: batch_size, or W x batch_size per worker."""
-        if recipe.data.batch_scope == "global":
-            return recipe.data
-        return replace(recipe.data, batch_size=recipe.data.batch_size * self.workers.world)
-
-    def _dense_lr(self) -> float:
-        """The recipe's dense lr; times sqrt(W) with per-worker batches and lr_scaling = "sqrt"
-        (the global batch grew W times; the sparse lr stays, as CowClip advises)."""
-        d, scale = self.recipe.dense_optimizer, 1.0
-        if self.recipe.data.batch_scope == "worker" and d.lr_scaling == "sqrt":
-            scale = math.sqrt(self.workers.world)
-        return d.lr * scale
-
-    def _client(self, recipe: Recipe) -> PSClient:
-        """The servers' client, with the recipe's sharding plan (``cardinal/planner``; written to
-        the run's plan.json when it is not the hash plan); servers are checked to hold what it says."""
-        ps, codecs = recipe.ps, {"pull_codec": recipe.wire.pull, "push_codec": recipe.wire.push}
-        plan = planner.resolve(recipe, len(ps.servers) or ps.shards,  # embedded shards split the budget
-                               budget=None if ps.servers else ps.budget() // ps.shards)
-        record = self.run_dir / "plan.json"
-        if self.workers.leader and not (plan.is_hash() and not plan.replicas) and \
-                Path(ps.plan).resolve() != record.resolve():
-            planner.write(plan, record)  # not the file the job reads (cardinal launch's): others read it now
-        if not ps.servers:
-            return embedded(tables.store_config(recipe), ps.shards, ps.concurrent, ps.store_limits(ps.shards), **codecs,
-                            tier_dir=ps.disk_dir, plan=plan)
-        in_flight = max(1, ps.max_concurrent_calls // self.workers.world)  # each worker its share of a server's calls
-        client = PSClient(GrpcTransport(ps.servers, ps.job, ps.token(), timeout=ps.timeout_s, tls_ca=ps.tls_ca or None,
-                                        max_message_mb=ps.max_message_mb, max_in_flight=in_flight), **codecs, plan=plan,
-                          worker=self.workers.rank, workers=self.workers.world)
-        client.check_plan([t.name for t in tables.store_config(recipe).tables], ps.timeout_s)
-        return client
 
     # --- one step ------------------------------------------------------------------------
 
@@ -616,7 +542,7 @@ class Trainer:
         self.optimizer.load_state_dict(dense["optimizer"])
         d = self.recipe.dense_optimizer
         for group in self.optimizer.param_groups:  # the recipe's hyper-parameters, not the saved ones:
-            group["lr"], group["weight_decay"] = self._dense_lr(), d.weight_decay  # a resume may lower the lr
+            group["lr"], group["weight_decay"] = builder.dense_lr(self.recipe, self.workers.world), d.weight_decay  # a resume may lower the lr
         if self.baseline is not None:
             self.baseline.load_state(dense)
         info = {**info, "path": str(found)}
