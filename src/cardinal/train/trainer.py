@@ -82,11 +82,11 @@ from cardinal.train.input_meter import InputMeter
 from cardinal.train.live_metrics import WorkerMetrics
 from cardinal.train.interrupt import StopFlag
 from cardinal.train.memory_metrics import server_metrics
-from cardinal.train.report import MetricsLog, plot_curves
+from cardinal.train.report import MetricsLog
 from cardinal.train.state_io import load_tree, save_tree
+from cardinal.train.summary import cache_metrics, staleness, summarise
 from cardinal.train.workers import Workers
 from cardinal.worker.device import DeviceBatches, host_value, resolve_device, staging_for
-from cardinal.worker.sources.cache import CachedSource
 
 log = logging.getLogger(__name__)
 
@@ -152,10 +152,6 @@ class Trainer:
         """End the run after this step (saved, evaluated, summarised as usual); ``reason`` is printed
         and recorded in summary.json as ``stopped_early``. Every worker must call it at the same step."""
         self.stop_reason = reason
-
-    def _cache_metrics(self) -> dict:
-        """The worker cache's numbers (hit rates, evictions, staleness), for metrics.jsonl and summary.json."""
-        return self.embedding.source.metrics() if isinstance(self.embedding.source, CachedSource) else {}
 
     def _flush(self) -> None:
         """Every push of this worker (model and baseline) applied."""
@@ -277,13 +273,13 @@ class Trainer:
                     wire = wire_metrics.per_sample(self.client, w, samples)  # every worker: a sum over them
                     if w.leader:
                         self.metrics.write({"step": self.step, "epoch": self.epoch, "loss": loss_sum / count,
-                                            "samples_per_s": rate, "time": time.time(), **self._staleness(), **wire,
-                                            **self.meter.metrics(train_time), **self._cache_metrics(),
-                                            **server_metrics(self.client)})
+                                            "samples_per_s": rate, "time": time.time(),
+                                            **staleness(self.embedding), **wire, **self.meter.metrics(train_time),
+                                            **cache_metrics(self.embedding), **server_metrics(self.client)})
                     if self.live is not None:
                         self.live.update(self.step, samples, loss_sum / count, rate,
                                          {**self.timings, **self.embedding.timings},
-                                         {**self._staleness(), **self._cache_metrics()})
+                                         {**staleness(self.embedding), **cache_metrics(self.embedding)})
                     bar.set_postfix(loss=f"{loss_sum / count:.4f}", samples_per_s=f"{rate:,.0f}")
                     window = []
                 if stop:  # a signal on some worker: every worker saves this step and ends, without evaluating
@@ -336,14 +332,6 @@ class Trainer:
         batch = next(batches, None)
         self.timings["data"] += time.perf_counter() - start
         return batch
-
-    def _staleness(self) -> dict:
-        """p50 and p99 of the staleness of the rows this worker pulled (steps; see ``PSSource``)."""
-        counts = getattr(self.embedding.source, "staleness_counts", None)
-        if not counts:
-            return {}
-        values = np.repeat(*zip(*sorted(counts.items())))
-        return {"staleness_p50": float(np.percentile(values, 50)), "staleness_p99": float(np.percentile(values, 99))}
 
     # --- refusing to go on from a diverged model -----------------------------------------
 
@@ -584,31 +572,4 @@ class Trainer:
             raise ValueError(f"{where}: the optimizer state has other parameter groups than this recipe's optimizer")
 
     def _summary(self, final: dict, samples: int, train_time: float) -> dict:
-        """The best kept model's eval metrics as the headline (the last step's beside them)."""
-        timings = {**self.timings, **self.embedding.timings}
-        root = self.run_dir / "checkpoints"
-        kept = best_checkpoint(root) if self.recipe.train.keep_best else None
-        headline = self.best.result if kept is not None and self.best.step is not None else final
-        summary = {**headline, **{f"last_{k}": v for k, v in final.items()},
-                   "best_step": self.best.step if kept is not None else self.step,
-                   "best_checkpoint": str(kept if kept is not None else checkpoint.latest(root)),
-                   "stopped_early": self.stop_reason}
-        transport = self.client.transport
-        if hasattr(transport, "bytes_sent"):  # network traffic, all workers together
-            sent, received = self.workers.sum(transport.bytes_sent, transport.bytes_received)
-            summary.update(bytes_sent=sent, bytes_received=received)
-        summary = {**summary, "steps": self.step, "samples": samples, "train_seconds": train_time,
-                   "samples_per_s": samples / train_time if train_time else 0.0, "timings_s": timings,
-                   "bad_lines": getattr(self.train_data, "bad_lines", 0),
-                   "checkpoint": str(checkpoint.latest(self.run_dir / "checkpoints")), "workers": self.workers.world,
-                   **self._staleness(), **wire_metrics.per_sample(self.client, self.workers, samples, summed=True),
-                   **self.meter.summary(train_time), "device": str(self.device), **self._cache_metrics(),
-                   **server_metrics(self.client)}
-        if "teacher" in self.data_info:
-            summary["teacher_eval_auc"] = self.data_info["teacher"]["eval"]["teacher_auc"]
-        if self.workers.leader:
-            (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
-            plot_curves(self.metrics.read(), self.run_dir / "curves.png", self.recipe.train.name,
-                        summary.get("teacher_eval_auc"))
-        return summary
-
+        return summarise(self, final, samples, train_time)  # a method: benchmarks/e2e.py times it apart
