@@ -58,7 +58,6 @@ import json
 import logging
 import math
 import time
-import uuid
 from pathlib import Path
 
 import numpy as np
@@ -74,16 +73,16 @@ from cardinal.ps import checkpoint
 from cardinal.progress import Progress
 from cardinal.train import builder, tables, threads, wire_metrics
 from cardinal.train.baseline import Baseline
-from cardinal.train.best import Best, best_checkpoint, write_marker
+from cardinal.train.best import Best
 from cardinal.train.callbacks import Callback, EarlyStopping
 from cardinal.train.checkpoint_clock import CheckpointClock
+from cardinal.train.checkpoints import Checkpoints
 from cardinal.train.config import Recipe
 from cardinal.train.input_meter import InputMeter
 from cardinal.train.live_metrics import WorkerMetrics
 from cardinal.train.interrupt import StopFlag
 from cardinal.train.memory_metrics import server_metrics
 from cardinal.train.report import MetricsLog
-from cardinal.train.state_io import load_tree, save_tree
 from cardinal.train.summary import cache_metrics, staleness, summarise
 from cardinal.train.workers import Workers
 from cardinal.worker.device import DeviceBatches, host_value, resolve_device, staging_for
@@ -134,9 +133,7 @@ class Trainer:
         self.callbacks = ([EarlyStopping(t.patience)] if t.early_stop != "none" else []) + list(callbacks)
         self.stop_reason: str | None = None
         self.live = None  # a worker's Prometheus endpoint (train.metrics_port), from fit() on
-        self._saved: int | None = None   # the step of the newest checkpoint this run has
-        self._kept_best: int | None = None  # the step best.json names
-        self.run_id = uuid.uuid4().hex  # the run's id in its checkpoints (ps/checkpoint_chain.py); a resume loads it
+        self.checkpoints = Checkpoints(self)
 
     def close(self) -> None:
         """Close the connections to the servers (a no-op for embedded shards); the trainer is done."""
@@ -283,13 +280,13 @@ class Trainer:
                     bar.set_postfix(loss=f"{loss_sum / count:.4f}", samples_per_s=f"{rate:,.0f}")
                     window = []
                 if stop:  # a signal on some worker: every worker saves this step and ends, without evaluating
-                    self._check_before_save(batch)
+                    self.checkpoints.check_before_save(batch)
                     self.save()
                 elif not final_step:  # the final step is evaluated, then saved, after the loop (bad lines judged)
                     if eval_due:
                         final = (self.step, self._eval_and_keep(batch))
-                    if save_due and self._saved != self.step:
-                        self._check_before_save(batch)
+                    if save_due and self.checkpoints.saved != self.step:
+                        self.checkpoints.check_before_save(batch)
                         self.save()
                 if last or self.stop_reason is not None:
                     done = True
@@ -311,8 +308,8 @@ class Trainer:
             if self.progress:
                 tqdm.write(self.stop_reason)
         result = final[1] if final and final[0] == self.step else self._eval_and_keep(trained)
-        if self._saved != self.step:
-            self._check_before_save(trained)
+        if self.checkpoints.saved != self.step:
+            self.checkpoints.check_before_save(trained)
             self.save()
         (samples,) = w.sum(samples)
         return self._summary(result, int(samples), train_time)
@@ -342,45 +339,7 @@ class Trainer:
             (bad,) = self.workers.sum(float(bad))
         if bad:
             raise ValueError(f"the loss at step {self.step} is {loss} (training diverged); "
-                             f"{self._last_checkpoint()}. Lower dense_optimizer.lr or sparse_optimizer.lr")
-
-    def _check_before_save(self, batch) -> None:
-        """Refuse to checkpoint a model gone non-finite: the dense weights must be finite, and so
-        must the loss of the step's own batch with the rows and weights as that step left them
-        (a sparse lr of 1e30 leaves finite rows whose next forward is NaN). Lookup-only pulls
-        after a flush change nothing, so a resumed run stays bitwise equal."""
-        with self.meter.excluded():
-            self._check_finite(batch)
-
-    def _check_finite(self, batch) -> None:
-        self._flush()
-        self.workers.barrier()  # every worker's pushes are applied before anyone looks
-        loss = math.nan if not all(bool(torch.isfinite(p).all()) for p in self.model.parameters()) else None
-        if loss is None:
-            for m in self._modules():
-                m.eval()
-            try:
-                with torch.no_grad():
-                    dense, labels = self._inputs(batch)
-                    emb, wide = self._embed(batch)
-                    logits = self.model(dense, emb, wide)
-                    total = F.binary_cross_entropy_with_logits(logits, labels, reduction="sum").item()
-                    total, count = self.workers.sum(total, len(batch))  # over the global batch
-                    loss = total / count
-            finally:
-                for m in self._modules():
-                    m.train()
-        bad = not math.isfinite(loss)
-        if self.workers.world > 1:
-            (bad,) = self.workers.sum(float(bad))
-        if bad:
-            raise ValueError(f"step {self.step} left the model non-finite (its batch's loss after the update is "
-                             f"{loss}), so it was not checkpointed; {self._last_checkpoint()}. "
-                             f"Lower dense_optimizer.lr or sparse_optimizer.lr")
-
-    def _last_checkpoint(self) -> str:
-        last = checkpoint.latest(self.run_dir / "checkpoints")
-        return f"the newest checkpoint is {last}" if last else "the run has no checkpoint"
+                             f"{self.checkpoints.last_checkpoint()}. Lower dense_optimizer.lr or sparse_optimizer.lr")
 
     # --- evaluation ----------------------------------------------------------------------
 
@@ -442,134 +401,24 @@ class Trainer:
         if self.best.evaluated != self.step:  # a resume that trains nothing judges no evaluation twice
             self.best.evaluated = self.step
             if self.best.update(self.step, result) and self.recipe.train.keep_best:
-                if self._saved == self.step:
-                    self._mark_best()  # saved already (its checkpoint records the judging before this one)
+                if self.checkpoints.saved == self.step:
+                    self.checkpoints.mark_best()  # saved already (its checkpoint records the judging before this one)
                 elif batch is not None:
-                    self._check_before_save(batch)
+                    self.checkpoints.check_before_save(batch)
                     self.save()
         for callback in self.callbacks:
             callback.on_eval(self, self.step, result)
         return result
 
-    # --- checkpoints ---------------------------------------------------------------------
+    # --- checkpoints (train/checkpoints.py) ------------------------------------------------
 
     def save(self) -> int:
-        """Every worker flushes its pushes; worker 0 saves the servers' shards and the dense state.
-
-        When the step is the best evaluation's (``self.best``), ``checkpoints/best.json`` names it
-        once it is committed, and only then may the previous best checkpoint go; the best one is
-        never deleted by ``keep_checkpoints``."""
-        self._flush()
-        self.workers.barrier()
-        root = (self.run_dir / "checkpoints").resolve()
-        is_best = self.recipe.train.keep_best and self.best.step == self.step
-        if self.workers.leader:
-            position = {"step": self.step, "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch,
-                        "best": self.best.state()}
-            dense = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                     "optimizer_name": self.recipe.dense_optimizer.name,
-                     **(self.baseline.state() if self.baseline is not None else {})}
-            keep = self.recipe.train.keep_checkpoints
-            protect = {s for s in (self._kept_best, self.step if is_best else None) if s is not None}
-            base = self._delta_base(root)
-            self.client.save(str(root), self.step, keep=keep, extra=position, protect=protect, base=base,
-                             before_commit=lambda path: save_tree(path / "dense", dense),
-                             run={"id": self.run_id, "full_every": self.recipe.train.full_every})
-            if is_best:
-                write_marker(root, self.best)
-                checkpoint.remove_older(root, keep, protect={self.step})
-        if is_best:
-            self._kept_best = self.step
-        self.workers.barrier()
-        self.clock.restart()
-        self._saved = self.step
-        for callback in self.callbacks:
-            callback.on_checkpoint(self, self.step, checkpoint.step_dir(root, self.step), is_best)
-        return self.step
-
-    def _delta_base(self, root: Path) -> int | None:
-        """The step this save is a delta on (the previous checkpoint, while its chain is shorter than
-        train.full_every - 1), or None for a full one."""
-        prev = self._saved
-        if prev is None or self.recipe.train.full_every == 1 or not (checkpoint.step_dir(root, prev) / checkpoint.COMMIT).is_file():
-            return None
-        return prev if checkpoint.deltas_since_full(root, prev) + 1 < self.recipe.train.full_every else None
-
-    def _mark_best(self) -> None:
-        root = (self.run_dir / "checkpoints").resolve()
-        if self.workers.leader:
-            write_marker(root, self.best)
-            checkpoint.remove_older(root, self.recipe.train.keep_checkpoints, protect={self.step})
-        self._kept_best = self.step
+        """Every worker flushes its pushes; worker 0 saves the servers' shards and the dense state."""
+        return self.checkpoints.save()
 
     def load(self, path: str | Path) -> dict:
-        """Restore tables, dense state and data position from a checkpoint (or the newest under a root).
-
-        All or nothing: the commit marker, the dense state (against the model's parameter names
-        and shapes) and every shard's rows are verified before any shard or parameter changes."""
-        from cardinal.ps.checkpoint_load import read_commit  # kept local: this method is the trainer's only use
-
-        path = Path(path).resolve()
-        found = path if (path / checkpoint.COMMIT).exists() else checkpoint.latest(path)
-        if found is None:
-            raise ValueError(f"no committed checkpoint in {path}")
-        marker = read_commit(found)
-        dense_entry = marker["files"].get(f"dense/{checkpoint.STATE}")
-        if dense_entry is None:
-            raise ValueError(f"{found / checkpoint.COMMIT} lists no dense/{checkpoint.STATE}: not a trainer checkpoint")
-        dense = load_tree(found / "dense", dense_entry)
-        self._check_dense(found / "dense" / checkpoint.STATE, dense)
-        if self.baseline is not None:
-            self.baseline.check_state(found / "dense" / checkpoint.STATE, dense)
-        if self.workers.leader:
-            info = self.client.load(found)
-        self.workers.barrier()  # no worker pulls before the servers hold the checkpoint
-        if not self.workers.leader:
-            info = {"extra": marker["extra"]}
-        self.model.load_state_dict(dense["model"])
-        self.optimizer.load_state_dict(dense["optimizer"])
-        d = self.recipe.dense_optimizer
-        for group in self.optimizer.param_groups:  # the recipe's hyper-parameters, not the saved ones:
-            group["lr"], group["weight_decay"] = builder.dense_lr(self.recipe, self.workers.world), d.weight_decay  # a resume may lower the lr
-        if self.baseline is not None:
-            self.baseline.load_state(dense)
-        info = {**info, "path": str(found)}
-        extra = info["extra"]
-        self.step, self.epoch, self.batch_in_epoch = extra["step"], extra["epoch"], extra["batch_in_epoch"]
-        self._saved = self.step
-        self.run_id = (marker.get("run") or {}).get("id", self.run_id)  # none in a checkpoint from before run ids
-        self.best.restore(extra.get("best"))
-        root = found.parent
-        kept = best_checkpoint(root)
-        self._kept_best = int(kept.name.split("-")[1]) if kept else None
-        # a crash between the best checkpoint's commit and best.json: repaired from the newest checkpoint
-        # only (an older one, loaded by `cardinal eval RUN --checkpoint`, records an older best)
-        if self.recipe.train.keep_best and self.best.step is not None and self.best.step != self._kept_best \
-                and found == checkpoint.latest(root) \
-                and (checkpoint.step_dir(root, self.best.step) / checkpoint.COMMIT).is_file():
-            if self.workers.leader:
-                write_marker(root, self.best)
-            self._kept_best = self.best.step
-        return info
-
-    def _check_dense(self, where: Path, dense) -> None:
-        """The saved dense state fits this model (names, shapes), so loading it cannot fail halfway."""
-        if not isinstance(dense, dict) or not isinstance(dense.get("model"), dict) \
-                or not isinstance(dense.get("optimizer"), dict):
-            raise ValueError(f"{where}: must hold 'model' and 'optimizer' state")
-        expected = {k: tuple(v.shape) for k, v in self.model.state_dict().items()}
-        saved = {k: tuple(v.shape) if isinstance(v, torch.Tensor) else None for k, v in dense["model"].items()}
-        if saved != expected:
-            wrong = sorted(set(saved.items()) ^ set(expected.items()), key=str)[:3]
-            raise ValueError(f"{where}: the model's parameters differ from this recipe's model (e.g. {wrong})")
-        name = self.recipe.dense_optimizer.name
-        if dense.get("optimizer_name") != name:
-            raise ValueError(f"{where}: the dense optimizer was {dense.get('optimizer_name')!r}, this recipe's is "
-                             f"{name!r}: their state does not carry over; resume with dense_optimizer.name = "
-                             f"{dense.get('optimizer_name')!r}")
-        groups = dense["optimizer"].get("param_groups")
-        if not isinstance(groups, list) or len(groups) != len(self.optimizer.param_groups):
-            raise ValueError(f"{where}: the optimizer state has other parameter groups than this recipe's optimizer")
+        """Restore tables, dense state and data position from a checkpoint (or the newest under a root)."""
+        return self.checkpoints.load(path)
 
     def _summary(self, final: dict, samples: int, train_time: float) -> dict:
         return summarise(self, final, samples, train_time)  # a method: benchmarks/e2e.py times it apart
