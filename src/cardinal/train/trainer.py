@@ -63,7 +63,6 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torchmetrics.functional.classification import binary_auroc
 from tqdm import tqdm
 
 from cardinal.data.prefetch import prefetched
@@ -78,6 +77,7 @@ from cardinal.train.callbacks import Callback, EarlyStopping
 from cardinal.train.checkpoint_clock import CheckpointClock
 from cardinal.train.checkpoints import Checkpoints
 from cardinal.train.config import Recipe
+from cardinal.train.evaluator import Evaluator
 from cardinal.train.input_meter import InputMeter
 from cardinal.train.live_metrics import WorkerMetrics
 from cardinal.train.interrupt import StopFlag
@@ -129,7 +129,7 @@ class Trainer:
         self.timings = {"data": 0.0, "compute": 0.0}
         self.meter = InputMeter(self.staging, [self.timings, self.embedding.timings,
                                                *([self.baseline.embedding.timings] if self.baseline else [])])
-        self.best = Best("logloss" if t.early_stop == "logloss" else "auc", t.min_delta)
+        self.evaluator = Evaluator(self)
         self.callbacks = ([EarlyStopping(t.patience)] if t.early_stop != "none" else []) + list(callbacks)
         self.stop_reason: str | None = None
         self.live = None  # a worker's Prometheus endpoint (train.metrics_port), from fit() on
@@ -229,7 +229,7 @@ class Trainer:
                       f"evaluations after step {self.best.step}; resume with a larger train.patience to go on")
         if resume and self.stop_reason is None and t.eval_every and self.step and self.step % t.eval_every == 0 \
                 and self.best.evaluated != self.step:  # a signal at an evaluation's step saved it unevaluated
-            final = (self.step, self._eval_and_keep(None))
+            final = (self.step, self.evaluator.eval_and_keep(None))
         done = bool(t.steps and self.step >= t.steps) or self.stop_reason is not None
         batches = None
         while self.epoch < t.epochs and not done:  # batches read on a thread, ahead of the step (data/prefetch.py)
@@ -284,7 +284,7 @@ class Trainer:
                     self.save()
                 elif not final_step:  # the final step is evaluated, then saved, after the loop (bad lines judged)
                     if eval_due:
-                        final = (self.step, self._eval_and_keep(batch))
+                        final = (self.step, self.evaluator.eval_and_keep(batch))
                     if save_due and self.checkpoints.saved != self.step:
                         self.checkpoints.check_before_save(batch)
                         self.save()
@@ -307,7 +307,7 @@ class Trainer:
             log.info(self.stop_reason)
             if self.progress:
                 tqdm.write(self.stop_reason)
-        result = final[1] if final and final[0] == self.step else self._eval_and_keep(trained)
+        result = final[1] if final and final[0] == self.step else self.evaluator.eval_and_keep(trained)
         if self.checkpoints.saved != self.step:
             self.checkpoints.check_before_save(trained)
             self.save()
@@ -341,74 +341,16 @@ class Trainer:
             raise ValueError(f"the loss at step {self.step} is {loss} (training diverged); "
                              f"{self.checkpoints.last_checkpoint()}. Lower dense_optimizer.lr or sparse_optimizer.lr")
 
-    # --- evaluation ----------------------------------------------------------------------
+    # --- evaluation (train/evaluator.py) -------------------------------------------------
+
+    @property
+    def best(self) -> Best:
+        """The best evaluation yet (``best.py``); callbacks read it."""
+        return self.evaluator.best
 
     def evaluate(self) -> dict:
         """AUC and logloss on the eval split, with lookup-only pulls (nothing is created)."""
-        with self.meter.excluded():
-            return self._evaluate()
-
-    def _evaluate(self) -> dict:
-        self._flush()
-        self.workers.barrier()  # every worker's pushes are applied before anyone reads rows
-        for m in self._modules():
-            m.eval()
-        logits, labels, baseline = [], [], []
-        w = self.workers
-        with torch.no_grad():
-            for i, batch in enumerate(self.eval_data):
-                if i % w.world != w.rank:
-                    continue
-                emb, wide = self._embed(batch)
-                logits.append(self.model(self._inputs(batch)[0], emb, wide).cpu())
-                labels.append(batch.labels)
-                if self.baseline is not None:
-                    baseline.append(self.baseline.logits(batch).cpu())
-        for m in self._modules():
-            m.train()
-        empty = torch.zeros(0)
-        logit, label = w.gather(torch.cat(logits or [empty])), w.gather(torch.cat(labels or [empty]))
-        files = ", ".join(map(str, self.data_info["eval_files"])) or "none"
-        if len(label) == 0:
-            raise ValueError(f"the eval split is empty: no good rows in {files}")
-        if label.min() == label.max():
-            raise ValueError(f"the eval split holds only labels {int(label[0])} ({len(label)} rows of {files}): "
-                             f"AUC is undefined")
-        result = {"eval_auc": float(binary_auroc(logit, label.long())),
-                  "eval_logloss": float(F.binary_cross_entropy_with_logits(logit, label)), "eval_rows": len(label)}
-        for name in ("eval_auc", "eval_logloss"):
-            if not math.isfinite(result[name]):
-                raise ValueError(f"{name} is {result[name]} at step {self.step}: the model's predictions are not "
-                                 f"finite; lower dense_optimizer.lr or sparse_optimizer.lr")
-        if self.baseline is not None:
-            b = w.gather(torch.cat(baseline or [empty]))
-            result["baseline_lr_auc"] = float(binary_auroc(b, label.long()))
-            result["baseline_lr_logloss"] = float(F.binary_cross_entropy_with_logits(b, label))
-        return result
-
-    def _log_eval(self) -> dict:
-        result = self.evaluate()
-        if self.workers.leader:
-            self.metrics.write({"step": self.step, **result})
-        if self.progress:
-            tqdm.write(f"step {self.step}: AUC {result['eval_auc']:.4f}, logloss {result['eval_logloss']:.4f}")
-        return result
-
-    def _eval_and_keep(self, batch) -> dict:
-        """Evaluate; checkpoint the model when it is the best yet (``batch``: the step's own, for
-        the finiteness check before saving); then the callbacks (early stopping among them)."""
-        result = self._log_eval()
-        if self.best.evaluated != self.step:  # a resume that trains nothing judges no evaluation twice
-            self.best.evaluated = self.step
-            if self.best.update(self.step, result) and self.recipe.train.keep_best:
-                if self.checkpoints.saved == self.step:
-                    self.checkpoints.mark_best()  # saved already (its checkpoint records the judging before this one)
-                elif batch is not None:
-                    self.checkpoints.check_before_save(batch)
-                    self.save()
-        for callback in self.callbacks:
-            callback.on_eval(self, self.step, result)
-        return result
+        return self.evaluator.evaluate()
 
     # --- checkpoints (train/checkpoints.py) ------------------------------------------------
 
