@@ -58,6 +58,7 @@ import json
 import logging
 import math
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -88,6 +89,20 @@ from cardinal.train.workers import Workers
 from cardinal.worker.device import DeviceBatches, host_value, resolve_device, staging_for
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Run:
+    """One fit()'s own counts: this worker's training time and samples, the losses since the last
+    log line, the newest evaluation (step, result), the newest trained batch, the epoch's reader."""
+    bar: Progress
+    prefetching: bool  # async mode: the next batch's rows are pulled while this step runs
+    train_time: float = 0.0
+    samples: int = 0
+    window: list = field(default_factory=list)
+    final: tuple | None = None
+    trained: object = None
+    batches: object = None
 
 
 class Trainer:
@@ -209,6 +224,43 @@ class Trainer:
     # --- the loop ------------------------------------------------------------------------
 
     def fit(self, resume: bool = False) -> dict:
+        """Train to train.steps or the last epoch (or an early stop, or a signal), evaluate, save,
+        and return the summary; ``resume`` goes on from the run's newest checkpoint."""
+        t = self.recipe.train
+        run = self._begin(resume)
+        for batch, n, upcoming, stop, timed, start in self._steps(run):
+            last = bool(t.steps and self.step >= t.steps) or stop
+            final_step = last or (upcoming is None and self.epoch == t.epochs - 1)
+            save_due = (t.checkpoint_every and self.step % t.checkpoint_every == 0) or timed
+            eval_due = t.eval_every and self.step % t.eval_every == 0
+            barrier = save_due or eval_due or final_step  # evaluations may save the best model
+            loss = self._train_step(batch, n, upcoming if run.prefetching and not barrier else None)
+            self._check_loss(loss)
+            for callback in self.callbacks:
+                callback.on_step(self, self.step, loss)
+            run.trained = batch
+            self.batch_in_epoch += 1
+            run.train_time += time.perf_counter() - start
+            run.samples += len(batch)
+            run.window.append(loss)
+            run.bar.update(1)
+            if self.step % t.log_every == 0 or last:
+                self._log(run, final_step)
+            if stop:  # a signal on some worker: every worker saves this step and ends, without evaluating
+                self._save_checked(batch)
+            elif not final_step:  # the final step is evaluated, then saved, after the loop (bad lines judged)
+                if eval_due:
+                    run.final = (self.step, self.evaluator.eval_and_keep(batch))
+                if save_due and self.checkpoints.saved != self.step:
+                    self._save_checked(batch)
+            if last or self.stop_reason is not None:
+                break
+        return self._end(run)
+
+    def _begin(self, resume: bool) -> "_Run":
+        """Load the checkpoint to resume (or refuse to train over one), record the recipe, start the
+        live metrics. A resumed run that had stopped early stays stopped; one a signal saved at an
+        evaluation's step, unevaluated, is evaluated now."""
         t, w = self.recipe.train, self.workers
         if resume:
             self.load(self.run_dir / "checkpoints")
@@ -218,85 +270,70 @@ class Trainer:
             (self.run_dir / "recipe.json").write_text(json.dumps(self.recipe.to_dict(), indent=1))
         per_epoch = self.data_info["train_steps"] or self.data_info.get("train_steps_estimate")
         total = t.steps or (per_epoch * t.epochs if per_epoch else None)
-        bar = Progress(total=total, initial=self.step, disable=not self.progress, desc="training")
+        run = _Run(Progress(total=total, initial=self.step, disable=not self.progress, desc="training"),
+                   prefetching=self.consistency == "async" and self.recipe.embedding.staleness >= 1)
         if t.metrics_port >= 0 and self.live is None:
             port = t.metrics_port + w.rank if t.metrics_port else 0
             self.live = WorkerMetrics(w.rank, t.metrics_host, port)
-        prefetching = self.consistency == "async" and self.recipe.embedding.staleness >= 1
-        train_time, samples, window, final, trained = 0.0, 0, [], None, None
         if resume and t.early_stop != "none" and self.best.since >= t.patience:
             self.stop(f"the run had stopped early: eval {self.best.metric} did not improve for {self.best.since} "
                       f"evaluations after step {self.best.step}; resume with a larger train.patience to go on")
         if resume and self.stop_reason is None and t.eval_every and self.step and self.step % t.eval_every == 0 \
                 and self.best.evaluated != self.step:  # a signal at an evaluation's step saved it unevaluated
-            final = (self.step, self.evaluator.eval_and_keep(None))
-        done = bool(t.steps and self.step >= t.steps) or self.stop_reason is not None
-        batches = None
-        while self.epoch < t.epochs and not done:  # batches read on a thread, ahead of the step (data/prefetch.py)
-            batches = prefetched(itertools.islice(iter(self.train_data), self.batch_in_epoch, None))
-            batch = self._next(batches)
+            run.final = (self.step, self.evaluator.eval_and_keep(None))
+        return run
+
+    def _steps(self, run: "_Run"):
+        """Each step's (batch, examples in the global batch, next batch, stop agreed, checkpoint due,
+        start time), from the data position on, over the epochs; a batch with no good line is no step."""
+        t, w = self.recipe.train, self.workers
+        if (t.steps and self.step >= t.steps) or self.stop_reason is not None:
+            return
+        while self.epoch < t.epochs:  # batches read on a thread, ahead of the step (data/prefetch.py)
+            run.batches = prefetched(itertools.islice(iter(self.train_data), self.batch_in_epoch, None))
+            batch = self._next(run.batches)
             while batch is not None:
                 start = time.perf_counter()
                 n, interrupts, terms, timed = w.sum(len(batch), *self.signals.flags(), self.clock.due())  # + stop, time
                 stop = self.signals.agree(interrupts, terms)  # any worker signalled: all save this step and end
                 if n == 0:  # every line of this global batch was bad: no step, on any worker
                     self.batch_in_epoch += 1
-                    batch = self._next(batches)
+                    batch = self._next(run.batches)
                     continue
                 self.step += 1
-                upcoming = self._next(batches)
-                last = bool(t.steps and self.step >= t.steps) or stop
-                final_step = last or (upcoming is None and self.epoch == t.epochs - 1)
-                save_due = (t.checkpoint_every and self.step % t.checkpoint_every == 0) or timed
-                eval_due = t.eval_every and self.step % t.eval_every == 0
-                barrier = save_due or eval_due or final_step  # evaluations may save the best model
-                loss = self._train_step(batch, n, upcoming if prefetching and not barrier else None)
-                self._check_loss(loss)
-                for callback in self.callbacks:
-                    callback.on_step(self, self.step, loss)
-                trained = batch
-                self.batch_in_epoch += 1
-                train_time += time.perf_counter() - start
-                samples += len(batch)
-                window.append(loss)
-                bar.update(1)
-                if self.step % t.log_every == 0 or last:
-                    loss_sum, count, seen = w.sum(float(np.sum(window)), len(window), samples)
-                    if w.world > 1:  # each worker's loss is its share of the global batch's mean
-                        count /= w.world
-                    rate = seen / train_time
-                    if final_step:  # its pushes leave from a thread: counted once sent, so the line matches the summary
-                        self._flush()
-                    wire = wire_metrics.per_sample(self.client, w, samples)  # every worker: a sum over them
-                    if w.leader:
-                        self.metrics.write({"step": self.step, "epoch": self.epoch, "loss": loss_sum / count,
-                                            "samples_per_s": rate, "time": time.time(),
-                                            **staleness(self.embedding), **wire, **self.meter.metrics(train_time),
-                                            **cache_metrics(self.embedding), **server_metrics(self.client)})
-                    if self.live is not None:
-                        self.live.update(self.step, samples, loss_sum / count, rate,
-                                         {**self.timings, **self.embedding.timings},
-                                         {**staleness(self.embedding), **cache_metrics(self.embedding)})
-                    bar.set_postfix(loss=f"{loss_sum / count:.4f}", samples_per_s=f"{rate:,.0f}")
-                    window = []
-                if stop:  # a signal on some worker: every worker saves this step and ends, without evaluating
-                    self.checkpoints.check_before_save(batch)
-                    self.save()
-                elif not final_step:  # the final step is evaluated, then saved, after the loop (bad lines judged)
-                    if eval_due:
-                        final = (self.step, self.evaluator.eval_and_keep(batch))
-                    if save_due and self.checkpoints.saved != self.step:
-                        self.checkpoints.check_before_save(batch)
-                        self.save()
-                if last or self.stop_reason is not None:
-                    done = True
-                    break
+                upcoming = self._next(run.batches)
+                yield batch, n, upcoming, stop, timed, start
                 batch = upcoming
-            if not done:
-                self.epoch, self.batch_in_epoch = self.epoch + 1, 0
-        bar.close()
-        if batches is not None:
-            batches.close()  # stops the reading thread before the reader's counts are looked at
+            self.epoch, self.batch_in_epoch = self.epoch + 1, 0
+
+    def _log(self, run: "_Run", final_step: bool) -> None:
+        """The mean loss since the last line (over every worker) and the rates: metrics.jsonl, the
+        live endpoint, the bar."""
+        w = self.workers
+        loss_sum, count, seen = w.sum(float(np.sum(run.window)), len(run.window), run.samples)
+        if w.world > 1:  # each worker's loss is its share of the global batch's mean
+            count /= w.world
+        rate = seen / run.train_time
+        if final_step:  # its pushes leave from a thread: counted once sent, so the line matches the summary
+            self._flush()
+        wire = wire_metrics.per_sample(self.client, w, run.samples)  # every worker: a sum over them
+        if w.leader:
+            self.metrics.write({"step": self.step, "epoch": self.epoch, "loss": loss_sum / count,
+                                "samples_per_s": rate, "time": time.time(), **staleness(self.embedding), **wire,
+                                **self.meter.metrics(run.train_time), **cache_metrics(self.embedding),
+                                **server_metrics(self.client)})
+        if self.live is not None:
+            self.live.update(self.step, run.samples, loss_sum / count, rate, {**self.timings, **self.embedding.timings},
+                             {**staleness(self.embedding), **cache_metrics(self.embedding)})
+        run.bar.set_postfix(loss=f"{loss_sum / count:.4f}", samples_per_s=f"{rate:,.0f}")
+        run.window = []
+
+    def _end(self, run: "_Run") -> dict:
+        """After the last step: refuse a run that trained nothing or read too many bad lines;
+        evaluate and save the final step unless done already; the summary."""
+        run.bar.close()
+        if run.batches is not None:
+            run.batches.close()  # stops the reading thread before the reader's counts are looked at
         self.signals.raise_if_agreed(self.step, self.run_dir)  # saved above; the command prints one line
         self._check_bad_rows()  # the share of bad lines read, also when train.steps ended the run early
         if self.step == 0:
@@ -307,12 +344,17 @@ class Trainer:
             log.info(self.stop_reason)
             if self.progress:
                 tqdm.write(self.stop_reason)
-        result = final[1] if final and final[0] == self.step else self.evaluator.eval_and_keep(trained)
+        final = run.final
+        result = final[1] if final and final[0] == self.step else self.evaluator.eval_and_keep(run.trained)
         if self.checkpoints.saved != self.step:
-            self.checkpoints.check_before_save(trained)
-            self.save()
-        (samples,) = w.sum(samples)
-        return self._summary(result, int(samples), train_time)
+            self._save_checked(run.trained)
+        (samples,) = self.workers.sum(run.samples)
+        return self._summary(result, int(samples), run.train_time)
+
+    def _save_checked(self, batch) -> None:
+        """Save this step once its own batch shows the model finite (``Checkpoints.check_before_save``)."""
+        self.checkpoints.check_before_save(batch)
+        self.save()
 
     def _check_bad_rows(self) -> None:
         """The share of bad lines over every worker's lines, so W workers stop, or go on, together
