@@ -19,9 +19,8 @@ eval_auc / eval_logloss are the best kept model's; last_eval_* are the last step
 With ``train.baseline = "lr"`` (``baseline.py``) logistic regression trains beside the model on
 the same batches and every evaluation reports it (baseline_lr_auc, baseline_lr_logloss).
 
-One step: pooled embeddings for the batch (pulled ahead in async mode, see
-``EmbeddingCollection``), the next batch's pulls sent, forward, backward (gradient rows
-pushed from the hooks), dense optimizer step (all-reduced among workers by DDP).
+One step (``step.py``): pooled embeddings, forward, backward, the dense optimizer's step; on a
+GPU (``train.device``) the model runs there, dedup and the servers stay on the host.
 
 Several workers (``torchrun``, ``cardinal launch``): the recipe defines the math, the cluster
 only the speed. ``data.batch_size`` is the global batch: worker r of W reads and trains only its
@@ -35,12 +34,6 @@ embedding.staleness in async mode, where the next batch's pull overlaps this ste
 in one process); with ``embedding.compensation = "lr"`` a push's sparse learning rate is
 divided by the measured staleness of its rows. Worker 0 writes metrics and coordinates
 checkpoints.
-
-On a GPU (``train.device``, ``worker/device.py``): the dense model, pooling and the loss run on
-the device; dedup and the servers stay on the host; each step's unique rows, inverse index,
-offsets, dense features and labels are staged onto it (pinned buffers, non-blocking copies on
-a side stream); when the next batch is pulled ahead (async mode), its copies start while this
-step's work runs. DDP goes over nccl there, over gloo on the CPU; the recipe is the same.
 
 A checkpoint is a barrier: pushes are flushed, and the batch after it is pulled only after
 the save. So a run resumed from step k is bitwise equal, tables and dense weights, to a run
@@ -56,19 +49,15 @@ eval split or a non-finite metric each stop the run with a ValueError that says 
 import itertools
 import json
 import logging
-import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from tqdm import tqdm
 
 from cardinal.data.prefetch import prefetched
-from cardinal.models import dropout_seed
-from cardinal.models.projection import Projected
 from cardinal.ps import checkpoint
 from cardinal.progress import Progress
 from cardinal.train import builder, tables, threads, wire_metrics
@@ -84,9 +73,10 @@ from cardinal.train.live_metrics import WorkerMetrics
 from cardinal.train.interrupt import StopFlag
 from cardinal.train.memory_metrics import server_metrics
 from cardinal.train.report import MetricsLog
+from cardinal.train.step import Stepper
 from cardinal.train.summary import cache_metrics, staleness, summarise
 from cardinal.train.workers import Workers
-from cardinal.worker.device import DeviceBatches, host_value, resolve_device, staging_for
+from cardinal.worker.device import resolve_device, staging_for
 
 log = logging.getLogger(__name__)
 
@@ -125,9 +115,6 @@ class Trainer:
         self.model_seeds = bool(recipe.model.get("dropout"))
         self.model.to(self.device)
         self.staging = staging_for(self.device)  # None on the CPU: no copies, today's path
-        self.feed = DeviceBatches(self.staging) if self.staging is not None else None
-        self._fed = None  # (batch, dense, labels) of the newest batch on the device
-
         self.net = self.workers.wrap(self.model)
         w = self.workers
         self.client = builder.client(recipe, w, self.run_dir)
@@ -149,6 +136,7 @@ class Trainer:
         self.stop_reason: str | None = None
         self.live = None  # a worker's Prometheus endpoint (train.metrics_port), from fit() on
         self.checkpoints = Checkpoints(self)
+        self.stepper = Stepper(self)
 
     def close(self) -> None:
         """Close the connections to the servers (a no-op for embedded shards); the trainer is done."""
@@ -174,52 +162,16 @@ class Trainer:
     def _modules(self):
         return (self.model, self.embedding, *(self.baseline.modules if self.baseline is not None else ()))
 
-    # --- one step ------------------------------------------------------------------------
+    # --- one step (train/step.py) --------------------------------------------------------
 
     def _embed(self, batch):
-        if isinstance(self.model, Projected):  # tables of several dims: their fields' values side by side
-            return self.embedding.split(batch.sparse, self.model.dims, self.model.uses_wide)
-        rows = self.embedding.stacked(batch.sparse)  # (B, fields, dim [+ 1]), or (B, fields, 1) for `lr`
-        dim = self.recipe.embedding.dim if self.model.uses_embedding else 0
-        return rows[..., :dim], (rows[..., dim] if self.model.uses_wide else None)
+        return self.stepper.embed(batch)
 
     def _inputs(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
-        """(dense, labels) of ``batch`` where the model runs (as they are on the CPU path)."""
-        if self.feed is None:
-            return batch.dense, batch.labels
-        if self._fed is None or self._fed[0] is not batch:
-            self._fed = (batch, *self.feed.get(batch))
-        return self._fed[1], self._fed[2]
+        return self.stepper.inputs(batch)
 
     def _train_step(self, batch, n: float, upcoming) -> float:
-        self.embedding.step = self.step
-        self.schedule.apply(self.optimizer, self.step)  # dense warmup and decay (train/schedule.py)
-        if self.model_seeds:  # dropout masks drawn from (seed, step, worker): a resumed run draws the same
-            torch.manual_seed(dropout_seed(self.recipe.train.seed, self.step, self.workers.rank))
-        self.meter.steps += 1
-        dense, labels = self._inputs(batch)
-        emb, wide = self._embed(batch)
-        if upcoming is not None:
-            self.embedding.prefetch(upcoming.sparse, self.step + 1)
-            if self.feed is not None:
-                self.feed.stage(upcoming)  # its dense features and labels cross while this step runs
-        start = time.perf_counter()
-        logits = self.net(dense, emb, wide)
-        if self.workers.world == 1:
-            loss = F.binary_cross_entropy_with_logits(logits, labels)
-        else:  # this share's part of the global batch's mean loss (n examples); DDP sums the parts' gradients
-            loss = F.binary_cross_entropy_with_logits(logits, labels, reduction="sum") / n
-        loss_value = host_value(loss)  # on CUDA read after the pushes' sync: no wait of its own
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        self.optimizer.step()
-        self.embedding.stage_ahead()  # the next batch's rows cross while the optimizer step runs
-        self.timings["compute"] += time.perf_counter() - start
-        if self.baseline is not None:
-            start = time.perf_counter()
-            self.baseline.train_step(batch, n, upcoming, self.step)
-            self.timings["baseline"] = self.timings.get("baseline", 0.0) + time.perf_counter() - start
-        return loss_value()
+        return self.stepper.train(batch, n, upcoming)
 
     # --- the loop ------------------------------------------------------------------------
 
@@ -235,7 +187,7 @@ class Trainer:
             eval_due = t.eval_every and self.step % t.eval_every == 0
             barrier = save_due or eval_due or final_step  # evaluations may save the best model
             loss = self._train_step(batch, n, upcoming if run.prefetching and not barrier else None)
-            self._check_loss(loss)
+            self.stepper.check_loss(loss)
             for callback in self.callbacks:
                 callback.on_step(self, self.step, loss)
             run.trained = batch
@@ -371,17 +323,6 @@ class Trainer:
         batch = next(batches, None)
         self.timings["data"] += time.perf_counter() - start
         return batch
-
-    # --- refusing to go on from a diverged model -----------------------------------------
-
-    def _check_loss(self, loss: float) -> None:
-        """Stop at the first step whose loss is not finite (on any worker), before it is saved."""
-        bad = not math.isfinite(loss)
-        if self.workers.world > 1:
-            (bad,) = self.workers.sum(float(bad))
-        if bad:
-            raise ValueError(f"the loss at step {self.step} is {loss} (training diverged); "
-                             f"{self.checkpoints.last_checkpoint()}. Lower dense_optimizer.lr or sparse_optimizer.lr")
 
     # --- evaluation (train/evaluator.py) -------------------------------------------------
 
