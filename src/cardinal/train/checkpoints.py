@@ -30,6 +30,15 @@ class Checkpoints:
         self.kept_best: int | None = None  # the step best.json names
         self.run_id = uuid.uuid4().hex  # the run's id in its checkpoints (ps/checkpoint_chain.py); a resume loads it
 
+    def begin(self, resume: bool) -> None:
+        """Load the newest checkpoint to resume from; a new run refuses a directory that holds one."""
+        root = self.trainer.run_dir / "checkpoints"
+        if resume:
+            self.trainer.load(root)
+        elif checkpoint.committed_steps(root):
+            raise ValueError(f"{self.trainer.run_dir} already holds checkpoints: resume it, or train into a new "
+                             "directory")
+
     def save(self) -> int:
         """Every worker flushes its pushes; worker 0 saves the servers' shards and the dense state.
 

@@ -92,3 +92,15 @@ class Evaluator:
         for callback in tr.callbacks:
             callback.on_eval(tr, tr.step, result)
         return result
+
+    def resumed(self) -> tuple[int, dict] | None:
+        """On a resume: a run that had stopped early stays stopped, and a step a signal saved at an
+        evaluation's step, unevaluated, is evaluated now: (step, result), else None."""
+        tr, t, best = self.trainer, self.trainer.recipe.train, self.best
+        if t.early_stop != "none" and best.since >= t.patience:
+            tr.stop(f"the run had stopped early: eval {best.metric} did not improve for {best.since} "
+                    f"evaluations after step {best.step}; resume with a larger train.patience to go on")
+        if tr.stop_reason is None and t.eval_every and tr.step and tr.step % t.eval_every == 0 \
+                and best.evaluated != tr.step:  # a signal at an evaluation's step saved it unevaluated
+            return tr.step, self.eval_and_keep(None)
+        return None

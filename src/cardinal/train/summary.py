@@ -6,6 +6,7 @@ rates, traffic and timings, summed over workers where each worker holds only its
 """
 
 import json
+import time
 
 import numpy as np
 
@@ -30,6 +31,28 @@ def staleness(embedding: EmbeddingCollection) -> dict:
 def cache_metrics(embedding: EmbeddingCollection) -> dict:
     """The worker cache's numbers (hit rates, evictions, staleness), for metrics.jsonl and summary.json."""
     return embedding.source.metrics() if isinstance(embedding.source, CachedSource) else {}
+
+
+def log_line(trainer, losses: list[float], samples: int, train_time: float, final_step: bool) -> tuple[float, float]:
+    """The mean loss since the last line (over every worker) and the rate, written to metrics.jsonl
+    (worker 0) and the live endpoint; returned for the progress bar."""
+    w = trainer.workers
+    loss_sum, count, seen = w.sum(float(np.sum(losses)), len(losses), samples)
+    if w.world > 1:  # each worker's loss is its share of the global batch's mean
+        count /= w.world
+    mean, rate = loss_sum / count, seen / train_time
+    if final_step:  # its pushes leave from a thread: counted once sent, so the line matches the summary
+        trainer._flush()
+    wire = wire_metrics.per_sample(trainer.client, w, samples)  # every worker: a sum over them
+    if w.leader:
+        trainer.metrics.write({"step": trainer.step, "epoch": trainer.epoch, "loss": mean, "samples_per_s": rate,
+                               "time": time.time(), **staleness(trainer.embedding), **wire,
+                               **trainer.meter.metrics(train_time), **cache_metrics(trainer.embedding),
+                               **server_metrics(trainer.client)})
+    if trainer.live is not None:
+        trainer.live.update(trainer.step, samples, mean, rate, {**trainer.timings, **trainer.embedding.timings},
+                            {**staleness(trainer.embedding), **cache_metrics(trainer.embedding)})
+    return mean, rate
 
 
 def summarise(trainer, final: dict, samples: int, train_time: float) -> dict:

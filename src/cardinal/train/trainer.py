@@ -53,14 +53,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import torch
 from tqdm import tqdm
 
 from cardinal.data.prefetch import prefetched
-from cardinal.ps import checkpoint
 from cardinal.progress import Progress
-from cardinal.train import builder, tables, threads, wire_metrics
+from cardinal.train import builder, tables, threads
 from cardinal.train.baseline import Baseline
 from cardinal.train.best import Best
 from cardinal.train.callbacks import Callback, EarlyStopping
@@ -71,10 +69,9 @@ from cardinal.train.evaluator import Evaluator
 from cardinal.train.input_meter import InputMeter
 from cardinal.train.live_metrics import WorkerMetrics
 from cardinal.train.interrupt import StopFlag
-from cardinal.train.memory_metrics import server_metrics
 from cardinal.train.report import MetricsLog
 from cardinal.train.step import Stepper
-from cardinal.train.summary import cache_metrics, staleness, summarise
+from cardinal.train.summary import log_line, summarise
 from cardinal.train.workers import Workers
 from cardinal.worker.device import resolve_device, staging_for
 
@@ -83,16 +80,15 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class _Run:
-    """One fit()'s own counts: this worker's training time and samples, the losses since the last
-    log line, the newest evaluation (step, result), the newest trained batch, the epoch's reader."""
+    """One fit() call's own state: this worker's counts, the newest evaluation and batch, the reader."""
     bar: Progress
     prefetching: bool  # async mode: the next batch's rows are pulled while this step runs
     train_time: float = 0.0
     samples: int = 0
-    window: list = field(default_factory=list)
-    final: tuple | None = None
-    trained: object = None
-    batches: object = None
+    window: list = field(default_factory=list)  # the losses since the last log line
+    final: tuple | None = None  # (step, result) of the newest evaluation
+    trained: object = None  # the newest batch trained on
+    batches: object = None  # this epoch's reader, on its thread (data/prefetch.py)
 
 
 class Trainer:
@@ -111,10 +107,10 @@ class Trainer:
         self.train_data, self.eval_data, self.data_info = builder.readers(recipe, self.workers, self.progress)
         self.fields = list(self.train_data.sparse_fields)
         assert self.fields == tables.sparse_fields(recipe)
-        self.model = builder.model(recipe, self.train_data)
+        self.model = builder.model(recipe, self.train_data).to(self.device)
         self.model_seeds = bool(recipe.model.get("dropout"))
-        self.model.to(self.device)
         self.staging = staging_for(self.device)  # None on the CPU: no copies, today's path
+        self.stepper = Stepper(self)  # one step, and the batch's inputs staged where the model runs
         self.net = self.workers.wrap(self.model)
         w = self.workers
         self.client = builder.client(recipe, w, self.run_dir)
@@ -122,9 +118,8 @@ class Trainer:
         self.embedding = builder.embedding(recipe, self.client, w, self.consistency, self.device, self.staging)
         self.optimizer = builder.dense_optimizer(recipe, self.model, w.world)
         self.schedule = builder.schedule(recipe, self.data_info, w.world)
-        n_dense = len(self.train_data.dense_fields)
-        self.baseline = Baseline(self, builder.source(recipe, self.client, w, self.consistency), n_dense) \
-            if tables.baseline(recipe) else None
+        self.baseline = Baseline(self, builder.source(recipe, self.client, w, self.consistency),
+                                 len(self.train_data.dense_fields)) if tables.baseline(recipe) else None
         self.metrics = MetricsLog(self.run_dir, t.tensorboard) if self.workers.leader else None
         self.clock = CheckpointClock(t.checkpoint_minutes, self.workers.leader)  # worker 0's decides
         self.step, self.epoch, self.batch_in_epoch = 0, 0, 0
@@ -136,7 +131,6 @@ class Trainer:
         self.stop_reason: str | None = None
         self.live = None  # a worker's Prometheus endpoint (train.metrics_port), from fit() on
         self.checkpoints = Checkpoints(self)
-        self.stepper = Stepper(self)
 
     def close(self) -> None:
         """Close the connections to the servers (a no-op for embedded shards); the trainer is done."""
@@ -162,17 +156,6 @@ class Trainer:
     def _modules(self):
         return (self.model, self.embedding, *(self.baseline.modules if self.baseline is not None else ()))
 
-    # --- one step (train/step.py) --------------------------------------------------------
-
-    def _embed(self, batch):
-        return self.stepper.embed(batch)
-
-    def _inputs(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.stepper.inputs(batch)
-
-    def _train_step(self, batch, n: float, upcoming) -> float:
-        return self.stepper.train(batch, n, upcoming)
-
     # --- the loop ------------------------------------------------------------------------
 
     def fit(self, resume: bool = False) -> dict:
@@ -197,7 +180,9 @@ class Trainer:
             run.window.append(loss)
             run.bar.update(1)
             if self.step % t.log_every == 0 or last:
-                self._log(run, final_step)
+                mean, rate = log_line(self, run.window, run.samples, run.train_time, final_step)
+                run.bar.set_postfix(loss=f"{mean:.4f}", samples_per_s=f"{rate:,.0f}")
+                run.window = []
             if stop:  # a signal on some worker: every worker saves this step and ends, without evaluating
                 self._save_checked(batch)
             elif not final_step:  # the final step is evaluated, then saved, after the loop (bad lines judged)
@@ -211,13 +196,9 @@ class Trainer:
 
     def _begin(self, resume: bool) -> "_Run":
         """Load the checkpoint to resume (or refuse to train over one), record the recipe, start the
-        live metrics. A resumed run that had stopped early stays stopped; one a signal saved at an
-        evaluation's step, unevaluated, is evaluated now."""
+        live metrics; a resume may stop at once or evaluate first (``Evaluator.resumed``)."""
         t, w = self.recipe.train, self.workers
-        if resume:
-            self.load(self.run_dir / "checkpoints")
-        elif checkpoint.committed_steps(self.run_dir / "checkpoints"):
-            raise ValueError(f"{self.run_dir} already holds checkpoints: resume it, or train into a new directory")
+        self.checkpoints.begin(resume)
         if w.leader:  # only now: a refused resume leaves the run's recipe.json as it was
             (self.run_dir / "recipe.json").write_text(json.dumps(self.recipe.to_dict(), indent=1))
         per_epoch = self.data_info["train_steps"] or self.data_info.get("train_steps_estimate")
@@ -225,14 +206,9 @@ class Trainer:
         run = _Run(Progress(total=total, initial=self.step, disable=not self.progress, desc="training"),
                    prefetching=self.consistency == "async" and self.recipe.embedding.staleness >= 1)
         if t.metrics_port >= 0 and self.live is None:
-            port = t.metrics_port + w.rank if t.metrics_port else 0
-            self.live = WorkerMetrics(w.rank, t.metrics_host, port)
-        if resume and t.early_stop != "none" and self.best.since >= t.patience:
-            self.stop(f"the run had stopped early: eval {self.best.metric} did not improve for {self.best.since} "
-                      f"evaluations after step {self.best.step}; resume with a larger train.patience to go on")
-        if resume and self.stop_reason is None and t.eval_every and self.step and self.step % t.eval_every == 0 \
-                and self.best.evaluated != self.step:  # a signal at an evaluation's step saved it unevaluated
-            run.final = (self.step, self.evaluator.eval_and_keep(None))
+            self.live = WorkerMetrics(w.rank, t.metrics_host, t.metrics_port + w.rank if t.metrics_port else 0)
+        if resume:
+            run.final = self.evaluator.resumed()
         return run
 
     def _steps(self, run: "_Run"):
@@ -258,28 +234,6 @@ class Trainer:
                 batch = upcoming
             self.epoch, self.batch_in_epoch = self.epoch + 1, 0
 
-    def _log(self, run: "_Run", final_step: bool) -> None:
-        """The mean loss since the last line (over every worker) and the rates: metrics.jsonl, the
-        live endpoint, the bar."""
-        w = self.workers
-        loss_sum, count, seen = w.sum(float(np.sum(run.window)), len(run.window), run.samples)
-        if w.world > 1:  # each worker's loss is its share of the global batch's mean
-            count /= w.world
-        rate = seen / run.train_time
-        if final_step:  # its pushes leave from a thread: counted once sent, so the line matches the summary
-            self._flush()
-        wire = wire_metrics.per_sample(self.client, w, run.samples)  # every worker: a sum over them
-        if w.leader:
-            self.metrics.write({"step": self.step, "epoch": self.epoch, "loss": loss_sum / count,
-                                "samples_per_s": rate, "time": time.time(), **staleness(self.embedding), **wire,
-                                **self.meter.metrics(run.train_time), **cache_metrics(self.embedding),
-                                **server_metrics(self.client)})
-        if self.live is not None:
-            self.live.update(self.step, run.samples, loss_sum / count, rate, {**self.timings, **self.embedding.timings},
-                             {**staleness(self.embedding), **cache_metrics(self.embedding)})
-        run.bar.set_postfix(loss=f"{loss_sum / count:.4f}", samples_per_s=f"{rate:,.0f}")
-        run.window = []
-
     def _end(self, run: "_Run") -> dict:
         """After the last step: refuse a run that trained nothing or read too many bad lines;
         evaluate and save the final step unless done already; the summary."""
@@ -296,10 +250,10 @@ class Trainer:
             log.info(self.stop_reason)
             if self.progress:
                 tqdm.write(self.stop_reason)
-        final = run.final
-        result = final[1] if final and final[0] == self.step else self.evaluator.eval_and_keep(run.trained)
+        final, trained = run.final, run.trained
+        result = final[1] if final and final[0] == self.step else self.evaluator.eval_and_keep(trained)
         if self.checkpoints.saved != self.step:
-            self._save_checked(run.trained)
+            self._save_checked(trained)
         (samples,) = self.workers.sum(run.samples)
         return self._summary(result, int(samples), run.train_time)
 
@@ -324,7 +278,16 @@ class Trainer:
         self.timings["data"] += time.perf_counter() - start
         return batch
 
-    # --- evaluation (train/evaluator.py) -------------------------------------------------
+    # --- the parts in their own modules, as callers and tests know them ---------------------
+
+    def _embed(self, batch):
+        return self.stepper.embed(batch)
+
+    def _inputs(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.stepper.inputs(batch)
+
+    def _train_step(self, batch, n: float, upcoming) -> float:
+        return self.stepper.train(batch, n, upcoming)
 
     @property
     def best(self) -> Best:
@@ -334,8 +297,6 @@ class Trainer:
     def evaluate(self) -> dict:
         """AUC and logloss on the eval split, with lookup-only pulls (nothing is created)."""
         return self.evaluator.evaluate()
-
-    # --- checkpoints (train/checkpoints.py) ------------------------------------------------
 
     def save(self) -> int:
         """Every worker flushes its pushes; worker 0 saves the servers' shards and the dense state."""
