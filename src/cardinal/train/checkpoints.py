@@ -1,12 +1,14 @@
 """A run's checkpoints: what one holds, when it is a delta, which one is kept as the best, and
-what a model must pass before it is saved or loaded.
+what a model must pass before it is saved or loaded; apart from the loop (``trainer.py``), which
+decides when.
 
-Apart from the loop (``trainer.py``), which only decides when to save. Every worker flushes its
-pushes and waits for the others; worker 0 has the servers save their shards and writes the
-dense state (model, optimizer, baseline) into the same commit, with the step, the data position
-and the best evaluation's state (``best.py``). A load is all or nothing: checked before any
-shard or parameter changes. ``Checkpoints`` saves and restores the trainer's own state, so it
-holds the trainer, as ``Baseline`` does.
+A checkpoint is a barrier: pushes are flushed, and the batch after it is pulled only after
+the save. So a run resumed from step k is bitwise equal, tables and dense weights, to a run
+that saved at step k and went on (one worker). The checkpoint holds every shard, the dense
+model and optimizer state (and the baseline's), the step, the data position (epoch, batches
+read in it) and the best evaluation's state (``best.py``), in one commit. A load is all or
+nothing: checked before any shard or parameter changes. ``Checkpoints`` saves and restores the
+trainer's own state, so it holds the trainer, as ``Baseline`` does.
 """
 
 import math

@@ -1,10 +1,16 @@
-"""Evaluating the model on the eval split, and keeping the best model a run has seen.
+"""Evaluation, and keeping the best model a run has seen, apart from the loop (``trainer.py``)
+that says when.
 
-Apart from the loop (``trainer.py``), which only says when. Each worker scores its share of
-the eval batches and the results are gathered, so every worker gets the same metrics; each
-evaluation is judged against the best so far (``best.py``, by train.early_stop's metric), a new
-best is checkpointed, then the callbacks see it (early stopping among them). An empty split or
-a non-finite metric stops the run with what to change.
+Evaluation every ``train.eval_every`` steps (counted over epochs, and on from a resume), and at
+the end. Each evaluation that improves on the best (``train/best.py``) is checkpointed and kept
+beside the newest checkpoints; ``train.early_stop`` ends the run once ``train.patience``
+evaluations in a row have not improved (``callbacks.EarlyStopping``). The summary's headline
+eval_auc / eval_logloss are the best kept model's; last_eval_* are the last step's.
+With ``train.baseline = "lr"`` (``baseline.py``) logistic regression trains beside the model on
+the same batches and every evaluation reports it (baseline_lr_auc, baseline_lr_logloss).
+
+Each worker scores its share of the eval batches and the results are gathered, so every worker
+judges the same metrics; an empty split or a non-finite metric stops the run with what to change.
 """
 
 import math

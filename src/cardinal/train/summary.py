@@ -1,8 +1,10 @@
-"""summary.json: what a finished run reports, and the worker's own numbers its log lines share.
+"""What a run reports, apart from the loop (``trainer.py``) that says when: a line of
+metrics.jsonl (and the live endpoint's numbers) every ``train.log_every`` steps, and
+summary.json at the end. Every worker calls both: their sums over workers are collectives.
 
-Apart from the loop (``trainer.py``) because a summary is read, not run: its headline is the
-best kept model's evaluation (the last step's beside it, as last_*), then the run's counts,
-rates, traffic and timings, summed over workers where each worker holds only its share.
+The summary's headline is the best kept model's evaluation (the last step's beside it, as
+last_*), then the run's counts, rates, traffic and timings, summed over workers where each
+worker holds only its share.
 """
 
 import json

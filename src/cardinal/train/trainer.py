@@ -11,17 +11,6 @@
     summary = trainer.fit()                 # or fit(resume=True) to go on from the last checkpoint
     summary["eval_auc"], summary["best_step"], summary["stopped_early"]
 
-Evaluation every ``train.eval_every`` steps (counted over epochs, and on from a resume), and at
-the end. Each evaluation that improves on the best (``train/best.py``) is checkpointed and kept
-beside the newest checkpoints; ``train.early_stop`` ends the run once ``train.patience``
-evaluations in a row have not improved (``callbacks.EarlyStopping``). The summary's headline
-eval_auc / eval_logloss are the best kept model's; last_eval_* are the last step's.
-With ``train.baseline = "lr"`` (``baseline.py``) logistic regression trains beside the model on
-the same batches and every evaluation reports it (baseline_lr_auc, baseline_lr_logloss).
-
-One step (``step.py``): pooled embeddings, forward, backward, the dense optimizer's step; on a
-GPU (``train.device``) the model runs there, dedup and the servers stay on the host.
-
 Several workers (``torchrun``, ``cardinal launch``): the recipe defines the math, the cluster
 only the speed. ``data.batch_size`` is the global batch: worker r of W reads and trains only its
 share of every batch (``data.batch_scope = "worker"`` makes it each worker's share instead).
@@ -35,10 +24,11 @@ in one process); with ``embedding.compensation = "lr"`` a push's sparse learning
 divided by the measured staleness of its rows. Worker 0 writes metrics and coordinates
 checkpoints.
 
-A checkpoint is a barrier: pushes are flushed, and the batch after it is pulled only after
-the save. So a run resumed from step k is bitwise equal, tables and dense weights, to a run
-that saved at step k and went on (one worker). The checkpoint holds every shard, the dense
-model and optimizer state, the step and the data position (epoch, batches read in it).
+The loop decides when; the rest has a module each: the parts a recipe builds (``builder.py``),
+one step (``step.py``; on a GPU the model runs there, dedup and the servers stay on the host),
+evaluation every ``train.eval_every`` steps and at the end, keeping each new best model
+(``evaluator.py``), checkpoints (``checkpoints.py``: a barrier, so a run resumed from step k is
+bitwise equal to one that saved at step k and went on) and what the run reports (``summary.py``).
 
 A run that learns nothing fails loudly rather than reporting an untrained model: zero
 training steps, a non-finite loss, a checkpoint that would hold a model gone non-finite
