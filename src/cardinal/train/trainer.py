@@ -184,7 +184,7 @@ class Trainer:
                 break
         return self._end(run)
 
-    def _begin(self, resume: bool) -> "_Run":
+    def _begin(self, resume: bool) -> _Run:
         """Load the checkpoint to resume (or refuse to train over one), record the recipe, start the
         live metrics; a resume may stop at once or evaluate first (``Evaluator.resumed``)."""
         t, w = self.recipe.train, self.workers
@@ -201,7 +201,7 @@ class Trainer:
             run.final = self.evaluator.resumed()
         return run
 
-    def _steps(self, run: "_Run"):
+    def _steps(self, run: _Run):
         """Each step's (batch, examples in the global batch, next batch, stop agreed, checkpoint due,
         start time), from the data position on, over the epochs; a batch with no good line is no step."""
         t, w = self.recipe.train, self.workers
@@ -224,7 +224,7 @@ class Trainer:
                 batch = upcoming
             self.epoch, self.batch_in_epoch = self.epoch + 1, 0
 
-    def _end(self, run: "_Run") -> dict:
+    def _end(self, run: _Run) -> dict:
         """After the last step: refuse a run that trained nothing or read too many bad lines;
         evaluate and save the final step unless done already; the summary."""
         run.bar.close()
