@@ -2,8 +2,8 @@
 where embedding rows come from, and the dense optimizer with its schedule.
 
 Apart from the loop (``trainer.py``) so that reading how a recipe becomes parts needs no
-reading of how steps run. Each function takes what it needs, not the trainer, and builds in the
-order the trainer calls them (the model's initial weights are drawn from ``train.seed``).
+reading of how steps run. Each function takes what it needs, not the trainer; the trainer calls
+them after seeding torch, so the model's initial weights follow ``train.seed``.
 """
 
 import math
