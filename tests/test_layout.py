@@ -27,7 +27,6 @@ LONG_FILES = {
     "embedding/table.py": "issue 26 item 1 (table protocol): another branch",
     "ps/store.py": "issue 26 item 1 (table protocol): another branch",
     "train/config.py": "issue 26: to split (the recipe's sections apart from loading and checking them)",
-    "train/trainer.py": "issue 26: split on another branch",
     "worker/sources/cache.py": "issue 26: to split (the cache's bookkeeping apart from its RowSource)",
 }
 

@@ -11,18 +11,6 @@
     summary = trainer.fit()                 # or fit(resume=True) to go on from the last checkpoint
     summary["eval_auc"], summary["best_step"], summary["stopped_early"]
 
-Evaluation every ``train.eval_every`` steps (counted over epochs, and on from a resume), and at
-the end. Each evaluation that improves on the best (``train/best.py``) is checkpointed and kept
-beside the newest checkpoints; ``train.early_stop`` ends the run once ``train.patience``
-evaluations in a row have not improved (``callbacks.EarlyStopping``). The summary's headline
-eval_auc / eval_logloss are the best kept model's; last_eval_* are the last step's.
-With ``train.baseline = "lr"`` (``baseline.py``) logistic regression trains beside the model on
-the same batches and every evaluation reports it (baseline_lr_auc, baseline_lr_logloss).
-
-One step: pooled embeddings for the batch (pulled ahead in async mode, see
-``EmbeddingCollection``), the next batch's pulls sent, forward, backward (gradient rows
-pushed from the hooks), dense optimizer step (all-reduced among workers by DDP).
-
 Several workers (``torchrun``, ``cardinal launch``): the recipe defines the math, the cluster
 only the speed. ``data.batch_size`` is the global batch: worker r of W reads and trains only its
 share of every batch (``data.batch_scope = "worker"`` makes it each worker's share instead).
@@ -36,16 +24,11 @@ in one process); with ``embedding.compensation = "lr"`` a push's sparse learning
 divided by the measured staleness of its rows. Worker 0 writes metrics and coordinates
 checkpoints.
 
-On a GPU (``train.device``, ``worker/device.py``): the dense model, pooling and the loss run on
-the device; dedup and the servers stay on the host; each step's unique rows, inverse index,
-offsets, dense features and labels are staged onto it (pinned buffers, non-blocking copies on
-a side stream); when the next batch is pulled ahead (async mode), its copies start while this
-step's work runs. DDP goes over nccl there, over gloo on the CPU; the recipe is the same.
-
-A checkpoint is a barrier: pushes are flushed, and the batch after it is pulled only after
-the save. So a run resumed from step k is bitwise equal, tables and dense weights, to a run
-that saved at step k and went on (one worker). The checkpoint holds every shard, the dense
-model and optimizer state, the step and the data position (epoch, batches read in it).
+The loop decides when; the rest has a module each: the parts a recipe builds (``builder.py``),
+one step (``step.py``; on a GPU the model runs there, dedup and the servers stay on the host),
+evaluation every ``train.eval_every`` steps and at the end, keeping each new best model
+(``evaluator.py``), checkpoints (``checkpoints.py``: a barrier, so a run resumed from step k is
+bitwise equal to one that saved at step k and went on) and what the run reports (``summary.py``).
 
 A run that learns nothing fails loudly rather than reporting an untrained model: zero
 training steps, a non-finite loss, a checkpoint that would hold a model gone non-finite
@@ -56,47 +39,46 @@ eval split or a non-finite metric each stop the run with a ValueError that says 
 import itertools
 import json
 import logging
-import math
 import time
-import uuid
-from dataclasses import replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import torch
-import torch.nn.functional as F
-from torchmetrics.functional.classification import binary_auroc
 from tqdm import tqdm
 
-from cardinal import planner
 from cardinal.data.prefetch import prefetched
-from cardinal.models import MODELS, dropout_seed
-from cardinal.models.projection import Projected, with_projections
-from cardinal.ps import PSClient, checkpoint, embedded
-from cardinal.ps.transport.grpc_transport import GrpcTransport
 from cardinal.progress import Progress
-from cardinal.train import tables, threads, wire_metrics
+from cardinal.train import builder, tables, threads
 from cardinal.train.baseline import Baseline
-from cardinal.train.best import Best, best_checkpoint, write_marker
+from cardinal.train.best import Best
 from cardinal.train.callbacks import Callback, EarlyStopping
 from cardinal.train.checkpoint_clock import CheckpointClock
-from cardinal.train.config import DENSE_OPTIMIZERS, Recipe
+from cardinal.train.checkpoints import Checkpoints
+from cardinal.train.config import Recipe
+from cardinal.train.evaluator import Evaluator
 from cardinal.train.input_meter import InputMeter
 from cardinal.train.live_metrics import WorkerMetrics
 from cardinal.train.interrupt import StopFlag
-from cardinal.train.memory_metrics import server_metrics
-from cardinal.train.readers import make_readers
-from cardinal.train.report import MetricsLog, plot_curves
-from cardinal.train.schedule import DenseSchedule
-from cardinal.train.state_io import load_tree, save_tree
+from cardinal.train.report import MetricsLog
+from cardinal.train.step import Stepper
+from cardinal.train.summary import log_line, summarise
 from cardinal.train.workers import Workers
-from cardinal.worker import EmbeddingCollection
-from cardinal.worker.clip import CowClip
-from cardinal.worker.device import DeviceBatches, host_value, resolve_device, staging_for
-from cardinal.worker.sources import GeoReplica, PSSource
-from cardinal.worker.sources.cache import CachedSource
+from cardinal.worker.device import resolve_device, staging_for
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Run:
+    """One fit() call's own state: this worker's counts, the newest evaluation and batch, the reader."""
+    bar: Progress
+    prefetching: bool  # async mode: the next batch's rows are pulled while this step runs
+    train_time: float = 0.0
+    samples: int = 0
+    window: list = field(default_factory=list)  # the losses since the last log line
+    final: tuple | None = None  # (step, result) of the newest evaluation
+    trained: object = None  # the newest batch trained on
+    batches: object = None  # this epoch's reader, on its thread (data/prefetch.py)
 
 
 class Trainer:
@@ -104,7 +86,7 @@ class Trainer:
                  callbacks: list[Callback] = (), stop: StopFlag | None = None):
         self.recipe, self.run_dir = recipe, Path(run_dir)
         self.signals = stop or StopFlag()  # set by SIGINT / SIGTERM (train/interrupt.py)
-        t, e = recipe.train, recipe.embedding
+        t = recipe.train
         self.workers = Workers(recipe.ps.timeout_s * 15, resolve_device(t.device), fallback=t.device == "auto")
         self.device = self.workers.device  # "auto" with workers sharing a GPU: the CPU (train/workers.py)
         self.progress = progress and self.workers.leader
@@ -112,54 +94,33 @@ class Trainer:
             self.run_dir.mkdir(parents=True, exist_ok=True)
         self.threads = threads.apply(t.threads)  # torch, kernels and numba: one budget
         torch.manual_seed(t.seed)
-        if not self.workers.leader:
-            self.workers.barrier()  # worker 0 generates the data set first
-        self.train_data, self.eval_data, self.data_info = make_readers(
-            self._global_data(recipe), t.seed, self.progress, share=(self.workers.rank, self.workers.world))
-        if self.workers.world > 1 and getattr(self.train_data, "bad", None) is not None:
-            self.train_data.bad.min_rows = math.inf  # a share's count alone decides nothing: see _check_bad_rows
-        if self.workers.leader:
-            self.workers.barrier()
+        self.train_data, self.eval_data, self.data_info = builder.readers(recipe, self.workers, self.progress)
         self.fields = list(self.train_data.sparse_fields)
         assert self.fields == tables.sparse_fields(recipe)
-        model_spec = dict(recipe.model)
-        model_cls = MODELS[model_spec.pop("name")]
-        self.model = with_projections(model_cls(len(self.train_data.dense_fields), len(self.fields), e.dim,
-                                                **model_spec), tables.features(recipe), tables.table_dims(recipe))
-        self.model_seeds = bool(model_spec.get("dropout"))
-        self.model.to(self.device)
+        self.model = builder.model(recipe, self.train_data).to(self.device)
+        self.model_seeds = bool(recipe.model.get("dropout"))
         self.staging = staging_for(self.device)  # None on the CPU: no copies, today's path
-        self.feed = DeviceBatches(self.staging) if self.staging is not None else None
-        self._fed = None  # (batch, dense, labels) of the newest batch on the device
-
+        self.stepper = Stepper(self)  # one step, and the batch's inputs staged where the model runs
         self.net = self.workers.wrap(self.model)
-        self.client = self._client(recipe)
         w = self.workers
-        self.consistency = e.mode(distributed=bool(recipe.ps.servers) or w.world > 1)
-        staleness = e.staleness if self.consistency == "async" else None
-        self.embedding = EmbeddingCollection(self._cached(self._source()), tables.features(recipe), e.pooling,
-                                             staleness, timeout=recipe.ps.timeout_s, clip=CowClip.from_config(e),
-                                             staging=self.staging, buckets=e.hash_buckets)
-        d = recipe.dense_optimizer
-        self.optimizer = getattr(torch.optim, DENSE_OPTIMIZERS[d.name])(self.model.parameters(), lr=self._dense_lr(),
-                                                                        weight_decay=d.weight_decay)
-        per_epoch = self.data_info["train_steps"]
-        self.schedule = DenseSchedule(d, self._dense_lr(), t.steps or (per_epoch * t.epochs if per_epoch else None))
-        n_dense = len(self.train_data.dense_fields)
-        self.baseline = Baseline(self, self._source(), n_dense) if tables.baseline(recipe) else None
+        self.client = builder.client(recipe, w, self.run_dir)
+        self.consistency = recipe.embedding.mode(distributed=bool(recipe.ps.servers) or w.world > 1)
+        self.embedding = builder.embedding(recipe, self.client, w, self.consistency, self.device, self.staging)
+        self.optimizer = builder.dense_optimizer(recipe, self.model, w.world)
+        self.schedule = builder.schedule(recipe, self.data_info, w.world)
+        self.baseline = Baseline(self, builder.source(recipe, self.client, w, self.consistency),
+                                 len(self.train_data.dense_fields)) if tables.baseline(recipe) else None
         self.metrics = MetricsLog(self.run_dir, t.tensorboard) if self.workers.leader else None
         self.clock = CheckpointClock(t.checkpoint_minutes, self.workers.leader)  # worker 0's decides
         self.step, self.epoch, self.batch_in_epoch = 0, 0, 0
         self.timings = {"data": 0.0, "compute": 0.0}
         self.meter = InputMeter(self.staging, [self.timings, self.embedding.timings,
                                                *([self.baseline.embedding.timings] if self.baseline else [])])
-        self.best = Best("logloss" if t.early_stop == "logloss" else "auc", t.min_delta)
+        self.evaluator = Evaluator(self)
         self.callbacks = ([EarlyStopping(t.patience)] if t.early_stop != "none" else []) + list(callbacks)
         self.stop_reason: str | None = None
         self.live = None  # a worker's Prometheus endpoint (train.metrics_port), from fit() on
-        self._saved: int | None = None   # the step of the newest checkpoint this run has
-        self._kept_best: int | None = None  # the step best.json names
-        self.run_id = uuid.uuid4().hex  # the run's id in its checkpoints (ps/checkpoint_chain.py); a resume loads it
+        self.checkpoints = Checkpoints(self)
 
     def close(self) -> None:
         """Close the connections to the servers (a no-op for embedded shards); the trainer is done."""
@@ -176,27 +137,6 @@ class Trainer:
         and recorded in summary.json as ``stopped_early``. Every worker must call it at the same step."""
         self.stop_reason = reason
 
-    def _source(self):
-        """Where one collection's rows come from: the servers (with the in-flight window), or a GEO replica."""
-        e, w, timeout = self.recipe.embedding, self.workers, self.recipe.ps.timeout_s
-        if self.consistency == "geo":
-            return GeoReplica(self.client, self.recipe.sparse_optimizer, e.geo_interval, timeout)
-        return PSSource(self.client, e.max_in_flight, timeout, worker=w.rank, workers=w.world, combine=e.combine,
-                        compensate=e.compensation == "lr")
-
-    def _cached(self, source):
-        """The source behind a worker cache of hot rows when ``cache.bytes`` > 0 (worker/sources/cache.py)."""
-        c = self.recipe.cache
-        if not c.capacity:
-            return source
-        dims = {t: tables.row_width(self.recipe, t) for t in set(tables.features(self.recipe).values())}
-        return CachedSource(source, dims, c.capacity, c.staleness, c.policy, c.admit_after,
-                            self.device if c.device == "auto" else c.device)  # auto: the worker's device
-
-    def _cache_metrics(self) -> dict:
-        """The worker cache's numbers (hit rates, evictions, staleness), for metrics.jsonl and summary.json."""
-        return self.embedding.source.metrics() if isinstance(self.embedding.source, CachedSource) else {}
-
     def _flush(self) -> None:
         """Every push of this worker (model and baseline) applied."""
         self.embedding.flush()
@@ -206,178 +146,90 @@ class Trainer:
     def _modules(self):
         return (self.model, self.embedding, *(self.baseline.modules if self.baseline is not None else ()))
 
-    def _global_data(self, recipe: Recipe):
-        """The data section with the global batch: batch_size, or W x batch_size per worker."""
-        if recipe.data.batch_scope == "global":
-            return recipe.data
-        return replace(recipe.data, batch_size=recipe.data.batch_size * self.workers.world)
-
-    def _dense_lr(self) -> float:
-        """The recipe's dense lr; times sqrt(W) with per-worker batches and lr_scaling = "sqrt"
-        (the global batch grew W times; the sparse lr stays, as CowClip advises)."""
-        d, scale = self.recipe.dense_optimizer, 1.0
-        if self.recipe.data.batch_scope == "worker" and d.lr_scaling == "sqrt":
-            scale = math.sqrt(self.workers.world)
-        return d.lr * scale
-
-    def _client(self, recipe: Recipe) -> PSClient:
-        """The servers' client, with the recipe's sharding plan (``cardinal/planner``; written to
-        the run's plan.json when it is not the hash plan); servers are checked to hold what it says."""
-        ps, codecs = recipe.ps, {"pull_codec": recipe.wire.pull, "push_codec": recipe.wire.push}
-        plan = planner.resolve(tables.plan_inputs(recipe), len(ps.servers) or ps.shards,  # embedded shards split the budget
-                               budget=None if ps.servers else ps.budget() // ps.shards)
-        record = self.run_dir / "plan.json"
-        if self.workers.leader and not (plan.is_hash() and not plan.replicas) and \
-                Path(ps.plan).resolve() != record.resolve():
-            planner.write(plan, record)  # not the file the job reads (cardinal launch's): others read it now
-        if not ps.servers:
-            return embedded(tables.store_config(recipe), ps.shards, ps.concurrent, ps.store_limits(ps.shards), **codecs,
-                            tier_dir=ps.disk_dir, plan=plan)
-        in_flight = max(1, ps.max_concurrent_calls // self.workers.world)  # each worker its share of a server's calls
-        client = PSClient(GrpcTransport(ps.servers, ps.job, ps.token(), timeout=ps.timeout_s, tls_ca=ps.tls_ca or None,
-                                        max_message_mb=ps.max_message_mb, max_in_flight=in_flight), **codecs, plan=plan,
-                          worker=self.workers.rank, workers=self.workers.world)
-        client.check_plan([t.name for t in tables.store_config(recipe).tables], ps.timeout_s)
-        return client
-
-    # --- one step ------------------------------------------------------------------------
-
-    def _embed(self, batch):
-        if isinstance(self.model, Projected):  # tables of several dims: their fields' values side by side
-            return self.embedding.split(batch.sparse, self.model.dims, self.model.uses_wide)
-        rows = self.embedding.stacked(batch.sparse)  # (B, fields, dim [+ 1]), or (B, fields, 1) for `lr`
-        dim = self.recipe.embedding.dim if self.model.uses_embedding else 0
-        return rows[..., :dim], (rows[..., dim] if self.model.uses_wide else None)
-
-    def _inputs(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
-        """(dense, labels) of ``batch`` where the model runs (as they are on the CPU path)."""
-        if self.feed is None:
-            return batch.dense, batch.labels
-        if self._fed is None or self._fed[0] is not batch:
-            self._fed = (batch, *self.feed.get(batch))
-        return self._fed[1], self._fed[2]
-
-    def _train_step(self, batch, n: float, upcoming) -> float:
-        self.embedding.step = self.step
-        self.schedule.apply(self.optimizer, self.step)  # dense warmup and decay (train/schedule.py)
-        if self.model_seeds:  # dropout masks drawn from (seed, step, worker): a resumed run draws the same
-            torch.manual_seed(dropout_seed(self.recipe.train.seed, self.step, self.workers.rank))
-        self.meter.steps += 1
-        dense, labels = self._inputs(batch)
-        emb, wide = self._embed(batch)
-        if upcoming is not None:
-            self.embedding.prefetch(upcoming.sparse, self.step + 1)
-            if self.feed is not None:
-                self.feed.stage(upcoming)  # its dense features and labels cross while this step runs
-        start = time.perf_counter()
-        logits = self.net(dense, emb, wide)
-        if self.workers.world == 1:
-            loss = F.binary_cross_entropy_with_logits(logits, labels)
-        else:  # this share's part of the global batch's mean loss (n examples); DDP sums the parts' gradients
-            loss = F.binary_cross_entropy_with_logits(logits, labels, reduction="sum") / n
-        loss_value = host_value(loss)  # on CUDA read after the pushes' sync: no wait of its own
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        self.optimizer.step()
-        self.embedding.stage_ahead()  # the next batch's rows cross while the optimizer step runs
-        self.timings["compute"] += time.perf_counter() - start
-        if self.baseline is not None:
-            start = time.perf_counter()
-            self.baseline.train_step(batch, n, upcoming, self.step)
-            self.timings["baseline"] = self.timings.get("baseline", 0.0) + time.perf_counter() - start
-        return loss_value()
-
     # --- the loop ------------------------------------------------------------------------
 
     def fit(self, resume: bool = False) -> dict:
+        """Train to train.steps or the last epoch (or an early stop, or a signal), evaluate, save,
+        and return the summary; ``resume`` goes on from the run's newest checkpoint."""
+        t = self.recipe.train
+        run = self._begin(resume)
+        for batch, n, upcoming, stop, timed, start in self._steps(run):
+            last = bool(t.steps and self.step >= t.steps) or stop
+            final_step = last or (upcoming is None and self.epoch == t.epochs - 1)
+            save_due = (t.checkpoint_every and self.step % t.checkpoint_every == 0) or timed
+            eval_due = t.eval_every and self.step % t.eval_every == 0
+            barrier = save_due or eval_due or final_step  # evaluations may save the best model
+            loss = self._train_step(batch, n, upcoming if run.prefetching and not barrier else None)
+            self.stepper.check_loss(loss)
+            for callback in self.callbacks:
+                callback.on_step(self, self.step, loss)
+            run.trained = batch
+            self.batch_in_epoch += 1
+            run.train_time += time.perf_counter() - start
+            run.samples += len(batch)
+            run.window.append(loss)
+            run.bar.update(1)
+            if self.step % t.log_every == 0 or last:
+                mean, rate = log_line(self, run.window, run.samples, run.train_time, final_step)
+                run.bar.set_postfix(loss=f"{mean:.4f}", samples_per_s=f"{rate:,.0f}")
+                run.window = []
+            if stop:  # a signal on some worker: every worker saves this step and ends, without evaluating
+                self._save_checked(batch)
+            elif not final_step:  # the final step is evaluated, then saved, after the loop (bad lines judged)
+                if eval_due:
+                    run.final = (self.step, self.evaluator.eval_and_keep(batch))
+                if save_due and self.checkpoints.saved != self.step:
+                    self._save_checked(batch)
+            if last or self.stop_reason is not None:
+                break
+        return self._end(run)
+
+    def _begin(self, resume: bool) -> _Run:
+        """Load the checkpoint to resume (or refuse to train over one), record the recipe, start the
+        live metrics; a resume may stop at once or evaluate first (``Evaluator.resumed``)."""
         t, w = self.recipe.train, self.workers
-        if resume:
-            self.load(self.run_dir / "checkpoints")
-        elif checkpoint.committed_steps(self.run_dir / "checkpoints"):
-            raise ValueError(f"{self.run_dir} already holds checkpoints: resume it, or train into a new directory")
+        self.checkpoints.begin(resume)
         if w.leader:  # only now: a refused resume leaves the run's recipe.json as it was
             (self.run_dir / "recipe.json").write_text(json.dumps(self.recipe.to_dict(), indent=1))
         per_epoch = self.data_info["train_steps"] or self.data_info.get("train_steps_estimate")
         total = t.steps or (per_epoch * t.epochs if per_epoch else None)
-        bar = Progress(total=total, initial=self.step, disable=not self.progress, desc="training")
+        run = _Run(Progress(total=total, initial=self.step, disable=not self.progress, desc="training"),
+                   prefetching=self.consistency == "async" and self.recipe.embedding.staleness >= 1)
         if t.metrics_port >= 0 and self.live is None:
-            port = t.metrics_port + w.rank if t.metrics_port else 0
-            self.live = WorkerMetrics(w.rank, t.metrics_host, port)
-        prefetching = self.consistency == "async" and self.recipe.embedding.staleness >= 1
-        train_time, samples, window, final, trained = 0.0, 0, [], None, None
-        if resume and t.early_stop != "none" and self.best.since >= t.patience:
-            self.stop(f"the run had stopped early: eval {self.best.metric} did not improve for {self.best.since} "
-                      f"evaluations after step {self.best.step}; resume with a larger train.patience to go on")
-        if resume and self.stop_reason is None and t.eval_every and self.step and self.step % t.eval_every == 0 \
-                and self.best.evaluated != self.step:  # a signal at an evaluation's step saved it unevaluated
-            final = (self.step, self._eval_and_keep(None))
-        done = bool(t.steps and self.step >= t.steps) or self.stop_reason is not None
-        batches = None
-        while self.epoch < t.epochs and not done:  # batches read on a thread, ahead of the step (data/prefetch.py)
-            batches = prefetched(itertools.islice(iter(self.train_data), self.batch_in_epoch, None))
-            batch = self._next(batches)
+            self.live = WorkerMetrics(w.rank, t.metrics_host, t.metrics_port + w.rank if t.metrics_port else 0)
+        if resume:
+            run.final = self.evaluator.resumed()
+        return run
+
+    def _steps(self, run: _Run):
+        """Each step's (batch, examples in the global batch, next batch, stop agreed, checkpoint due,
+        start time), from the data position on, over the epochs; a batch with no good line is no step."""
+        t, w = self.recipe.train, self.workers
+        if (t.steps and self.step >= t.steps) or self.stop_reason is not None:
+            return
+        while self.epoch < t.epochs:  # batches read on a thread, ahead of the step (data/prefetch.py)
+            run.batches = prefetched(itertools.islice(iter(self.train_data), self.batch_in_epoch, None))
+            batch = self._next(run.batches)
             while batch is not None:
                 start = time.perf_counter()
                 n, interrupts, terms, timed = w.sum(len(batch), *self.signals.flags(), self.clock.due())  # + stop, time
                 stop = self.signals.agree(interrupts, terms)  # any worker signalled: all save this step and end
                 if n == 0:  # every line of this global batch was bad: no step, on any worker
                     self.batch_in_epoch += 1
-                    batch = self._next(batches)
+                    batch = self._next(run.batches)
                     continue
                 self.step += 1
-                upcoming = self._next(batches)
-                last = bool(t.steps and self.step >= t.steps) or stop
-                final_step = last or (upcoming is None and self.epoch == t.epochs - 1)
-                save_due = (t.checkpoint_every and self.step % t.checkpoint_every == 0) or timed
-                eval_due = t.eval_every and self.step % t.eval_every == 0
-                barrier = save_due or eval_due or final_step  # evaluations may save the best model
-                loss = self._train_step(batch, n, upcoming if prefetching and not barrier else None)
-                self._check_loss(loss)
-                for callback in self.callbacks:
-                    callback.on_step(self, self.step, loss)
-                trained = batch
-                self.batch_in_epoch += 1
-                train_time += time.perf_counter() - start
-                samples += len(batch)
-                window.append(loss)
-                bar.update(1)
-                if self.step % t.log_every == 0 or last:
-                    loss_sum, count, seen = w.sum(float(np.sum(window)), len(window), samples)
-                    if w.world > 1:  # each worker's loss is its share of the global batch's mean
-                        count /= w.world
-                    rate = seen / train_time
-                    if final_step:  # its pushes leave from a thread: counted once sent, so the line matches the summary
-                        self._flush()
-                    wire = wire_metrics.per_sample(self.client, w, samples)  # every worker: a sum over them
-                    if w.leader:
-                        self.metrics.write({"step": self.step, "epoch": self.epoch, "loss": loss_sum / count,
-                                            "samples_per_s": rate, "time": time.time(), **self._staleness(), **wire,
-                                            **self.meter.metrics(train_time), **self._cache_metrics(),
-                                            **server_metrics(self.client)})
-                    if self.live is not None:
-                        self.live.update(self.step, samples, loss_sum / count, rate,
-                                         {**self.timings, **self.embedding.timings},
-                                         {**self._staleness(), **self._cache_metrics()})
-                    bar.set_postfix(loss=f"{loss_sum / count:.4f}", samples_per_s=f"{rate:,.0f}")
-                    window = []
-                if stop:  # a signal on some worker: every worker saves this step and ends, without evaluating
-                    self._check_before_save(batch)
-                    self.save()
-                elif not final_step:  # the final step is evaluated, then saved, after the loop (bad lines judged)
-                    if eval_due:
-                        final = (self.step, self._eval_and_keep(batch))
-                    if save_due and self._saved != self.step:
-                        self._check_before_save(batch)
-                        self.save()
-                if last or self.stop_reason is not None:
-                    done = True
-                    break
+                upcoming = self._next(run.batches)
+                yield batch, n, upcoming, stop, timed, start
                 batch = upcoming
-            if not done:
-                self.epoch, self.batch_in_epoch = self.epoch + 1, 0
-        bar.close()
-        if batches is not None:
-            batches.close()  # stops the reading thread before the reader's counts are looked at
+            self.epoch, self.batch_in_epoch = self.epoch + 1, 0
+
+    def _end(self, run: _Run) -> dict:
+        """After the last step: refuse a run that trained nothing or read too many bad lines;
+        evaluate and save the final step unless done already; the summary."""
+        run.bar.close()
+        if run.batches is not None:
+            run.batches.close()  # stops the reading thread before the reader's counts are looked at
         self.signals.raise_if_agreed(self.step, self.run_dir)  # saved above; the command prints one line
         self._check_bad_rows()  # the share of bad lines read, also when train.steps ended the run early
         if self.step == 0:
@@ -388,12 +240,17 @@ class Trainer:
             log.info(self.stop_reason)
             if self.progress:
                 tqdm.write(self.stop_reason)
-        result = final[1] if final and final[0] == self.step else self._eval_and_keep(trained)
-        if self._saved != self.step:
-            self._check_before_save(trained)
-            self.save()
-        (samples,) = w.sum(samples)
-        return self._summary(result, int(samples), train_time)
+        final, trained = run.final, run.trained
+        result = final[1] if final and final[0] == self.step else self.evaluator.eval_and_keep(trained)
+        if self.checkpoints.saved != self.step:
+            self._save_checked(trained)
+        (samples,) = self.workers.sum(run.samples)
+        return self._summary(result, int(samples), run.train_time)
+
+    def _save_checked(self, batch) -> None:
+        """Save this step once its own batch shows the model finite (``Checkpoints.check_before_save``)."""
+        self.checkpoints.check_before_save(batch)
+        self.save()
 
     def _check_bad_rows(self) -> None:
         """The share of bad lines over every worker's lines, so W workers stop, or go on, together
@@ -411,280 +268,33 @@ class Trainer:
         self.timings["data"] += time.perf_counter() - start
         return batch
 
-    def _staleness(self) -> dict:
-        """p50 and p99 of the staleness of the rows this worker pulled (steps; see ``PSSource``)."""
-        counts = getattr(self.embedding.source, "staleness_counts", None)
-        if not counts:
-            return {}
-        values = np.repeat(*zip(*sorted(counts.items())))
-        return {"staleness_p50": float(np.percentile(values, 50)), "staleness_p99": float(np.percentile(values, 99))}
+    # --- the parts in their own modules, as callers and tests know them ---------------------
 
-    # --- refusing to go on from a diverged model -----------------------------------------
+    def _embed(self, batch):
+        return self.stepper.embed(batch)
 
-    def _check_loss(self, loss: float) -> None:
-        """Stop at the first step whose loss is not finite (on any worker), before it is saved."""
-        bad = not math.isfinite(loss)
-        if self.workers.world > 1:
-            (bad,) = self.workers.sum(float(bad))
-        if bad:
-            raise ValueError(f"the loss at step {self.step} is {loss} (training diverged); "
-                             f"{self._last_checkpoint()}. Lower dense_optimizer.lr or sparse_optimizer.lr")
+    def _inputs(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.stepper.inputs(batch)
 
-    def _check_before_save(self, batch) -> None:
-        """Refuse to checkpoint a model gone non-finite: the dense weights must be finite, and so
-        must the loss of the step's own batch with the rows and weights as that step left them
-        (a sparse lr of 1e30 leaves finite rows whose next forward is NaN). Lookup-only pulls
-        after a flush change nothing, so a resumed run stays bitwise equal."""
-        with self.meter.excluded():
-            self._check_finite(batch)
+    def _train_step(self, batch, n: float, upcoming) -> float:
+        return self.stepper.train(batch, n, upcoming)
 
-    def _check_finite(self, batch) -> None:
-        self._flush()
-        self.workers.barrier()  # every worker's pushes are applied before anyone looks
-        loss = math.nan if not all(bool(torch.isfinite(p).all()) for p in self.model.parameters()) else None
-        if loss is None:
-            for m in self._modules():
-                m.eval()
-            try:
-                with torch.no_grad():
-                    dense, labels = self._inputs(batch)
-                    emb, wide = self._embed(batch)
-                    logits = self.model(dense, emb, wide)
-                    total = F.binary_cross_entropy_with_logits(logits, labels, reduction="sum").item()
-                    total, count = self.workers.sum(total, len(batch))  # over the global batch
-                    loss = total / count
-            finally:
-                for m in self._modules():
-                    m.train()
-        bad = not math.isfinite(loss)
-        if self.workers.world > 1:
-            (bad,) = self.workers.sum(float(bad))
-        if bad:
-            raise ValueError(f"step {self.step} left the model non-finite (its batch's loss after the update is "
-                             f"{loss}), so it was not checkpointed; {self._last_checkpoint()}. "
-                             f"Lower dense_optimizer.lr or sparse_optimizer.lr")
-
-    def _last_checkpoint(self) -> str:
-        last = checkpoint.latest(self.run_dir / "checkpoints")
-        return f"the newest checkpoint is {last}" if last else "the run has no checkpoint"
-
-    # --- evaluation ----------------------------------------------------------------------
+    @property
+    def best(self) -> Best:
+        """The best evaluation yet (``best.py``); callbacks read it."""
+        return self.evaluator.best
 
     def evaluate(self) -> dict:
         """AUC and logloss on the eval split, with lookup-only pulls (nothing is created)."""
-        with self.meter.excluded():
-            return self._evaluate()
-
-    def _evaluate(self) -> dict:
-        self._flush()
-        self.workers.barrier()  # every worker's pushes are applied before anyone reads rows
-        for m in self._modules():
-            m.eval()
-        logits, labels, baseline = [], [], []
-        w = self.workers
-        with torch.no_grad():
-            for i, batch in enumerate(self.eval_data):
-                if i % w.world != w.rank:
-                    continue
-                emb, wide = self._embed(batch)
-                logits.append(self.model(self._inputs(batch)[0], emb, wide).cpu())
-                labels.append(batch.labels)
-                if self.baseline is not None:
-                    baseline.append(self.baseline.logits(batch).cpu())
-        for m in self._modules():
-            m.train()
-        empty = torch.zeros(0)
-        logit, label = w.gather(torch.cat(logits or [empty])), w.gather(torch.cat(labels or [empty]))
-        files = ", ".join(map(str, self.data_info["eval_files"])) or "none"
-        if len(label) == 0:
-            raise ValueError(f"the eval split is empty: no good rows in {files}")
-        if label.min() == label.max():
-            raise ValueError(f"the eval split holds only labels {int(label[0])} ({len(label)} rows of {files}): "
-                             f"AUC is undefined")
-        result = {"eval_auc": float(binary_auroc(logit, label.long())),
-                  "eval_logloss": float(F.binary_cross_entropy_with_logits(logit, label)), "eval_rows": len(label)}
-        for name in ("eval_auc", "eval_logloss"):
-            if not math.isfinite(result[name]):
-                raise ValueError(f"{name} is {result[name]} at step {self.step}: the model's predictions are not "
-                                 f"finite; lower dense_optimizer.lr or sparse_optimizer.lr")
-        if self.baseline is not None:
-            b = w.gather(torch.cat(baseline or [empty]))
-            result["baseline_lr_auc"] = float(binary_auroc(b, label.long()))
-            result["baseline_lr_logloss"] = float(F.binary_cross_entropy_with_logits(b, label))
-        return result
-
-    def _log_eval(self) -> dict:
-        result = self.evaluate()
-        if self.workers.leader:
-            self.metrics.write({"step": self.step, **result})
-        if self.progress:
-            tqdm.write(f"step {self.step}: AUC {result['eval_auc']:.4f}, logloss {result['eval_logloss']:.4f}")
-        return result
-
-    def _eval_and_keep(self, batch) -> dict:
-        """Evaluate; checkpoint the model when it is the best yet (``batch``: the step's own, for
-        the finiteness check before saving); then the callbacks (early stopping among them)."""
-        result = self._log_eval()
-        if self.best.evaluated != self.step:  # a resume that trains nothing judges no evaluation twice
-            self.best.evaluated = self.step
-            if self.best.update(self.step, result) and self.recipe.train.keep_best:
-                if self._saved == self.step:
-                    self._mark_best()  # saved already (its checkpoint records the judging before this one)
-                elif batch is not None:
-                    self._check_before_save(batch)
-                    self.save()
-        for callback in self.callbacks:
-            callback.on_eval(self, self.step, result)
-        return result
-
-    # --- checkpoints ---------------------------------------------------------------------
+        return self.evaluator.evaluate()
 
     def save(self) -> int:
-        """Every worker flushes its pushes; worker 0 saves the servers' shards and the dense state.
-
-        When the step is the best evaluation's (``self.best``), ``checkpoints/best.json`` names it
-        once it is committed, and only then may the previous best checkpoint go; the best one is
-        never deleted by ``keep_checkpoints``."""
-        self._flush()
-        self.workers.barrier()
-        root = (self.run_dir / "checkpoints").resolve()
-        is_best = self.recipe.train.keep_best and self.best.step == self.step
-        if self.workers.leader:
-            position = {"step": self.step, "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch,
-                        "best": self.best.state()}
-            dense = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                     "optimizer_name": self.recipe.dense_optimizer.name,
-                     **(self.baseline.state() if self.baseline is not None else {})}
-            keep = self.recipe.train.keep_checkpoints
-            protect = {s for s in (self._kept_best, self.step if is_best else None) if s is not None}
-            base = self._delta_base(root)
-            self.client.save(str(root), self.step, keep=keep, extra=position, protect=protect, base=base,
-                             before_commit=lambda path: save_tree(path / "dense", dense),
-                             run={"id": self.run_id, "full_every": self.recipe.train.full_every})
-            if is_best:
-                write_marker(root, self.best)
-                checkpoint.remove_older(root, keep, protect={self.step})
-        if is_best:
-            self._kept_best = self.step
-        self.workers.barrier()
-        self.clock.restart()
-        self._saved = self.step
-        for callback in self.callbacks:
-            callback.on_checkpoint(self, self.step, checkpoint.step_dir(root, self.step), is_best)
-        return self.step
-
-    def _delta_base(self, root: Path) -> int | None:
-        """The step this save is a delta on (the previous checkpoint, while its chain is shorter than
-        train.full_every - 1 and every shard can save one: ``ShardStore.health``), or None for a full one."""
-        prev = self._saved
-        if prev is None or self.recipe.train.full_every == 1 or not (checkpoint.step_dir(root, prev) / checkpoint.COMMIT).is_file():
-            return None
-        if checkpoint.deltas_since_full(root, prev) + 1 >= self.recipe.train.full_every:
-            return None
-        return prev if all(h.get("delta_safe", True) for h in self.client.health()) else None  # else a full one
-
-    def _mark_best(self) -> None:
-        root = (self.run_dir / "checkpoints").resolve()
-        if self.workers.leader:
-            write_marker(root, self.best)
-            checkpoint.remove_older(root, self.recipe.train.keep_checkpoints, protect={self.step})
-        self._kept_best = self.step
+        """Every worker flushes its pushes; worker 0 saves the servers' shards and the dense state."""
+        return self.checkpoints.save()
 
     def load(self, path: str | Path) -> dict:
-        """Restore tables, dense state and data position from a checkpoint (or the newest under a root).
-
-        All or nothing: the commit marker, the dense state (against the model's parameter names
-        and shapes) and every shard's rows are verified before any shard or parameter changes."""
-        from cardinal.ps.checkpoint_load import read_commit  # kept local: this method is the trainer's only use
-
-        path = Path(path).resolve()
-        found = path if (path / checkpoint.COMMIT).exists() else checkpoint.latest(path)
-        if found is None:
-            raise ValueError(f"no committed checkpoint in {path}")
-        marker = read_commit(found)
-        dense_entry = marker["files"].get(f"dense/{checkpoint.STATE}")
-        if dense_entry is None:
-            raise ValueError(f"{found / checkpoint.COMMIT} lists no dense/{checkpoint.STATE}: not a trainer checkpoint")
-        dense = load_tree(found / "dense", dense_entry)
-        self._check_dense(found / "dense" / checkpoint.STATE, dense)
-        if self.baseline is not None:
-            self.baseline.check_state(found / "dense" / checkpoint.STATE, dense)
-        if self.workers.leader:
-            info = self.client.load(found)
-        self.workers.barrier()  # no worker pulls before the servers hold the checkpoint
-        if not self.workers.leader:
-            info = {"extra": marker["extra"]}
-        self.model.load_state_dict(dense["model"])
-        self.optimizer.load_state_dict(dense["optimizer"])
-        d = self.recipe.dense_optimizer
-        for group in self.optimizer.param_groups:  # the recipe's hyper-parameters, not the saved ones:
-            group["lr"], group["weight_decay"] = self._dense_lr(), d.weight_decay  # a resume may lower the lr
-        if self.baseline is not None:
-            self.baseline.load_state(dense)
-        info = {**info, "path": str(found)}
-        extra = info["extra"]
-        self.step, self.epoch, self.batch_in_epoch = extra["step"], extra["epoch"], extra["batch_in_epoch"]
-        self._saved = self.step
-        self.run_id = (marker.get("run") or {}).get("id", self.run_id)  # none in a checkpoint from before run ids
-        self.best.restore(extra.get("best"))
-        root = found.parent
-        kept = best_checkpoint(root)
-        self._kept_best = int(kept.name.split("-")[1]) if kept else None
-        # a crash between the best checkpoint's commit and best.json: repaired from the newest checkpoint
-        # only (an older one, loaded by `cardinal eval RUN --checkpoint`, records an older best)
-        if self.recipe.train.keep_best and self.best.step is not None and self.best.step != self._kept_best \
-                and found == checkpoint.latest(root) \
-                and (checkpoint.step_dir(root, self.best.step) / checkpoint.COMMIT).is_file():
-            if self.workers.leader:
-                write_marker(root, self.best)
-            self._kept_best = self.best.step
-        return info
-
-    def _check_dense(self, where: Path, dense) -> None:
-        """The saved dense state fits this model (names, shapes), so loading it cannot fail halfway."""
-        if not isinstance(dense, dict) or not isinstance(dense.get("model"), dict) \
-                or not isinstance(dense.get("optimizer"), dict):
-            raise ValueError(f"{where}: must hold 'model' and 'optimizer' state")
-        expected = {k: tuple(v.shape) for k, v in self.model.state_dict().items()}
-        saved = {k: tuple(v.shape) if isinstance(v, torch.Tensor) else None for k, v in dense["model"].items()}
-        if saved != expected:
-            wrong = sorted(set(saved.items()) ^ set(expected.items()), key=str)[:3]
-            raise ValueError(f"{where}: the model's parameters differ from this recipe's model (e.g. {wrong})")
-        name = self.recipe.dense_optimizer.name
-        if dense.get("optimizer_name") != name:
-            raise ValueError(f"{where}: the dense optimizer was {dense.get('optimizer_name')!r}, this recipe's is "
-                             f"{name!r}: their state does not carry over; resume with dense_optimizer.name = "
-                             f"{dense.get('optimizer_name')!r}")
-        groups = dense["optimizer"].get("param_groups")
-        if not isinstance(groups, list) or len(groups) != len(self.optimizer.param_groups):
-            raise ValueError(f"{where}: the optimizer state has other parameter groups than this recipe's optimizer")
+        """Restore tables, dense state and data position from a checkpoint (or the newest under a root)."""
+        return self.checkpoints.load(path)
 
     def _summary(self, final: dict, samples: int, train_time: float) -> dict:
-        """The best kept model's eval metrics as the headline (the last step's beside them)."""
-        timings = {**self.timings, **self.embedding.timings}
-        root = self.run_dir / "checkpoints"
-        kept = best_checkpoint(root) if self.recipe.train.keep_best else None
-        headline = self.best.result if kept is not None and self.best.step is not None else final
-        summary = {**headline, **{f"last_{k}": v for k, v in final.items()},
-                   "best_step": self.best.step if kept is not None else self.step,
-                   "best_checkpoint": str(kept if kept is not None else checkpoint.latest(root)),
-                   "stopped_early": self.stop_reason}
-        transport = self.client.transport
-        if hasattr(transport, "bytes_sent"):  # network traffic, all workers together
-            sent, received = self.workers.sum(transport.bytes_sent, transport.bytes_received)
-            summary.update(bytes_sent=sent, bytes_received=received)
-        summary = {**summary, "steps": self.step, "samples": samples, "train_seconds": train_time,
-                   "samples_per_s": samples / train_time if train_time else 0.0, "timings_s": timings,
-                   "bad_lines": getattr(self.train_data, "bad_lines", 0),
-                   "checkpoint": str(checkpoint.latest(self.run_dir / "checkpoints")), "workers": self.workers.world,
-                   **self._staleness(), **wire_metrics.per_sample(self.client, self.workers, samples, summed=True),
-                   **self.meter.summary(train_time), "device": str(self.device), **self._cache_metrics(),
-                   **server_metrics(self.client)}
-        if "teacher" in self.data_info:
-            summary["teacher_eval_auc"] = self.data_info["teacher"]["eval"]["teacher_auc"]
-        if self.workers.leader:
-            (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
-            plot_curves(self.metrics.read(), self.run_dir / "curves.png", self.recipe.train.name,
-                        summary.get("teacher_eval_auc"))
-        return summary
-
+        return summarise(self, final, samples, train_time)  # a method: benchmarks/e2e.py times it apart

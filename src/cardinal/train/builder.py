@@ -1,0 +1,128 @@
+"""What a recipe builds for a worker: its share of the data, the model, the servers' client,
+where embedding rows come from, and the dense optimizer with its schedule.
+
+Apart from the loop (``trainer.py``) so that reading how a recipe becomes parts needs no
+reading of how steps run. Each function takes what it needs, not the trainer; the trainer calls
+them after seeding torch, so the model's initial weights follow ``train.seed``.
+"""
+
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from cardinal import planner
+from cardinal.models import MODELS
+from cardinal.models.projection import with_projections
+from cardinal.ps import PSClient, embedded
+from cardinal.ps.transport.grpc_transport import GrpcTransport
+from cardinal.train import tables
+from cardinal.train.config import DENSE_OPTIMIZERS, DataConfig, Recipe
+from cardinal.train.readers import make_readers
+from cardinal.train.schedule import DenseSchedule
+from cardinal.train.workers import Workers
+from cardinal.worker import EmbeddingCollection
+from cardinal.worker.clip import CowClip
+from cardinal.worker.sources import GeoReplica, PSSource
+from cardinal.worker.sources.cache import CachedSource
+
+
+def global_data(recipe: Recipe, world: int) -> DataConfig:
+    """The data section with the global batch: batch_size, or W x batch_size per worker."""
+    if recipe.data.batch_scope == "global":
+        return recipe.data
+    return replace(recipe.data, batch_size=recipe.data.batch_size * world)
+
+
+def readers(recipe: Recipe, workers: Workers, progress: bool):
+    """(train, eval, data info) of this worker's share; worker 0 generates the data set first."""
+    if not workers.leader:
+        workers.barrier()
+    train_data, eval_data, info = make_readers(global_data(recipe, workers.world), recipe.train.seed, progress,
+                                               share=(workers.rank, workers.world))
+    if workers.world > 1 and getattr(train_data, "bad", None) is not None:
+        train_data.bad.min_rows = math.inf  # a share's count alone decides nothing: see Trainer._check_bad_rows
+    if workers.leader:
+        workers.barrier()
+    return train_data, eval_data, info
+
+
+def model(recipe: Recipe, train_data) -> torch.nn.Module:
+    """The recipe's model, with projections where its tables differ in width (``models/projection.py``)."""
+    spec = dict(recipe.model)
+    model_cls = MODELS[spec.pop("name")]
+    return with_projections(model_cls(len(train_data.dense_fields), len(list(train_data.sparse_fields)),
+                                      recipe.embedding.dim, **spec), tables.features(recipe), tables.table_dims(recipe))
+
+
+def dense_lr(recipe: Recipe, world: int) -> float:
+    """The recipe's dense lr; times sqrt(W) with per-worker batches and lr_scaling = "sqrt"
+    (the global batch grew W times; the sparse lr stays, as CowClip advises)."""
+    d, scale = recipe.dense_optimizer, 1.0
+    if recipe.data.batch_scope == "worker" and d.lr_scaling == "sqrt":
+        scale = math.sqrt(world)
+    return d.lr * scale
+
+
+def dense_optimizer(recipe: Recipe, model: torch.nn.Module, world: int) -> torch.optim.Optimizer:
+    d = recipe.dense_optimizer
+    return getattr(torch.optim, DENSE_OPTIMIZERS[d.name])(model.parameters(), lr=dense_lr(recipe, world),
+                                                          weight_decay=d.weight_decay)
+
+
+def schedule(recipe: Recipe, data_info: dict, world: int) -> DenseSchedule:
+    """The dense warmup and decay, over train.steps or the epochs' steps when the data knows them."""
+    t, per_epoch = recipe.train, data_info["train_steps"]
+    return DenseSchedule(recipe.dense_optimizer, dense_lr(recipe, world),
+                         t.steps or (per_epoch * t.epochs if per_epoch else None))
+
+
+def client(recipe: Recipe, workers: Workers, run_dir: Path) -> PSClient:
+    """The servers' client, with the recipe's sharding plan (``cardinal/planner``; written to
+    the run's plan.json when it is not the hash plan); servers are checked to hold what it says."""
+    ps, codecs = recipe.ps, {"pull_codec": recipe.wire.pull, "push_codec": recipe.wire.push}
+    plan = planner.resolve(tables.plan_inputs(recipe), len(ps.servers) or ps.shards,  # embedded shards split the budget
+                           budget=None if ps.servers else ps.budget() // ps.shards)
+    record = run_dir / "plan.json"
+    if workers.leader and not (plan.is_hash() and not plan.replicas) and \
+            Path(ps.plan).resolve() != record.resolve():
+        planner.write(plan, record)  # not the file the job reads (cardinal launch's): others read it now
+    if not ps.servers:
+        return embedded(tables.store_config(recipe), ps.shards, ps.concurrent, ps.store_limits(ps.shards), **codecs,
+                        tier_dir=ps.disk_dir, plan=plan)
+    in_flight = max(1, ps.max_concurrent_calls // workers.world)  # each worker its share of a server's calls
+    made = PSClient(GrpcTransport(ps.servers, ps.job, ps.token(), timeout=ps.timeout_s, tls_ca=ps.tls_ca or None,
+                                  max_message_mb=ps.max_message_mb, max_in_flight=in_flight), **codecs, plan=plan,
+                    worker=workers.rank, workers=workers.world)
+    made.check_plan([t.name for t in tables.store_config(recipe).tables], ps.timeout_s)
+    return made
+
+
+def source(recipe: Recipe, ps_client: PSClient, workers: Workers, consistency: str):
+    """Where one collection's rows come from: the servers (with the in-flight window), or a GEO replica."""
+    e, timeout = recipe.embedding, recipe.ps.timeout_s
+    if consistency == "geo":
+        return GeoReplica(ps_client, recipe.sparse_optimizer, e.geo_interval, timeout)
+    return PSSource(ps_client, e.max_in_flight, timeout, worker=workers.rank, workers=workers.world, combine=e.combine,
+                    compensate=e.compensation == "lr")
+
+
+def cached(recipe: Recipe, rows, device: torch.device):
+    """The source behind a worker cache of hot rows when ``cache.bytes`` > 0 (worker/sources/cache.py)."""
+    c = recipe.cache
+    if not c.capacity:
+        return rows
+    dims = {t: tables.row_width(recipe, t) for t in set(tables.features(recipe).values())}
+    return CachedSource(rows, dims, c.capacity, c.staleness, c.policy, c.admit_after,
+                        device if c.device == "auto" else c.device)  # auto: the worker's device
+
+
+def embedding(recipe: Recipe, ps_client: PSClient, workers: Workers, consistency: str, device: torch.device,
+              staging) -> EmbeddingCollection:
+    """The model's embedding collection: rows pulled ahead by ``embedding.staleness`` steps in async mode."""
+    e = recipe.embedding
+    staleness = e.staleness if consistency == "async" else None
+    return EmbeddingCollection(cached(recipe, source(recipe, ps_client, workers, consistency), device),
+                               tables.features(recipe), e.pooling, staleness, timeout=recipe.ps.timeout_s,
+                               clip=CowClip.from_config(e), staging=staging, buckets=e.hash_buckets)
