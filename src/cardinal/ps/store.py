@@ -445,6 +445,9 @@ class ShardStore:
                 except ValueError as e:
                     raise ValueError(f"checkpoint file {where}: {e}") from None
                 self.memory.hold(tables, info["step"])
+            if t.cold is not None:  # the tier's background writes done, the budget held once more
+                t.cold.settle()
+                self.memory.hold(tables, info["step"])
 
     def stats(self, digest: bool = False, check: bool = False) -> dict:
         """Rows and bytes per table; with ``digest`` each table's digest, and with ``check``

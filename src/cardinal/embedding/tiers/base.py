@@ -52,6 +52,10 @@ class ColdTier(ABC):
         """Bytes the tier keeps in RAM (counted in the RAM budget)."""
         return 0
 
+    def settle(self) -> None:
+        """Finish what the tier writes in the background, so that what it holds in RAM stops moving
+        (a load holds the budget once more after it); nothing to do for a tier without such work."""
+
     def io_bytes(self) -> tuple[int, int]:
         """(bytes of rows put so far, bytes the tier wrote to its disk for them): their ratio is
         its write amplification. (0, 0) for a tier that does not know."""

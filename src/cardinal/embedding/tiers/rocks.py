@@ -92,6 +92,11 @@ class RocksTier(ColdTier):
         db = self._db
         return self.keys.nbytes + (db.property_int_value("rocksdb.estimate-table-readers-mem") if db else 0)
 
+    def settle(self) -> None:
+        """RocksDB's memtables flushed, waited for: its table readers' memory (``ram_bytes``) grows
+        with each file a background flush writes, after the budget was held."""
+        self._db.flush(wait=True)
+
     def io_bytes(self) -> tuple[int, int]:
         """Bytes put (RocksDB's bytes.written: keys and values) and written to its files (flushes and
         compactions), from its statistics."""
