@@ -196,6 +196,10 @@ def test_a_client_sizes_its_calls_as_the_server_reads_them(cluster):
         rows = client.pull(0, "user", ids, create=True, step=1).wait()  # 1.2 MiB of rows: two calls
         assert rows.shape == (40_000, 8) and (client._message[0], client._calls[0]) == (1 << 20, 3)
         client.push(0, "user", ids, np.ones_like(rows), step=1).wait()
+        one_of_two = GrpcTransport(c.addresses, JOB, TOKEN, timeout=20, max_in_flight=16, share=2)  # two workers
+        one_of_two.stats(0).wait()
+        assert one_of_two._calls[0] == 1  # its part of the server's 3 calls
+        one_of_two.close()
     finally:
         client.close()
     assert len(c.stores[0].tables["user"]) == 40_000

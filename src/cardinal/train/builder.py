@@ -93,7 +93,8 @@ def client(recipe: Recipe, workers: Workers, run_dir: Path) -> PSClient:
                         tier_dir=ps.disk_dir, plan=plan)
     in_flight = max(1, ps.max_concurrent_calls // workers.world)  # each worker its share of a server's calls
     made = PSClient(GrpcTransport(ps.servers, ps.job, ps.token(), timeout=ps.timeout_s, tls_ca=ps.tls_ca or None,
-                                  max_message_mb=ps.max_message_mb, max_in_flight=in_flight), **codecs, plan=plan,
+                                  max_message_mb=ps.max_message_mb, max_in_flight=in_flight,
+                                  share=workers.world), **codecs, plan=plan,
                     worker=workers.rank, workers=workers.world)
     made.check_plan([t.name for t in tables.store_config(recipe).tables], ps.timeout_s)
     return made

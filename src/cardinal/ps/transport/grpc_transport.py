@@ -150,7 +150,7 @@ def _update_log(head: dict, payload) -> dict:
 class GrpcTransport(Transport):
     def __init__(self, addresses: list[str], job: str, token: str, *, timeout: float = DEFAULT_TIMEOUT,
                  tls_ca: str | None = None, max_message_mb: int = 64, chunk_mb: float = 4.0,
-                 max_in_flight: int = 16):
+                 max_in_flight: int = 16, share: int = 1):
         if not addresses:
             raise ValueError("a gRPC transport needs at least one server address")
         self.addresses, self.n_shards, self.timeout = list(addresses), len(addresses), timeout
@@ -166,6 +166,7 @@ class GrpcTransport(Transport):
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
         self.max_in_flight = max_in_flight
+        self.share = max(1, share)  # clients that share each server's calls (a job's workers)
         self._slots = [threading.BoundedSemaphore(max_in_flight) for _ in self.addresses]
         self._message = [self.chunk_bytes] * self.n_shards  # each server's largest request and calls read at
         self._calls = [max_in_flight] * self.n_shards        # once, as it said (Stats)
@@ -209,9 +210,10 @@ class GrpcTransport(Transport):
     def _follow(self, shard: int, limits: dict) -> None:
         """Calls to ``shard`` sized as its server reads them: a server under a memory budget reads
         fewer and smaller calls at once (ps/process_memory.py), and a client that sent more would
-        be refused and wait; its calls in flight give their slots back to the semaphore they took."""
+        be refused and wait (each of ``share`` clients takes its part of the server's calls); its
+        calls in flight give their slots back to the semaphore they took."""
         self._message[shard] = min(self.chunk_bytes, int(limits["message_bytes"]))
-        calls = min(self.max_in_flight, int(limits["calls"]))
+        calls = min(self.max_in_flight, max(1, int(limits["calls"]) // self.share))  # this client's share
         if calls != self._calls[shard]:
             self._calls[shard], self._slots[shard] = calls, threading.BoundedSemaphore(calls)
 
