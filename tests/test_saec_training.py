@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from cardinal.compression.clustered import cluster_fields
-from cardinal.compression.clustered_training import SaecSpec, SaecTable
+from cardinal.compression.clustered_training import SaecTable
+from cardinal.embedding.table_config import SaecSpec
 from cardinal.embedding import TableConfig
 from cardinal.embedding.hashing import init_rows
 from cardinal.memory_config import AdmissionConfig

@@ -39,7 +39,6 @@ import functools
 import operator
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -52,27 +51,9 @@ from cardinal.embedding.deletion_log import DeletionLog
 from cardinal.embedding.index import IdIndex
 from cardinal.embedding.storage import Columns, MemoryRowStorage
 from cardinal.embedding.table import Admit, combine_digests
+from cardinal.embedding.table_config import SaecSpec
 
 MIN_CLUSTERS = 16  # a field keeps at least this many clusters (its rows, if fewer): the savings are in large fields
-
-
-@dataclass(frozen=True)
-class SaecSpec:
-    """When and how a table is clustered: ``ratio`` ids a cluster in each field (ceil(n / ratio)
-    clusters, at least MIN_CLUSTERS), after the first push of a step >= ``at``; an id's field is
-    its bits from ``shift`` up (criteo 32, movielens 40)."""
-
-    ratio: float
-    at: int
-    shift: int = 32
-
-    def __post_init__(self):
-        if isinstance(self.ratio, bool) or not isinstance(self.ratio, (int, float)) or not self.ratio >= 1:
-            raise ValueError(f"saec ratio must be a number >= 1 (ids a cluster), got {self.ratio!r}")
-        if isinstance(self.at, bool) or not isinstance(self.at, int) or self.at < 1:
-            raise ValueError(f"saec at must be an integer step >= 1, got {self.at!r}")
-        if isinstance(self.shift, bool) or not isinstance(self.shift, int) or not 1 <= self.shift <= 63:
-            raise ValueError(f"saec shift must be an integer in [1, 63], got {self.shift!r}")
 
 
 class IdMap:

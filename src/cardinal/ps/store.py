@@ -8,8 +8,8 @@ transport (``limits.py``): rows per server and per request (``StoreFull``: nothi
 sighting counted), the byte budget with eviction and time-to-live (``memory.py``), a push whose result would not be finite (refused whole, by the table), and
 exactly-once request ids with a bounded window per client (``request_log.py``). Tables with
 chunked rows (``embedding/formats/chunked.py``) get their pass over which chunks each row keeps
-after the first push of each table at or past every ``chunk_every``-th step. A table named in
-``StoreConfig.saec`` is clustered (``compression/clustered_training.py``) after its first push at or
+after the first push of each table at or past every ``chunk_every``-th step (``TableConfig``). A table
+with a ``TableConfig.saec`` spec is clustered (``compression/clustered_training.py``) after its first push at or
 past the spec's step: the store replaces it by the ``SaecTable`` made from its rows, under its lock,
 and every request runs on the table object the store holds when it gets that lock. Copies of
 other servers' hot rows (``replicas.py``, named ``<table>-replica``) answer pulls and take
@@ -21,14 +21,14 @@ import threading
 import uuid
 import weakref
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
-from cardinal.compression.clustered_training import SaecSpec, SaecTable
+from cardinal.compression.clustered_training import SaecTable
 from cardinal.embedding import EmbeddingTable, TableConfig
-from cardinal.embedding.table import portable_width
+from cardinal.embedding.table_config import SaecSpec, portable_width
 from cardinal.embedding.admission import make_filter
 from cardinal.embedding.tiers import RocksTier
 from cardinal.embedding.tiers.claim import TierDir
@@ -50,15 +50,17 @@ from cardinal.ps.worker_steps import Origin, WorkerSteps, combined_counts
 @dataclass(frozen=True)
 class StoreConfig:
     """The tables every shard holds a part of, their sparse optimizer, each table's admission
-    filter (``embedding/admission``; a table not named admits every id), the eviction
-    settings (``memory.py``), the steps between passes over chunked rows (tables with chunks > 1) and
-    the tables clustered while training (Saec: name -> ``SaecSpec``)."""
+    filter (``embedding/admission``; a table not named admits every id) and the eviction
+    settings (``memory.py``). ``chunk_every`` and ``saec`` (name -> ``SaecSpec``), when given, are
+    written into the tables' configs (``TableConfig.chunk_every``: the steps between passes over
+    chunked rows; ``TableConfig.saec``: clustered while training), the recipe's way of setting them
+    for every table; ``saec`` then names each table that has a spec."""
 
     tables: tuple[TableConfig, ...]
     optimizer: dict = field(default_factory=lambda: {"name": "rowwise_adagrad"})
     admission: dict[str, AdmissionConfig] = field(default_factory=dict)
     eviction: EvictionConfig = field(default_factory=EvictionConfig)
-    chunk_every: int = 100
+    chunk_every: int | None = None
     saec: dict[str, SaecSpec] = field(default_factory=dict)
 
     def __post_init__(self):
@@ -74,7 +76,8 @@ class StoreConfig:
                 raise TypeError(f"admission[{name!r}] must be an AdmissionConfig, got {type(spec).__name__}")
         if not isinstance(self.eviction, EvictionConfig):
             raise TypeError(f"eviction must be an EvictionConfig, got {type(self.eviction).__name__}")
-        if not isinstance(self.chunk_every, int) or isinstance(self.chunk_every, bool) or self.chunk_every < 1:
+        if self.chunk_every is not None and (not isinstance(self.chunk_every, int) or isinstance(self.chunk_every, bool)
+                                             or self.chunk_every < 1):
             raise ValueError(f"chunk_every must be an integer >= 1, got {self.chunk_every!r}")
         for name, spec in self.saec.items():
             if name not in names:
@@ -83,6 +86,10 @@ class StoreConfig:
                 raise TypeError(f"saec[{name!r}] must be a SaecSpec, got {type(spec).__name__}")
             if next(t for t in self.tables if t.name == name).chunks != 1:
                 raise ValueError(f"saec: table {name!r} has chunked rows (chunks > 1), which Saec cannot cluster")
+        every = {} if self.chunk_every is None else {"chunk_every": self.chunk_every}
+        tables = tuple(replace(t, **every, saec=self.saec.get(t.name, t.saec)) for t in self.tables)
+        object.__setattr__(self, "tables", tables)  # frozen: set once, here
+        object.__setattr__(self, "saec", {t.name: t.saec for t in tables if t.saec is not None})
 
 
 class ShardStore:
@@ -268,7 +275,7 @@ class ShardStore:
 
     def _adjust_dims(self, table: str, step: int) -> None:
         """The chunked table's pass, after its first push at or past each multiple of chunk_every."""
-        due = step // self.config.chunk_every
+        due = step // self.tables[table].config.chunk_every
         with self._passing:
             if due <= self._passes.get(table, 0):
                 return
@@ -415,7 +422,7 @@ class ShardStore:
         self.clock.reset(step)
         _close_tiers(old)
         self.memory.swept = step // self.memory.config.every
-        self._passes, self._reshaped = {name: step // self.config.chunk_every for name in fresh}, False
+        self._passes, self._reshaped = {name: step // t.config.chunk_every for name, t in fresh.items()}, False
         self.steps.reset(step)
         self.log.reset()
         for copies in self.replicas.values():  # copies of rows from before the load: none is served again

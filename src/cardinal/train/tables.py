@@ -12,8 +12,8 @@ model's tables are clustered at ``embedding.saec_at`` (``compression/clustered_t
 id's field its bits from ``field_shift`` up; the baseline's stay whole too.
 """
 
-from cardinal.compression.clustered_training import SaecSpec
 from cardinal.embedding import TableConfig
+from cardinal.embedding.table_config import SaecSpec
 from cardinal.model_traits import FIELD_SHIFT, MODELS, SPARSE_FIELDS  # not cardinal.models nor the readers: servers need no torch
 from cardinal.ps import StoreConfig
 from cardinal.train.config import Recipe
