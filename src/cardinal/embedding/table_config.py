@@ -15,7 +15,7 @@ from cardinal.optim import SparseOptimizer
 
 @dataclass(frozen=True)
 class SaecSpec:
-    """When and how a table is clustered (``compression/clustered_training.py``): ``ratio`` ids a cluster in
+    """When and how a table is clustered (``embedding/clustered_table.py``): ``ratio`` ids a cluster in
     each field (ceil(n / ratio) clusters, at least MIN_CLUSTERS), after the first push of a step >= ``at``;
     an id's field is its bits from ``shift`` up (criteo 32, movielens 40)."""
 

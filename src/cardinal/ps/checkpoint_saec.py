@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cardinal.compression.clustered_training import SaecTable
+from cardinal.embedding.clustered_table import SaecTable
 from cardinal.durable import load_array, verify_file, write_array
 from cardinal.embedding import formats
 from cardinal.failpoints import failpoint

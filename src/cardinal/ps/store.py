@@ -9,7 +9,7 @@ sighting counted), the byte budget with eviction and time-to-live (``memory.py``
 exactly-once request ids with a bounded window per client (``request_log.py``). Tables with
 chunked rows (``embedding/formats/chunked.py``) get their pass over which chunks each row keeps
 after the first push of each table at or past every ``chunk_every``-th step (``TableConfig``). A table
-with a ``TableConfig.saec`` spec is clustered (``compression/clustered_training.py``) after its first push at or
+with a ``TableConfig.saec`` spec is clustered (``embedding/clustered_table.py``) after its first push at or
 past the spec's step: the store replaces it by the ``SaecTable`` made from its rows, under its lock,
 and every request runs on the table object the store holds when it gets that lock. Copies of
 other servers' hot rows (``replicas.py``, named ``<table>-replica``) answer pulls and take
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cardinal.compression.clustered_training import SaecTable
+from cardinal.embedding.clustered_table import SaecTable
 from cardinal.embedding import EmbeddingTable, TableConfig
 from cardinal.embedding.table_config import SaecSpec, portable_width
 from cardinal.embedding.admission import make_filter
