@@ -18,7 +18,8 @@ Whole-table paths (export, checkpoints, the cold tier, digests, checks) see rows
 portable form (``formats/base.py``). A lookup-only pull (``create=False``) never inserts and
 returns zeros for unknown ids. Callers validate requests (``ps/validate.py``); the table
 asserts only its invariants. One lock per table: kernels release the GIL, so different
-tables (and shards) update in parallel threads.
+tables (and shards) update in parallel threads. A ``Table`` (``protocol.py``) for the store, as the
+clustered one is (``clustered_table.py``); its settings are a ``TableConfig`` (``table_config.py``).
 """
 
 import functools
@@ -38,13 +39,13 @@ from cardinal.embedding.formats.base import BLOCK
 from cardinal.embedding.formats.rounding import INIT_STEP
 from cardinal.embedding.hashing import init_rows
 from cardinal.embedding.index import IdIndex
+from cardinal.embedding.protocol import Admit
 from cardinal.embedding.storage import Columns, MemoryRowStorage, RowStorage
 from cardinal.embedding.table_config import TableConfig, make_format, portable_width, stored_width  # noqa: F401
 from cardinal.embedding.tiers import ColdTier
 from cardinal.optim import SparseOptimizer
 
 TRY_BLOCK_BYTES = 512 << 10  # rows updated per block: still in (one core's) L2 when checked
-Admit = Callable[[int, object], Callable[[], None]]  # admit(n_new, table) -> release(); raises to refuse
 
 
 class NonFiniteUpdate(ValueError):
@@ -52,9 +53,12 @@ class NonFiniteUpdate(ValueError):
 
 
 class EmbeddingTable:
+    """A ``Table`` (``protocol.py``) of a row per id. ``schedule``: what it runs after a push
+    (``after_push.py``: a chunked table's passes, a clustering), None for nothing."""
+
     def __init__(self, config: TableConfig, optimizer: SparseOptimizer,
                  storage: RowStorage | None = None, capacity: int = 1024, admission: AdmissionFilter | None = None,
-                 cold: ColdTier | None = None):
+                 cold: ColdTier | None = None, schedule=None):
         self.config = config
         self.dim = config.dim
         self.optimizer = optimizer
@@ -77,6 +81,7 @@ class EmbeddingTable:
         self.requested = 0  # ... of the ids training requests asked for while it held rows
         self.deleted = DeletionLog()  # ids deleted (not moved between tiers), for delta checkpoints
         self.demoted = 0   # rows written out to it
+        self.schedule = schedule
 
     def __len__(self) -> int:
         """Rows in every tier."""
@@ -97,6 +102,32 @@ class EmbeddingTable:
     @property
     def cold_bytes(self) -> int:
         return self.cold.nbytes if self.cold is not None else 0
+
+    @property
+    def cold_rows(self) -> int:
+        return len(self.cold) if self.cold is not None else 0
+
+    @property
+    def tiered(self) -> bool:
+        """Rows leaving RAM go to the cold tier (``demote``) rather than being deleted."""
+        return self.cold is not None
+
+    def close(self) -> None:
+        if self.cold is not None:
+            self.cold.close()
+
+    def stats(self) -> dict:
+        """Rows, bytes and counters: this table's entry of a Stats reply."""
+        s = {"rows": len(self), "bytes": self.nbytes, "dim": self.dim, "optimizer": self.optimizer.name,
+             "admission": self.admission.name if self.admission else "none",
+             "admission_bytes": self.admission.nbytes if self.admission else 0,
+             "created": self.created, "refused": self.refused, "dropped": self.dropped, "evicted": dict(self.evicted),
+             "ram_rows": self.storage.size, "disk_rows": len(self) - self.storage.size, "disk_bytes": self.cold_bytes,
+             "faulted": self.faulted, "demoted": self.demoted, "requested": self.requested,
+             "disk_io": self.cold.io_bytes() if self.cold is not None else (0, 0)}
+        if self.config.chunks > 1:
+            s["live_chunks"] = self.format.live
+        return s
 
     def pull(self, ids: np.ndarray, *, create: bool = True, step: int = 0, admit: Admit | None = None) -> np.ndarray:
         """Rows of ``ids`` (n,) int64 as (n, dim) float32.
@@ -392,6 +423,10 @@ class EmbeddingTable:
         return Columns(cols.ids[rows], self.format.portable(cols.data, rows, self.dim), cols.count[rows],
                        cols.last_step[rows])
 
+    def after_push(self, step: int, replace) -> bool:
+        """What the schedule has due after a push of ``step`` (``protocol.py``); False without one."""
+        return self.schedule is not None and self.schedule(self, step, replace)
+
     def adjust_dims(self) -> dict | None:
         """The format's periodic pass over the RAM rows (``formats/chunked.py``: which chunks each row
         keeps); None for a format without one."""
@@ -433,6 +468,17 @@ class EmbeddingTable:
             admission = None if self.admission is None else (self.admission.describe(), self.admission.state())
             rows = None if since is None else self.export(since)
             return {"rows": rows, "deleted": deleted, "admission": admission}
+
+    def checkpoint_files(self) -> None:
+        """None: saved as rows (``row_chunks``, ``snapshot``)."""
+        return None
+
+    def delta_refused(self) -> str | None:
+        """Why a delta cannot follow: the deletion log let go of its ids (``DeletionLog.cap``)."""
+        if self.deleted.overflowed:
+            return (f"deleted more ids from table {self.config.name!r} than its log keeps under ps.memory_budget "
+                    f"({self.deleted.cap:,} bytes)")
+        return None
 
     def import_rows(self, ids, data, count, last_step) -> None:
         """Insert rows as saved (portable), e.g. from a checkpoint; ids must be unique and new to this table

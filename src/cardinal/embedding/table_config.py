@@ -1,8 +1,8 @@
 """A table's settings (``TableConfig``) and what follows from them alone: its row format and widths.
 
-Besides the layout of its rows, a table's config holds what is done after a push to it
-(``ps/store.py``): ``chunk_every``, the steps between passes over chunked rows (``chunks > 1``),
-and ``saec``, when set, the step and ratio at which its rows are clustered (Saec).
+Besides the layout of its rows, a table's config holds what it does after a push (``after_push.py``):
+``chunk_every``, the steps between passes over chunked rows (``chunks > 1``), and ``saec``, when
+set, the step and ratio at which its rows are clustered (Saec, ``clustered_table.py``).
 """
 
 from dataclasses import dataclass
@@ -15,8 +15,8 @@ from cardinal.optim import SparseOptimizer
 
 @dataclass(frozen=True)
 class SaecSpec:
-    """When and how a table is clustered (``embedding/clustered_table.py``): ``ratio`` ids a cluster in
-    each field (ceil(n / ratio) clusters, at least MIN_CLUSTERS), after the first push of a step >= ``at``;
+    """When and how a table is clustered: ``ratio`` ids a cluster in each field (ceil(n / ratio)
+    clusters, at least ``clustered_table.MIN_CLUSTERS``), after the first push of a step >= ``at``;
     an id's field is its bits from ``shift`` up (criteo 32, movielens 40)."""
 
     ratio: float
