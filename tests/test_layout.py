@@ -17,15 +17,21 @@ MAX_LINES = 400
 
 # modules that may import each other, for now: any cycle among them alone is allowed
 ALLOWED_CYCLES = {
-    ("cardinal.ps.checkpoint", "cardinal.ps.checkpoint_chain", "cardinal.ps.checkpoint_saec"):
-        "issue 26 item 1 (table protocol) removes it: another branch",
+    ("cardinal.ps.checkpoint", "cardinal.ps.checkpoint_chain"):
+        "issue 26 item 2: the checkpoint/ package holds the commit and the chain in one place",
+}
+# top-level parts that may import each other, for now
+ALLOWED_PART_CYCLES = {
+    ("cardinal.compression", "cardinal.embedding"):
+        "the clustered table (embedding/) calls Saec's clustering (compression/), which runs on embedding's kernel "
+        "threads (embedding/parallel.py): issue 26 moves the kernel threads below both",
 }
 
 # files under src/cardinal/ over MAX_LINES, for now
 LONG_FILES = {
     "cli.py": "issue 26: to split (each command's body apart from the parser)",
-    "embedding/table.py": "issue 26 item 1 (table protocol): another branch",
-    "ps/store.py": "issue 26 item 1 (table protocol): another branch",
+    "embedding/table.py": "issue 26: to split (its disk tier and deletion apart from pull and push)",
+    "ps/store.py": "issue 26: to split (loading and staging apart from requests)",
     "train/config.py": "issue 26: to split (the recipe's sections apart from loading and checking them)",
     "worker/sources/cache.py": "issue 26: to split (the cache's bookkeeping apart from its RowSource)",
 }
@@ -55,7 +61,10 @@ def test_no_top_level_part_imports_one_that_imports_it_back():
     """planner/ -> train/ -> planner/ is a cycle even when no two modules make one."""
     g = graph()
     found = import_graph.cycles(g, import_graph.part)
-    assert not found, f"cycles between parts:\n{_describe(g, found, import_graph.part)}"
+    new = [c for c in found if not any(set(c) <= set(allowed) for allowed in ALLOWED_PART_CYCLES)]
+    assert not new, f"cycles between parts:\n{_describe(g, new, import_graph.part)}"
+    gone = [allowed for allowed in ALLOWED_PART_CYCLES if not any(set(c) <= set(allowed) for c in found)]
+    assert not gone, f"no cycle among {gone} any more: remove it from ALLOWED_PART_CYCLES"
 
 
 def test_nothing_imports_the_cli():

@@ -167,7 +167,7 @@ def test_a_plan_placing_an_unknown_table_is_refused():
 
 
 def test_clustered_and_chunked_tables_stay_row_wise_over_every_server():
-    from cardinal.compression.clustered_training import SaecSpec
+    from cardinal.embedding.table_config import SaecSpec
     saec = config(saec={"user": SaecSpec(2.0, 5)})
     with pytest.raises(ValueError, match=r"table 'user' is clustered .* leave it out of the plan"):
         ShardingPlan(2, {"user": (P(1),)}).shard_config(saec, 0)

@@ -1,4 +1,4 @@
-"""Saec as the training table (compression/clustered_training.py): a store clusters a table at a
+"""Saec as the training table (embedding/clustered_table.py): a store clusters a table at a
 step, then every id reads and trains its cluster's row; checkpoints, recipes and a run end to end."""
 
 import json
@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from cardinal.compression.clustered import cluster_fields
-from cardinal.compression.clustered_training import SaecSpec, SaecTable
+from cardinal.embedding.clustered_table import SaecTable
+from cardinal.embedding.table_config import SaecSpec
 from cardinal.embedding import TableConfig
 from cardinal.embedding.hashing import init_rows
 from cardinal.memory_config import AdmissionConfig

@@ -1,4 +1,8 @@
-"""Embedding tables: collisionless int64 ids -> rows, compiled kernels, row storage."""
+"""Embedding tables: collisionless int64 ids -> rows, compiled kernels, row storage.
+
+What a parameter server uses of a table is ``protocol.Table``: ``EmbeddingTable`` (``table.py``) and
+the clustered ``SaecTable`` (``clustered_table.py``) implement it.
+"""
 
 from cardinal.embedding.dedup import segment_sum, unique_inverse
 from cardinal.embedding.table import EmbeddingTable, TableConfig, combine_digests

@@ -18,18 +18,18 @@ Whole-table paths (export, checkpoints, the cold tier, digests, checks) see rows
 portable form (``formats/base.py``). A lookup-only pull (``create=False``) never inserts and
 returns zeros for unknown ids. Callers validate requests (``ps/validate.py``); the table
 asserts only its invariants. One lock per table: kernels release the GIL, so different
-tables (and shards) update in parallel threads.
+tables (and shards) update in parallel threads. A ``Table`` (``protocol.py``) for the store, as the
+clustered one is (``clustered_table.py``); its settings are a ``TableConfig`` (``table_config.py``).
 """
 
 import functools
 import operator
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 
-from cardinal.embedding import formats, parallel
+from cardinal.embedding import parallel
 from cardinal.embedding import row_kernels as RK
 from cardinal.embedding.admission import AdmissionFilter
 from cardinal.embedding.compaction import delete_rows
@@ -39,81 +39,26 @@ from cardinal.embedding.formats.base import BLOCK
 from cardinal.embedding.formats.rounding import INIT_STEP
 from cardinal.embedding.hashing import init_rows
 from cardinal.embedding.index import IdIndex
+from cardinal.embedding.protocol import Admit
 from cardinal.embedding.storage import Columns, MemoryRowStorage, RowStorage
+from cardinal.embedding.table_config import TableConfig, make_format, portable_width, stored_width  # noqa: F401
 from cardinal.embedding.tiers import ColdTier
 from cardinal.optim import SparseOptimizer
 
 TRY_BLOCK_BYTES = 512 << 10  # rows updated per block: still in (one core's) L2 when checked
-Admit = Callable[[int, object], Callable[[], None]]  # admit(n_new, table) -> release(); raises to refuse
 
 
 class NonFiniteUpdate(ValueError):
     """A push whose result would hold NaN or Inf: refused whole, nothing changed."""
 
 
-@dataclass(frozen=True)
-class TableConfig:
-    name: str
-    dim: int
-    init_scale: float = 0.01  # new rows are uniform in [-init_scale, init_scale)
-    seed: int = 0
-    storage: str = "fp32"     # how values are stored (``formats/``): fp32, fp16, bf16, int8
-    chunks: int = 1           # > 1: values (fp32) in this many chunks a row frees and revives (formats/chunked.py)
-    chunk_target: float = 1.0  # ... keeping at most this share of the RAM rows' chunks live
-    chunk_tail: int = 0       # ... after the chunks, this many columns never freed (a wide part's weight)
-    first_column: int = 0     # a column piece of a wider row (``ps/plan.py``): where its values start in it
-
-    def __post_init__(self):
-        if not self.name or not self.name.replace("_", "").replace("-", "").isalnum():
-            raise ValueError(f"table name {self.name!r} must be letters, digits, '_' or '-'")
-        if not isinstance(self.dim, int) or self.dim < 1:
-            raise ValueError(f"table {self.name!r}: dim must be a positive integer, got {self.dim!r}")
-        if not (np.isfinite(self.init_scale) and self.init_scale >= 0):
-            raise ValueError(f"table {self.name!r}: init_scale must be finite and >= 0")
-        if self.storage not in formats.FORMATS:
-            raise ValueError(f"table {self.name!r}: storage must be one of {list(formats.FORMATS)}, "
-                             f"got {self.storage!r}")
-        if not isinstance(self.chunks, int) or self.chunks < 1:
-            raise ValueError(f"table {self.name!r}: chunks must be an integer >= 1 (1: off), got {self.chunks!r}")
-        if not isinstance(self.chunk_tail, int) or not 0 <= self.chunk_tail < self.dim:
-            raise ValueError(f"table {self.name!r}: chunk_tail must be an integer in [0, dim), got {self.chunk_tail!r}")
-        if not isinstance(self.first_column, int) or self.first_column < 0:
-            raise ValueError(f"table {self.name!r}: first_column must be an integer >= 0, got {self.first_column!r}")
-        if not 0 < self.chunk_target <= 1:
-            raise ValueError(f"table {self.name!r}: chunk_target must be in (0, 1], got {self.chunk_target!r}")
-        if self.chunks > 1:
-            if (self.dim - self.chunk_tail) % self.chunks:
-                raise ValueError(f"table {self.name!r}: dim {self.dim} - chunk_tail {self.chunk_tail} must be "
-                                 f"divisible by chunks {self.chunks}")
-            if self.chunk_target * self.chunks < 1:
-                raise ValueError(f"table {self.name!r}: chunk_target must be >= 1 / chunks = {1 / self.chunks:g} "
-                                 f"(every row keeps its first chunk), got {self.chunk_target}")
-            if self.storage != "fp32":
-                raise ValueError(f"table {self.name!r}: chunks > 1 stores values as fp32 in its chunks; "
-                                 f"storage must be 'fp32', got {self.storage!r}")
-
-
-def make_format(config: TableConfig, optimizer: SparseOptimizer) -> formats.RowFormat:
-    """The table's row format: a shared one by name, or its own chunk pool (``chunks > 1``)."""
-    if config.chunks == 1:
-        return formats.get(config.storage)
-    return formats.Chunked(config.dim, config.chunks, config.chunk_tail, optimizer.state_width, config.chunk_target)
-
-
-def stored_width(config: TableConfig, optimizer: SparseOptimizer) -> int:
-    """float32 words a stored row takes: its encoded values, then the optimizer's state."""
-    return make_format(config, optimizer).width(config.dim, optimizer.state_width(config.dim))
-
-
-def portable_width(config: TableConfig, optimizer: SparseOptimizer) -> int:
-    """float32 words of a row in the cold tier and in checkpoints (``formats/base.py``)."""
-    return make_format(config, optimizer).portable_width(config.dim, optimizer.state_width(config.dim))
-
-
 class EmbeddingTable:
+    """A ``Table`` (``protocol.py``) of a row per id. ``schedule``: what it runs after a push
+    (``after_push.py``: a chunked table's passes, a clustering), None for nothing."""
+
     def __init__(self, config: TableConfig, optimizer: SparseOptimizer,
                  storage: RowStorage | None = None, capacity: int = 1024, admission: AdmissionFilter | None = None,
-                 cold: ColdTier | None = None):
+                 cold: ColdTier | None = None, schedule=None):
         self.config = config
         self.dim = config.dim
         self.optimizer = optimizer
@@ -136,6 +81,7 @@ class EmbeddingTable:
         self.requested = 0  # ... of the ids training requests asked for while it held rows
         self.deleted = DeletionLog()  # ids deleted (not moved between tiers), for delta checkpoints
         self.demoted = 0   # rows written out to it
+        self.schedule = schedule
 
     def __len__(self) -> int:
         """Rows in every tier."""
@@ -156,6 +102,40 @@ class EmbeddingTable:
     @property
     def cold_bytes(self) -> int:
         return self.cold.nbytes if self.cold is not None else 0
+
+    @property
+    def cold_rows(self) -> int:
+        return len(self.cold) if self.cold is not None else 0
+
+    @property
+    def cold_ram_bytes(self) -> int:
+        return self.cold.ram_bytes if self.cold is not None else 0
+
+    def settle(self) -> None:
+        if self.cold is not None:
+            self.cold.settle()
+
+    @property
+    def tiered(self) -> bool:
+        """Rows leaving RAM go to the cold tier (``demote``) rather than being deleted."""
+        return self.cold is not None
+
+    def close(self) -> None:
+        if self.cold is not None:
+            self.cold.close()
+
+    def stats(self) -> dict:
+        """Rows, bytes and counters: this table's entry of a Stats reply."""
+        s = {"rows": len(self), "bytes": self.nbytes, "dim": self.dim, "optimizer": self.optimizer.name,
+             "admission": self.admission.name if self.admission else "none",
+             "admission_bytes": self.admission.nbytes if self.admission else 0,
+             "created": self.created, "refused": self.refused, "dropped": self.dropped, "evicted": dict(self.evicted),
+             "ram_rows": self.storage.size, "disk_rows": len(self) - self.storage.size, "disk_bytes": self.cold_bytes,
+             "faulted": self.faulted, "demoted": self.demoted, "requested": self.requested,
+             "disk_io": self.cold.io_bytes() if self.cold is not None else (0, 0)}
+        if self.config.chunks > 1:
+            s["live_chunks"] = self.format.live
+        return s
 
     def pull(self, ids: np.ndarray, *, create: bool = True, step: int = 0, admit: Admit | None = None) -> np.ndarray:
         """Rows of ``ids`` (n,) int64 as (n, dim) float32.
@@ -457,6 +437,10 @@ class EmbeddingTable:
         return Columns(cols.ids[rows], self.format.portable(cols.data, rows, self.dim), cols.count[rows],
                        cols.last_step[rows])
 
+    def after_push(self, step: int, replace) -> bool:
+        """What the schedule has due after a push of ``step`` (``protocol.py``); False without one."""
+        return self.schedule is not None and self.schedule(self, step, replace)
+
     def adjust_dims(self) -> dict | None:
         """The format's periodic pass over the RAM rows (``formats/chunked.py``: which chunks each row
         keeps); None for a format without one."""
@@ -498,6 +482,17 @@ class EmbeddingTable:
             admission = None if self.admission is None else (self.admission.describe(), self.admission.state())
             rows = None if since is None else self.export(since)
             return {"rows": rows, "deleted": deleted, "admission": admission}
+
+    def checkpoint_files(self) -> None:
+        """None: saved as rows (``row_chunks``, ``snapshot``)."""
+        return None
+
+    def delta_refused(self) -> str | None:
+        """Why a delta cannot follow: the deletion log let go of its ids (``DeletionLog.cap``)."""
+        if self.deleted.overflowed:
+            return (f"deleted more ids from table {self.config.name!r} than its log keeps under ps.memory_budget "
+                    f"({self.deleted.cap:,} bytes)")
+        return None
 
     def import_rows(self, ids, data, count, last_step) -> None:
         """Insert rows as saved (portable), e.g. from a checkpoint; ids must be unique and new to this table

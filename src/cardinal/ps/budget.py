@@ -60,7 +60,7 @@ class Budget:
         same time: each sees the others'). Rows of a table with a disk tier are always let in: eviction
         moves any row there after the request."""
         m = self.memory
-        if not m.budget or n_new == 0 or table.cold is not None:
+        if not m.budget or n_new == 0 or table.tiered:
             return 0
         need = math.ceil(n_new * (m.row_cost(table) + INDEX_BYTES))
         with self._lock:

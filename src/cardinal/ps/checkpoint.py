@@ -11,7 +11,8 @@
         commit.json           written last: the checkpoint exists once this file does; lists
                               every manifest and state.json (size, crc32) and checks itself
 
-A clustered (Saec) table writes its map and cluster rows instead (``checkpoint_saec.py``).
+A table saved in files of its own writes those instead (``Table.checkpoint_files``, ``embedding/protocol.py``):
+a clustered (Saec) table its map and cluster rows (``embedding/clustered_checkpoint.py``).
 
 A delta checkpoint (``base`` = the step of the checkpoint it applies on, ``base_sha256`` = the digest
 of that one's commit, ``run`` = the run's id: ``checkpoint_chain.py``) holds only the rows
@@ -64,9 +65,9 @@ def admission_file(table: str, key: str) -> str:
 
 def save_shard(step_path: Path, shard: int, n_shards: int, step: int, tables: dict, snapshots: dict,
                base: int | None = None) -> dict:
-    """Write one shard's tables (name -> EmbeddingTable, for their settings; ``snapshots``: name ->
-    ``EmbeddingTable.snapshot``, what to write) and its manifest; returns the manifest. With
-    ``base`` the snapshots hold the rows changed since that step, and the deleted ids are written."""
+    """Write one shard's tables (name -> ``Table``, ``embedding/protocol.py``, their locks held; ``snapshots``:
+    name -> ``Table.snapshot``, what to write) and its manifest; returns the manifest. With ``base`` the
+    snapshots hold the rows changed since that step, and the deleted ids are written."""
     out = shard_dir(step_path, shard, n_shards)
     if out.exists():
         shutil.rmtree(out)  # left by a crashed save of this step: it was never committed
@@ -77,12 +78,9 @@ def save_shard(step_path: Path, shard: int, n_shards: int, step: int, tables: di
         manifest["base"] = base
     for name, table in tables.items():
         snap = snapshots[name]
-        saec = None
-        if getattr(table, "clustered", False):  # Saec: its map and cluster rows (full checkpoints only)
-            from cardinal.ps import checkpoint_saec
-
-            files, saec = checkpoint_saec.write(out, name, table)
-            n = len(table)
+        own, extra = _write_own(out, name, table), {}
+        if own is not None:  # files of its own (a Saec table's map and cluster rows: full checkpoints only)
+            (files, extra), n = own, len(table)
         elif snap["rows"] is None:  # a full checkpoint: streamed, block by block, from every tier
             files, n = _write_chunks(out, name, table), len(table)
         else:
@@ -96,8 +94,7 @@ def save_shard(step_path: Path, shard: int, n_shards: int, step: int, tables: di
                                     "chunks": table.config.chunks, "chunk_tail": table.config.chunk_tail, "rows": n,
                                     "init_scale": table.config.init_scale, "seed": table.config.seed,
                                     "optimizer": table.optimizer.describe(), "files": files}
-        if saec is not None:
-            manifest["tables"][name]["saec"] = saec
+        manifest["tables"][name].update(extra)
         if snap["admission"] is not None:
             describe, state = snap["admission"]
             files = {key: write_array(out / admission_file(name, key), array) for key, array in state.items()}
@@ -105,6 +102,20 @@ def save_shard(step_path: Path, shard: int, n_shards: int, step: int, tables: di
     failpoint("save.before_shard_manifest")
     write_json(out / MANIFEST, manifest)
     return manifest
+
+
+def _write_own(out: Path, name: str, table) -> tuple[dict, dict] | None:
+    """(files, manifest keys besides every table's) of a table saved in files of its own
+    (``Table.checkpoint_files``, its lock held by the caller); None for a table saved as rows."""
+    own = table.checkpoint_files()
+    if own is None:
+        return None
+    arrays, extra = own
+    files = {}
+    for column, array in arrays.items():
+        files[column] = write_array(out / f"{name}.{column}.npy", array)
+        failpoint("save.shard_file_written")
+    return files, extra
 
 
 def _write_chunks(out: Path, name: str, table) -> dict:

@@ -12,7 +12,7 @@ A load trusts nothing it reads. In order:
                       unique ids, each routing to the shard that saved it by its plan; finite
                       values (decoded)
     admission state   size and crc32; its dtypes and shapes checked by the filter that loads it
-    a Saec table      its own files (``checkpoint_saec.py``), in the shard count that saved it only
+    a Saec table      its own files (``embedding/clustered_checkpoint.py``), in the shard count that saved it only
     a delta           its base: an earlier committed checkpoint in the same directory, read the
                       same way (``read_chain``), of the same run, the very commit the delta was
                       saved on (``checkpoint_chain.py``); its deleted ids: unique int64
@@ -34,12 +34,12 @@ from pathlib import Path
 import numpy as np
 
 from cardinal.durable import check_name, crc32_json, load_array, read_json, verify_file
-from cardinal.embedding import formats
+from cardinal.embedding import clustered_checkpoint, formats
 from cardinal.embedding.hashing import ROUTING_NAME
 from cardinal.embedding.storage import Columns
 from cardinal.ps.checkpoint import (COLUMNS, COMMIT, DELETED, FORMAT_VERSION, MANIFEST, STATE, admission_file,
                                     shard_dir, shard_names)
-from cardinal.ps import checkpoint_chain, checkpoint_columns, checkpoint_saec
+from cardinal.ps import checkpoint_chain, checkpoint_columns
 from cardinal.ps.plan import ShardingPlan
 
 DTYPES = {"ids": np.dtype(np.int64), "data": np.dtype(np.float32), "count": np.dtype(np.uint32),
@@ -131,11 +131,11 @@ def _check_manifest(path: Path, m: dict, shard: int, n_shards: int, step: int, b
         if storage(t) not in formats.FORMATS:
             raise ValueError(f"{where}: storage must be one of {list(formats.FORMATS)}, got {storage(t)!r}")
         files = t.get("files")
-        if "saec" in t:  # a clustered table: its map and cluster rows, never in a delta
+        if clustered_checkpoint.KEY in t:  # a clustered table: its map and cluster rows, never in a delta
             if base is not None:
                 raise ValueError(f"{where}: a delta checkpoint cannot hold a clustered (Saec) table")
-            checkpoint_saec.check_meta(where, t)
-            columns = checkpoint_saec.COLUMNS
+            clustered_checkpoint.check_meta(where, t)
+            columns = clustered_checkpoint.COLUMNS
         else:
             columns = (*COLUMNS, DELETED) if base is not None else COLUMNS
         if not isinstance(files, dict) or set(files) != set(columns):

@@ -16,6 +16,8 @@ After each request that may create rows (training pulls, pushes) the store calls
 - **Disk budget**: when the disk tier's rows pass ``disk_budget``, its lowest-scored rows are
   deleted down to DISK_LOW_WATER x disk_budget (a scan of the tier: rarer, so a wider margin).
 
+The tables are ``Table``s (``embedding/protocol.py``); their disk tier (``RowTable``) only where ``tiered``.
+
 Rows touched in the last ``protect_steps`` steps are never evicted: they may be in flight
 (pulled ahead for the next batch, or held in a worker's cache window); new rows get room before
 they are created, or are refused when protected rows fill the budget (``budget.py``). Deletion
@@ -72,7 +74,7 @@ class Memory:
             self.sweep(tables, step)
         if self.budget and sum(t.nbytes for t in tables.values()) > self.budget:
             self.fit(tables, step)
-        if self.disk_budget and sum(t.cold_bytes for t in tables.values()) > self.disk_budget:
+        if self.disk_budget and sum(t.cold_bytes for t in tables.values() if t.tiered) > self.disk_budget:
             self.fit_disk(tables, step)
 
     def hold(self, tables: dict, step: int) -> None:
@@ -97,7 +99,7 @@ class Memory:
                 continue
             for t in tables.values():
                 t.evict(lambda cols, n, c=cutoff: np.flatnonzero(cols.last_step[:n] < c), reason)
-                if t.cold is not None and len(t.cold):
+                if t.tiered and t.cold_rows:
                     t.evict_cold(lambda rows, c=cutoff: _EMPTY if rows is None else rows.ids[rows.last_step < c], reason)
 
     def fit(self, tables: dict, step: int, protect: bool = True, extra: int = 0) -> None:
@@ -113,7 +115,7 @@ class Memory:
             if not free:
                 break
             self.leave_rows(tables, step, held() - target, free, protect)
-        for _ in range(2 if protect and any(t.cold is not None for t in tables.values()) else 0):
+        for _ in range(2 if protect and any(t.tiered for t in tables.values()) else 0):
             free = self.free(tables, step, False)  # twice: the tier's key filter grows as rows go to it
             if held() <= target or held() - sum(free.values()) > self.budget:  # only if that gets under it
                 break
@@ -153,7 +155,7 @@ class Memory:
         RAM: to its disk tier, else deleted. Returns the bytes freed."""
         select = lambda cols, n: self._victims(cols, n, t.values, step, k, protect)  # noqa: E731
         per_row = self.row_cost(t)
-        return per_row * (t.demote(select) if t.cold is not None else t.evict(select, "budget"))
+        return per_row * (t.demote(select) if t.tiered else t.evict(select, "budget"))
 
     @staticmethod
     def row_cost(t) -> float:
@@ -165,8 +167,8 @@ class Memory:
         """Bytes a row leaving RAM frees: its cost, less what it costs where it goes: its share of
         the disk tier's RAM (key filter, RocksDB's table readers), or the id a deletion logs for the
         next delta checkpoint (``embedding/deletion_log.py``)."""
-        if t.cold is not None:
-            there = t.cold.ram_bytes / len(t.cold) if len(t.cold) else 0
+        if t.tiered:
+            there = t.cold_ram_bytes / t.cold_rows if t.cold_rows else 0
         else:
             there = 0 if t.deleted.overflowed else 8
         return max(1.0, cls.row_cost(t) - there)
@@ -177,11 +179,11 @@ class Memory:
 
     def fit_disk(self, tables: dict, step: int) -> None:
         """Delete the disk tier's lowest-scored rows until it is under DISK_LOW_WATER x disk_budget."""
-        cold = {name: t.cold_bytes for name, t in tables.items() if t.cold is not None and len(t.cold)}
+        cold = {name: t.cold_bytes for name, t in tables.items() if t.tiered and t.cold_rows}
         need = sum(cold.values()) - DISK_LOW_WATER * self.disk_budget
         for name, nbytes in cold.items():
             t = tables[name]
-            k = math.ceil(need * nbytes / sum(cold.values()) / (nbytes / len(t.cold)))
+            k = math.ceil(need * nbytes / sum(cold.values()) / (nbytes / t.cold_rows))
             t.evict_cold(self._lowest_over_chunks(k, t.cold_values, step), "disk_budget")
 
     def _lowest_over_chunks(self, k: int, values, step: int):

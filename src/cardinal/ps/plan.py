@@ -206,7 +206,7 @@ class ShardingPlan:
             if pieces[-1].columns is not None and pieces[-1].columns[1] != t.dim:
                 raise ValueError(f"plan: table {t.name!r} is {t.dim} columns wide, its pieces cover "
                                  f"[0, {pieces[-1].columns[1]})")
-            if t.name in self.tables and t.name in config.saec:
+            if t.name in self.tables and t.saec is not None:
                 raise ValueError(f"plan: table {t.name!r} is clustered (embedding.saec_ratio): it can only be row-wise "
                                  "over every server; leave it out of the plan")
             if len(pieces) > 1 and t.chunks > 1:

@@ -6,12 +6,11 @@ Every request is checked in full before anything changes (``validate.py``), so a
 request leaves the store as it was. The row limits live here too, so they hold for every
 transport (``limits.py``): rows per server and per request (``StoreFull``: nothing created, no
 sighting counted), the byte budget with eviction and time-to-live (``memory.py``), a push whose result would not be finite (refused whole, by the table), and
-exactly-once request ids with a bounded window per client (``request_log.py``). Tables with
-chunked rows (``embedding/formats/chunked.py``) get their pass over which chunks each row keeps
-after the first push of each table at or past every ``chunk_every``-th step. A table named in
-``StoreConfig.saec`` is clustered (``compression/clustered_training.py``) after its first push at or
-past the spec's step: the store replaces it by the ``SaecTable`` made from its rows, under its lock,
-and every request runs on the table object the store holds when it gets that lock. Copies of
+exactly-once request ids with a bounded window per client (``request_log.py``). A table is used
+through ``embedding/protocol.py`` only: after each push it runs what its schedule has due
+(``embedding/after_push.py``: a chunked table's pass over which chunks each row keeps, a clustering
+into the Saec table that replaces it, handed over under its lock), and every request runs on the
+table object the store holds when it gets that lock. Copies of
 other servers' hot rows (``replicas.py``, named ``<table>-replica``) answer pulls and take
 refreshes (a push of kind "replica"), nothing else.
 """
@@ -21,20 +20,21 @@ import threading
 import uuid
 import weakref
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
-from cardinal.compression.clustered_training import SaecSpec, SaecTable
-from cardinal.embedding import EmbeddingTable, TableConfig
-from cardinal.embedding.table import portable_width
+from cardinal.embedding import EmbeddingTable, TableConfig, after_push, clustered_checkpoint
 from cardinal.embedding.admission import make_filter
+from cardinal.embedding.clustered_table import SaecTable
+from cardinal.embedding.protocol import Table
+from cardinal.embedding.table_config import SaecSpec, portable_width
 from cardinal.embedding.tiers import RocksTier
 from cardinal.embedding.tiers.claim import TierDir
 from cardinal.memory_config import AdmissionConfig, EvictionConfig
 from cardinal.optim import make_optimizer
-from cardinal.ps import checkpoint, checkpoint_load, checkpoint_saec, validate
+from cardinal.ps import checkpoint, checkpoint_load, validate
 from cardinal.ps.budget import Budget, NeedRoom
 from cardinal.ps.limits import StoreFull, StoreLimits
 from cardinal.ps.memory import Memory
@@ -42,6 +42,7 @@ from cardinal.ps.plan import ShardingPlan
 from cardinal.ps.process_memory import deletion_log_bytes, rocks_memory
 from cardinal.ps.replicas import CopiedRows
 from cardinal.ps.request_log import RequestLog, quote
+from cardinal.ps.routing import route
 from cardinal.ps.step_clock import StepClock
 from cardinal.ps.update_log import UpdateLog
 from cardinal.ps.worker_steps import Origin, WorkerSteps, combined_counts
@@ -50,15 +51,17 @@ from cardinal.ps.worker_steps import Origin, WorkerSteps, combined_counts
 @dataclass(frozen=True)
 class StoreConfig:
     """The tables every shard holds a part of, their sparse optimizer, each table's admission
-    filter (``embedding/admission``; a table not named admits every id), the eviction
-    settings (``memory.py``), the steps between passes over chunked rows (tables with chunks > 1) and
-    the tables clustered while training (Saec: name -> ``SaecSpec``)."""
+    filter (``embedding/admission``; a table not named admits every id) and the eviction
+    settings (``memory.py``). ``chunk_every`` and ``saec`` (name -> ``SaecSpec``), when given, are
+    written into the tables' configs (``TableConfig.chunk_every``: the steps between passes over
+    chunked rows; ``TableConfig.saec``: clustered while training), the recipe's way of setting them
+    for every table; ``saec`` then names each table that has a spec."""
 
     tables: tuple[TableConfig, ...]
     optimizer: dict = field(default_factory=lambda: {"name": "rowwise_adagrad"})
     admission: dict[str, AdmissionConfig] = field(default_factory=dict)
     eviction: EvictionConfig = field(default_factory=EvictionConfig)
-    chunk_every: int = 100
+    chunk_every: int | None = None
     saec: dict[str, SaecSpec] = field(default_factory=dict)
 
     def __post_init__(self):
@@ -74,7 +77,8 @@ class StoreConfig:
                 raise TypeError(f"admission[{name!r}] must be an AdmissionConfig, got {type(spec).__name__}")
         if not isinstance(self.eviction, EvictionConfig):
             raise TypeError(f"eviction must be an EvictionConfig, got {type(self.eviction).__name__}")
-        if not isinstance(self.chunk_every, int) or isinstance(self.chunk_every, bool) or self.chunk_every < 1:
+        if self.chunk_every is not None and (not isinstance(self.chunk_every, int) or isinstance(self.chunk_every, bool)
+                                             or self.chunk_every < 1):
             raise ValueError(f"chunk_every must be an integer >= 1, got {self.chunk_every!r}")
         for name, spec in self.saec.items():
             if name not in names:
@@ -83,6 +87,10 @@ class StoreConfig:
                 raise TypeError(f"saec[{name!r}] must be a SaecSpec, got {type(spec).__name__}")
             if next(t for t in self.tables if t.name == name).chunks != 1:
                 raise ValueError(f"saec: table {name!r} has chunked rows (chunks > 1), which Saec cannot cluster")
+        every = {} if self.chunk_every is None else {"chunk_every": self.chunk_every}
+        tables = tuple(replace(t, **every, saec=self.saec.get(t.name, t.saec)) for t in self.tables)
+        object.__setattr__(self, "tables", tables)  # frozen: set once, here
+        object.__setattr__(self, "saec", {t.name: t.saec for t in tables if t.saec is not None})
 
 
 class ShardStore:
@@ -132,12 +140,11 @@ class ShardStore:
         self._staged: tuple[str, dict, int] | None = None  # (token, tables, step) of a prepared load
         self._saved: int | None = None  # the step last saved or loaded: what a delta checkpoint may apply on
         self._stepped_back = False  # a request of a step <= _saved came since: a delta would miss its rows
-        self._passes: dict[str, int] = {}  # table -> step // chunk_every of its last pass over chunked rows
-        self._reshaped = False  # such a pass ran since _saved: it changed rows a delta would not hold
-        self._passing = threading.Lock()
+        self._reshaped = False  # a table's schedule changed rows since _saved that a delta would not hold
         self._staging_lock = threading.Lock()
 
-    def _fresh_tables(self) -> dict[str, EmbeddingTable]:
+    def _fresh_tables(self, step: int = 0) -> dict[str, Table]:
+        """Every table of this shard, empty, its schedule starting at ``step`` (a load's)."""
         tables = {}
         for t in self.config.tables:
             optimizer = make_optimizer(self.config.optimizer)
@@ -148,7 +155,7 @@ class ShardStore:
                                  *rocks_memory(self.limits.memory_budget, len(self.config.tables)))
                 self._tier_list.append(cold)
             tables[t.name] = EmbeddingTable(t, optimizer, admission=make_filter(self.config.admission.get(t.name)),
-                                            cold=cold)
+                                            cold=cold, schedule=after_push.schedule(t, step))
             tables[t.name].deleted.cap = deletion_log_bytes(self.limits.memory_budget, len(self.config.tables))
         return tables
 
@@ -234,8 +241,8 @@ class ShardStore:
         self.clock.advance(step)
         self._note_step(step)
         self.memory.after(self.tables, step)
-        self._adjust_dims(table, step)
-        self._cluster(table, step)
+        if self.tables[table].after_push(step, lambda successor: self.tables.__setitem__(table, successor)):
+            self._reshaped = True
         return reply()
 
     def _on(self, table: str, fn, step: int = 0):
@@ -250,31 +257,6 @@ class ShardStore:
                         return fn(t)
             except NeedRoom as room:
                 self.budget.make_room(self.tables, room, step)
-
-    def _cluster(self, table: str, step: int) -> None:
-        """Saec: replace the table by its clustering after its first push at or past the spec's step."""
-        spec = self.config.saec.get(table)
-        if spec is None or step < spec.at or getattr(self.tables[table], "clustered", False):
-            return
-        with self._passing:
-            old = self.tables[table]
-            if getattr(old, "clustered", False):
-                return
-            with old.lock:
-                self.tables[table] = SaecTable.cluster(old, spec, step)
-            if old.cold is not None:
-                old.cold.close()
-            self._reshaped = True
-
-    def _adjust_dims(self, table: str, step: int) -> None:
-        """The chunked table's pass, after its first push at or past each multiple of chunk_every."""
-        due = step // self.config.chunk_every
-        with self._passing:
-            if due <= self._passes.get(table, 0):
-                return
-            self._passes[table] = due
-        if self.tables[table].adjust_dims() is not None:
-            self._reshaped = True
 
     def _note_step(self, step: int) -> None:
         if self._saved is not None and step <= self._saved:
@@ -384,7 +366,7 @@ class ShardStore:
         if phase == "prepare":
             chain = checkpoint_load.read_chain(Path(step_path))  # a delta: its full checkpoint, then each delta
             path, info = chain[-1]
-            fresh = self._fresh_tables()
+            fresh = self._fresh_tables(info["step"])
             try:
                 for k, link in enumerate(chain):
                     self._load_rows(*link, fresh, delta=k > 0)
@@ -415,7 +397,7 @@ class ShardStore:
         self.clock.reset(step)
         _close_tiers(old)
         self.memory.swept = step // self.memory.config.every
-        self._passes, self._reshaped = {name: step // self.config.chunk_every for name in fresh}, False
+        self._reshaped = False
         self.steps.reset(step)
         self.log.reset()
         for copies in self.replicas.values():  # copies of rows from before the load: none is served again
@@ -428,12 +410,11 @@ class ShardStore:
         replace the ones older checkpoints gave."""
         checkpoint_load.check_compatible(step_path, info, tables, self.plan, self.tables_of_plan)
         for name, t in list(tables.items()):
-            checkpoint_saec.refuse_reshard(step_path, info, name, self.n_shards)
-            own = checkpoint.shard_dir(step_path, self.shard, self.n_shards).name
-            if "saec" in info["manifests"].get(own, {}).get("tables", {}).get(name, {}):  # clustered here
-                tables[name] = checkpoint_saec.read(step_path, info, self.shard, name, t)
-                if t.cold is not None:
-                    t.cold.close()
+            clustered_checkpoint.refuse_reshard(step_path, info, name, self.n_shards)
+            own = checkpoint.shard_dir(step_path, self.shard, self.n_shards)
+            if clustered_checkpoint.KEY in info["manifests"].get(own.name, {}).get("tables", {}).get(name, {}):
+                tables[name] = SaecTable.from_checkpoint(t, step_path, info, own, self.shard, route)  # clustered here
+                t.close()
                 continue
             if delta:  # deletions the chain records are not changes since the checkpoint: not logged
                 t.delete(checkpoint_load.deleted_ids(step_path, info, self.plan, self.shard, name), log=False)
@@ -445,8 +426,8 @@ class ShardStore:
                 except ValueError as e:
                     raise ValueError(f"checkpoint file {where}: {e}") from None
                 self.memory.hold(tables, info["step"])
-            if t.cold is not None:  # the tier's background writes done, the budget held once more
-                t.cold.settle()
+            if t.tiered:  # the tier's background writes done, the budget held once more
+                t.settle()
                 self.memory.hold(tables, info["step"])
 
     def stats(self, digest: bool = False, check: bool = False) -> dict:
@@ -456,17 +437,7 @@ class ShardStore:
             self.check()
         tables = {}
         for name, t in self.tables.items():
-            tables[name] = {"rows": len(t), "bytes": t.nbytes, "dim": t.dim, "optimizer": t.optimizer.name,
-                            "admission": t.admission.name if t.admission else "none",
-                            "admission_bytes": t.admission.nbytes if t.admission else 0,
-                            "created": t.created, "refused": t.refused, "dropped": t.dropped, "evicted": dict(t.evicted),
-                            "ram_rows": t.storage.size, "disk_rows": len(t) - t.storage.size, "disk_bytes": t.cold_bytes,
-                            "faulted": t.faulted, "demoted": t.demoted, "requested": t.requested,
-                            "disk_io": t.cold.io_bytes() if t.cold is not None else (0, 0)}
-            if t.config.chunks > 1:
-                tables[name]["live_chunks"] = t.format.live
-            if getattr(t, "clustered", False):
-                tables[name]["clusters"] = t.clusters
+            tables[name] = t.stats()
             if digest:
                 tables[name]["digest_parts"] = t.digest_parts()
         return {"shard": self.shard, "n_shards": self.n_shards, "step": self.clock.step, "tables": tables,
@@ -483,14 +454,7 @@ class ShardStore:
         if self._reshaped:
             return ("has since chosen which chunks its rows keep (embedding.chunks) or clustered a table (Saec), "
                     "a change to rows no push touched, which a delta cannot find")
-        clustered = [n for n, t in self.tables.items() if getattr(t, "clustered", False)]
-        if clustered:
-            return f"holds the clustered (Saec) table {clustered[0]!r}, which only full checkpoints save"
-        overflowed = [n for n, t in self.tables.items() if t.deleted.overflowed]
-        if overflowed:
-            return (f"deleted more ids from table {overflowed[0]!r} than its log keeps under ps.memory_budget "
-                    f"({self.tables[overflowed[0]].deleted.cap:,} bytes)")
-        return None
+        return next((why for t in self.tables.values() if (why := t.delta_refused()) is not None), None)
 
     def health(self) -> dict:
         """``delta_safe``: whether the next checkpoint may be a delta on the last one (the trainer
@@ -505,8 +469,7 @@ class ShardStore:
 
 def _close_tiers(tables: dict) -> None:
     for t in tables.values():
-        if t.cold is not None:
-            t.cold.close()
+        t.close()
 
 
 def _remove_tiers(claimed: TierDir, tiers: list) -> None:

@@ -129,7 +129,7 @@ class EmbeddingConfig:
                                   # chunks read zeros (a wide part's weight is never freed); 1: off
     chunk_target: float = 1.0     # the share of chunks kept live on each server, in [1/chunks, 1] (each row keeps one)
     chunk_every: int = 100        # steps between the passes that choose which chunks stay (and free the others' memory)
-    saec_ratio: float = 0.0       # Saec as the training table (compression/clustered_training.py): after the push of
+    saec_ratio: float = 0.0       # Saec as the training table (embedding/clustered_table.py): after the push of
                                   # step saec_at each server clusters its rows of the model's tables field by field,
                                   # about this many ids a cluster (ceil(n / ratio), at least 16 a field), and from then
                                   # on an id reads and trains its cluster's vector (the map frozen; an id first seen

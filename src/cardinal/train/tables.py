@@ -8,15 +8,15 @@ With ``train.baseline = "lr"`` each table has a twin ``lr_<name>`` of one weight
 logistic-regression baseline trained on the same batches, on the same servers. With ``embedding.chunks > 1`` the
 model's tables keep their rows in chunks (``embedding/formats/chunked.py``), the wide part's
 weight after them, never freed; the baseline's stay whole. With ``embedding.saec_ratio`` the
-model's tables are clustered at ``embedding.saec_at`` (``compression/clustered_training.py``), each
+model's tables are clustered at ``embedding.saec_at`` (``embedding/clustered_table.py``), each
 id's field its bits from ``field_shift`` up; the baseline's stay whole too.
 ``plan_inputs`` is what the sharding planner reads of a recipe (``cardinal/planner``).
 """
 
 from functools import partial
 
-from cardinal.compression.clustered_training import SaecSpec
 from cardinal.embedding import TableConfig
+from cardinal.embedding.table_config import SaecSpec
 from cardinal.model_traits import FIELD_SHIFT, MODELS, SPARSE_FIELDS  # not cardinal.models nor the readers: servers need no torch
 from cardinal.planner.inputs import PlanInputs
 from cardinal.ps import StoreConfig

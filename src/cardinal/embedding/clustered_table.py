@@ -1,7 +1,8 @@
 """Saec as the training table: after the clustering, an id reads and trains its cluster's vector.
 
-A server clusters its part of a table once (``SaecTable.cluster``, called by the store after the
-first push at or past ``SaecSpec.at``) and from then on answers through the frozen map:
+A server clusters its part of a table once (``SaecTable.cluster``, run by the table's schedule after
+its first push at or past ``SaecSpec.at``: ``after_push.py``) and from then on answers through the
+frozen map:
 
     map (per id)      id -> slot (int32), count, last step      ids    a  b  c  d  e (new)
     cluster rows      slot -> [values | optimizer state]        slot   0  0  1  0  2 = default of e's field
@@ -39,96 +40,30 @@ import functools
 import operator
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 
 from cardinal.compression.clustered import cluster_fields
-from cardinal.embedding import EmbeddingTable
+from cardinal.embedding import clustered_checkpoint
 from cardinal.embedding import row_kernels as RK
-from cardinal.embedding.compaction import delete_rows
 from cardinal.embedding.dedup import unique_inverse
 from cardinal.embedding.deletion_log import DeletionLog
-from cardinal.embedding.index import IdIndex
-from cardinal.embedding.storage import Columns, MemoryRowStorage
-from cardinal.embedding.table import Admit, combine_digests
+from cardinal.embedding.id_map import IdMap
+from cardinal.embedding.protocol import Admit
+from cardinal.embedding.storage import Columns
+from cardinal.embedding.table import EmbeddingTable, combine_digests
+from cardinal.embedding.table_config import SaecSpec
 
 MIN_CLUSTERS = 16  # a field keeps at least this many clusters (its rows, if fewer): the savings are in large fields
 
 
-@dataclass(frozen=True)
-class SaecSpec:
-    """When and how a table is clustered: ``ratio`` ids a cluster in each field (ceil(n / ratio)
-    clusters, at least MIN_CLUSTERS), after the first push of a step >= ``at``; an id's field is
-    its bits from ``shift`` up (criteo 32, movielens 40)."""
-
-    ratio: float
-    at: int
-    shift: int = 32
-
-    def __post_init__(self):
-        if isinstance(self.ratio, bool) or not isinstance(self.ratio, (int, float)) or not self.ratio >= 1:
-            raise ValueError(f"saec ratio must be a number >= 1 (ids a cluster), got {self.ratio!r}")
-        if isinstance(self.at, bool) or not isinstance(self.at, int) or self.at < 1:
-            raise ValueError(f"saec at must be an integer step >= 1, got {self.at!r}")
-        if isinstance(self.shift, bool) or not isinstance(self.shift, int) or not 1 <= self.shift <= 63:
-            raise ValueError(f"saec shift must be an integer in [1, 63], got {self.shift!r}")
-
-
-class IdMap:
-    """id -> slot, with each id's count and last step: a ``MemoryRowStorage`` of one word a row (the
-    slot's int32 bits) behind an ``IdIndex``, so rows stay dense and deletable like a table's."""
-
-    def __init__(self, capacity: int = 1024):
-        self.storage = MemoryRowStorage(1, capacity)
-        self.index = IdIndex(capacity)
-
-    def __len__(self) -> int:
-        return self.storage.size
-
-    @property
-    def nbytes(self) -> int:
-        return self.storage.nbytes + self.index.nbytes
-
-    def columns(self) -> Columns:
-        return self.storage.columns()
-
-    def find(self, ids: np.ndarray) -> np.ndarray:
-        """(n,) int64: the map row of each id, -1 where absent."""
-        return self.index.find(self.storage.columns().ids, ids)
-
-    def slots(self, rows: np.ndarray) -> np.ndarray:
-        """(n,) int64: the slot of each map row (rows >= 0)."""
-        return self.storage.columns().data[:, 0].view(np.int32)[rows].astype(np.int64)
-
-    def insert(self, ids: np.ndarray, slots: np.ndarray, count: np.ndarray | None = None,
-               last_step: np.ndarray | None = None) -> None:
-        """New entries: ``ids`` (n,) unique and absent, their slots, counts and last steps (0 if None)."""
-        n = self.storage.size
-        self.storage.reserve(n + len(ids))
-        cols = self.storage.columns()
-        rows, n_new = self.index.find_or_insert(cols.ids, n, ids)
-        assert n_new == n + len(ids), "map entries inserted must be new and unique"
-        cols.data[:, 0].view(np.int32)[rows] = slots
-        cols.count[rows] = 0 if count is None else count
-        cols.last_step[rows] = 0 if last_step is None else last_step
-        self.storage.size = n_new
-
-    def delete(self, rows: np.ndarray) -> int:
-        size = self.storage.size
-        self.storage.shrink(delete_rows(self.index, self.storage.columns(), size, rows))
-        return size - self.storage.size
-
-    def check(self) -> None:
-        self.index.check(self.storage.columns().ids, self.storage.size)
-
-
 class SaecTable:
-    """A table after Saec: the ``EmbeddingTable`` interface the store, memory and checkpoints use,
-    over a frozen map and the cluster rows (see the module docstring). ``clusters``: slots
-    [0, n_clustered) are the clustering's, the rest each field's default (``defaults``: field -> slot)."""
+    """A table after Saec: a ``Table`` (``protocol.py``) over a frozen map and the cluster rows (see
+    the module docstring). ``clusters``: slots [0, n_clustered) are the clustering's, the rest each
+    field's default (``defaults``: field -> slot). No disk tier: rows leaving RAM are map entries,
+    deleted; and saved only in full checkpoints, in files of its own (``clustered_checkpoint.py``)."""
 
-    clustered = True
+    tiered = False
 
     def __init__(self, config, rows: EmbeddingTable, idmap: IdMap, n_clustered: int, defaults: dict[int, int],
                  shift: int, admission=None):
@@ -139,9 +74,7 @@ class SaecTable:
         self.format, self.portable_width = rows.format, rows.portable_width
         self.admission = admission
         self.lock = threading.RLock()
-        self.cold = None
-        self.cold_bytes = 0
-        self.created = self.refused = self.dropped = self.faulted = self.demoted = self.requested = 0
+        self.created = self.refused = self.dropped = 0  # ids given an entry, refused by the filter, dropped
         self.evicted: dict[str, int] = {}
         self.deleted = DeletionLog()  # empty: a clustered table saves only full checkpoints, which need no log
 
@@ -167,6 +100,18 @@ class SaecTable:
     def row_bytes(self) -> int:
         """What evicting every map entry would free (the cluster rows stay)."""
         return self.map.storage.nbytes
+
+    def stats(self) -> dict:
+        """A Stats reply's entry, as an ``EmbeddingTable``'s: rows are ids; ``clusters``: its cluster rows."""
+        return {"rows": len(self), "bytes": self.nbytes, "dim": self.dim, "optimizer": self.optimizer.name,
+                "admission": self.admission.name if self.admission else "none",
+                "admission_bytes": self.admission.nbytes if self.admission else 0,
+                "created": self.created, "refused": self.refused, "dropped": self.dropped,
+                "evicted": dict(self.evicted), "ram_rows": len(self.map), "disk_rows": 0, "disk_bytes": 0,
+                "faulted": 0, "demoted": 0, "requested": 0, "disk_io": (0, 0), "clusters": self.clusters}
+
+    def close(self) -> None:
+        """Nothing: it holds nothing outside RAM."""
 
     # --- making one ---------------------------------------------------------------------------
 
@@ -304,8 +249,9 @@ class SaecTable:
         """(n, dim): the cluster vectors of map rows' words ``data`` (n, 1) (eviction's scoring)."""
         return self.rows.pull(data[:, 0].view(np.int32).astype(np.int64), create=False)
 
-    def adjust_dims(self) -> None:
-        return None
+    def after_push(self, step: int, replace) -> bool:
+        """Nothing: the map is frozen, and the table is never clustered again."""
+        return False
 
     def import_rows(self, ids, data, count, last_step) -> None:
         raise ValueError("a clustered table (Saec) loads from its own checkpoint files, not from rows")
@@ -326,9 +272,20 @@ class SaecTable:
                     "cluster_count": rows["count"][order], "cluster_last_step": rows["last_step"][order],
                     "default_field": np.array(fields, np.int64)}
 
+    def checkpoint_files(self) -> tuple[dict[str, np.ndarray], dict]:
+        """Its own files (``state``, lock held) and its manifest entry's "saec" (``clustered_checkpoint.py``)."""
+        return self.state(), {clustered_checkpoint.KEY: {"shift": self.shift, "clusters": self.n_clustered}}
+
+    @classmethod
+    def from_checkpoint(cls, table, step_path, info: dict, base, shard: int, route) -> "SaecTable":
+        """``table`` (the store's fresh one: its config, optimizer and admission filter carry over) as
+        shard ``shard`` saved it in files of its own, in ``base``, each verified (``clustered_checkpoint.read``)."""
+        state, clusters, shift = clustered_checkpoint.read(step_path, info, base, shard, table.config.name, route)
+        return cls.from_state(table.config, table.optimizer, state, clusters, shift, table.admission)
+
     @classmethod
     def from_state(cls, config, optimizer, state: dict, n_clustered: int, shift: int, admission=None) -> "SaecTable":
-        """The table ``state`` describes (checked by the caller: ``ps/checkpoint_saec.py``)."""
+        """The table ``state`` describes (checked by the caller: ``clustered_checkpoint.read``)."""
         k = len(state["cluster_slot"])
         cluster_rows = EmbeddingTable(config, optimizer, capacity=max(k, 16))
         cluster_rows.import_rows(state["cluster_slot"], state["cluster_data"], state["cluster_count"],
@@ -350,6 +307,9 @@ class SaecTable:
             slots = cols.data[keep, 0].view(np.int32)
             return {"ids": cols.ids[keep], "data": rows["data"][at[slots]], "count": cols.count[keep],
                     "last_step": cols.last_step[keep]}
+
+    def delta_refused(self) -> str:
+        return f"holds the clustered (Saec) table {self.config.name!r}, which only full checkpoints save"
 
     def snapshot(self, since: int | None = None) -> dict:
         """A full checkpoint's extras (as ``EmbeddingTable.snapshot``); no delta of a clustered table."""

@@ -16,37 +16,29 @@ be unique and route to the shard that saved them, slots must name a cluster row,
 A clustered table loads only into the shard count that saved it: its clusters are per shard, and a
 shard taking part of another's ids would need a copy of their clusters (one cluster on two shards).
 It is never in a delta checkpoint (``ShardStore.save`` refuses one).
+
+The table writes these files through ``Table.checkpoint_files`` (``SaecTable.checkpoint_files``: its
+``state`` and the manifest's "saec") and reads them back with ``SaecTable.from_checkpoint`` (``read``
+here); ``ps/checkpoint_load.py`` checks a manifest entry with ``KEY`` in it by ``check_meta``.
 """
 
 from pathlib import Path
 
 import numpy as np
 
-from cardinal.compression.clustered_training import SaecTable
-from cardinal.durable import load_array, verify_file, write_array
+from cardinal.durable import load_array, verify_file
 from cardinal.embedding import formats
-from cardinal.failpoints import failpoint
-from cardinal.ps.routing import route
 
 DTYPES = {"ids": np.int64, "slot": np.int32, "count": np.uint32, "last_step": np.uint32,
           "cluster_slot": np.int64, "cluster_data": np.float32, "cluster_count": np.uint32,
           "cluster_last_step": np.uint32, "default_field": np.int64}
 COLUMNS = tuple(DTYPES)
-
-
-def write(out: Path, name: str, table: SaecTable) -> tuple[dict, dict]:
-    """The table's files under ``out`` (its lock held by the caller): (files, the manifest's "saec")."""
-    state = table.state()
-    files = {}
-    for column in COLUMNS:
-        files[column] = write_array(out / f"{name}.{column}.npy", state[column])
-        failpoint("save.shard_file_written")
-    return files, {"shift": table.shift, "clusters": table.n_clustered}
+KEY = "saec"  # in a manifest entry: the table is clustered, saved in these files
 
 
 def check_meta(where: str, entry: dict) -> None:
     """A manifest entry's "saec" object is well formed (the files are checked by ``read``)."""
-    meta = entry["saec"]
+    meta = entry[KEY]
     if not isinstance(meta, dict) or set(meta) != {"shift", "clusters"} \
             or not all(isinstance(meta[k], int) and not isinstance(meta[k], bool) for k in meta) \
             or not 1 <= meta["shift"] <= 63 or meta["clusters"] < 0:
@@ -54,21 +46,19 @@ def check_meta(where: str, entry: dict) -> None:
 
 
 def refuse_reshard(step_path: Path, info: dict, name: str, n_shards: int) -> None:
-    """A clustered table loads only into the shard count that saved it: a ValueError otherwise."""
-    if info["n_shards"] != n_shards and any("saec" in m["tables"].get(name, {}) for m in info["manifests"].values()):
+    """A clustered table loads only into the shard count that saved it: a ValueError otherwise
+    (``info``: the checkpoint's commit, its "n_shards" and "manifests", ``ps/checkpoint_load.py``)."""
+    if info["n_shards"] != n_shards and any(KEY in m["tables"].get(name, {}) for m in info["manifests"].values()):
         raise ValueError(f"checkpoint {step_path.name}: table {name!r} is clustered (Saec), each of its "
                          f"{info['n_shards']} shards holding its own clusters; it loads only into "
                          f"{info['n_shards']} shards, not {n_shards}: set ps.shards = {info['n_shards']} (or "
                          f"ps.servers to {info['n_shards']} servers)")
 
 
-def read(step_path: Path, info: dict, shard: int, name: str, table) -> SaecTable:
-    """Shard ``shard``'s clustered table ``name`` from its own files, every one verified; ``table``:
-    the store's fresh table of that name (its config, optimizer and admission filter carry over)."""
-    from cardinal.ps.checkpoint import shard_dir
-
+def read(step_path: Path, info: dict, base: Path, shard: int, name: str, route) -> tuple[dict, int, int]:
+    """Shard ``shard``'s clustered table ``name`` from its own files in ``base`` (its directory), every
+    one verified: (its ``SaecTable.state``, clusters, shift); ``route(ids, n_shards)``: each id's shard."""
     manifest = next(m for m in info["manifests"].values() if m["shard"] == shard)
-    base = shard_dir(step_path, shard, info["n_shards"])
     entry = manifest["tables"][name]
     n, k, width = entry["rows"], None, entry["width"]
     state = {}
@@ -90,7 +80,7 @@ def read(step_path: Path, info: dict, shard: int, name: str, table) -> SaecTable
     if len(wrong):
         raise ValueError(f"{where}: ids (e.g. {state['ids'][wrong[0]]}) do not route to shard {shard} of "
                          f"{info['n_shards']}, which saved them (a file from another shard?)")
-    clusters, d = entry["saec"]["clusters"], len(state["default_field"])
+    clusters, d = entry[KEY]["clusters"], len(state["default_field"])
     if not np.array_equal(state["cluster_slot"], np.arange(clusters + d)) \
             or len(np.unique(state["default_field"])) != d:
         raise ValueError(f"checkpoint {step_path.name}, shard {shard}, table {name!r}: cluster slots must be "
@@ -103,5 +93,4 @@ def read(step_path: Path, info: dict, shard: int, name: str, table) -> SaecTable
     if bad >= 0:
         raise ValueError(f"checkpoint file {base / entry['files']['cluster_data']['file']}: cluster row {bad} "
                          "holds NaN or Inf")
-    return SaecTable.from_state(table.config, table.optimizer, state, clusters, entry["saec"]["shift"],
-                                table.admission)
+    return state, clusters, entry[KEY]["shift"]
