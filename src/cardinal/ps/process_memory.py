@@ -45,8 +45,8 @@ def deletion_log_bytes(budget: int, tables: int) -> int:
     return budget // 32 // max(1, tables)
 
 
-REQUEST_COPIES = 4  # a call holds its message, decoded arrays, the reply and gRPC's copy of it (measured:
-                    # a 4 MiB push took about 20 MiB, 5 copies, before replies were built from the rows)
+REQUEST_COPIES = 4  # a call holds its message, decoded arrays, the reply and gRPC's copy of it (a 4 MiB
+                    # push was measured at about 20 MiB, the store's own scratch included)
 MIN_MESSAGE = 256 << 10  # below this a call's own cost passes its rows' (1,000 rows at dim 64)
 
 
