@@ -6,8 +6,8 @@ import json
 import pytest
 import torch
 
-from cardinal import cli
 from cardinal.train import Trainer, config, tables
+from cardinal.train.summary import summary_line
 from conftest import tiny_recipe
 
 LEARNS = ["ps.shards=3", "data.synthetic.vocab=30", "train.epochs=3", "dense_optimizer.lr=0.01", "train.eval_every=12"]
@@ -60,7 +60,7 @@ def test_the_baseline_resumes_bitwise_and_is_printed(tmp_path, capsys):
     assert all(torch.equal(a["state"][k]["exp_avg"], b["state"][k]["exp_avg"]) for k in a["state"])
     a, b = straight.baseline.model.state_dict(), resumed.baseline.model.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
-    cli._print_summary(json.loads((tmp_path / "b" / "summary.json").read_text()))
+    print(summary_line(json.loads((tmp_path / "b" / "summary.json").read_text())))
     assert "lr baseline AUC" in capsys.readouterr().out
 
 

@@ -190,7 +190,9 @@ def train(args) -> int:
     finally:  # channels closed while every thread lives: a gRPC finalizer run at interpreter exit can
         trainer.close()  # wait forever on a lock a frozen daemon thread holds (seen after a server died)
     if int(os.environ.get("RANK", "0")) == 0:
-        _print_summary(summary)
+        from cardinal.train.summary import summary_line
+
+        print(summary_line(summary))
     return 0
 
 
@@ -233,19 +235,6 @@ def _apply(raw: dict, overrides: list[str]) -> dict:
             node = node.setdefault(k, {})
         node[keys[-1]] = value
     return raw
-
-
-def _print_summary(s: dict) -> None:
-    line = f"AUC {s['eval_auc']:.4f}  logloss {s['eval_logloss']:.4f}  {s['samples_per_s']:,.0f} samples/s  {s['steps']} steps"
-    if "baseline_lr_auc" in s:
-        line += f"  (lr baseline AUC {s['baseline_lr_auc']:.4f})"
-    if "teacher_eval_auc" in s:
-        line += f"  (teacher AUC {s['teacher_eval_auc']:.4f})"
-    if s.get("best_step") is not None and s["best_step"] != s["steps"]:
-        line += f"\nthe kept model is step {s['best_step']}'s (last step: AUC {s['last_eval_auc']:.4f})"
-    if s.get("stopped_early"):
-        line += f"\n{s['stopped_early']}"
-    print(line)
 
 
 def evaluate(args) -> int:

@@ -87,3 +87,18 @@ def summarise(trainer, final: dict, samples: int, train_time: float) -> dict:
         plot_curves(trainer.metrics.read(), run_dir / "curves.png", trainer.recipe.train.name,
                     summary.get("teacher_eval_auc"))
     return summary
+
+
+def summary_line(s: dict) -> str:
+    """What ``cardinal train`` prints of a run's summary: its eval, speed and steps, the baseline's
+    and the teacher's AUC where there are, and which step's model was kept."""
+    line = f"AUC {s['eval_auc']:.4f}  logloss {s['eval_logloss']:.4f}  {s['samples_per_s']:,.0f} samples/s  {s['steps']} steps"
+    if "baseline_lr_auc" in s:
+        line += f"  (lr baseline AUC {s['baseline_lr_auc']:.4f})"
+    if "teacher_eval_auc" in s:
+        line += f"  (teacher AUC {s['teacher_eval_auc']:.4f})"
+    if s.get("best_step") is not None and s["best_step"] != s["steps"]:
+        line += f"\nthe kept model is step {s['best_step']}'s (last step: AUC {s['last_eval_auc']:.4f})"
+    if s.get("stopped_early"):
+        line += f"\n{s['stopped_early']}"
+    return line
