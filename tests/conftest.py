@@ -1,5 +1,6 @@
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -41,6 +42,46 @@ def tiny_recipe(tmp_path, *extra):
                               "data.synthetic.eval_rows=1000", "data.synthetic.vocab=300", "data.batch_size=256",
                               "data.eval_batch_size=1000", "model.hidden=[16]", "embedding.dim=4",
                               "train.log_every=2", *extra])
+
+
+# The fast tier (`pytest -m "not slow"`) starts no Python or shell process and trains no whole run:
+# a test that does is marked slow, and fails here when it is not. True while a fast test (and its
+# fixtures) runs. Quick tools a library calls (ldconfig for ctypes, git) are no process start here.
+_IN_FAST_TEST = [False]
+_HEAVY = ("python", "bash", "sh", "cardinal")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    _IN_FAST_TEST[0] = item.get_closest_marker("slow") is None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_teardown(item):
+    _IN_FAST_TEST[0] = False
+
+
+@pytest.fixture(autouse=True, scope="session")
+def fast_tier_starts_no_process_and_trains_no_run():
+    from cardinal.train.trainer import Trainer
+
+    def refused(what, original, applies=lambda *args, **kwargs: True):
+        def guarded(*args, **kwargs):
+            if _IN_FAST_TEST[0] and applies(*args, **kwargs):
+                raise AssertionError(f"a test outside the slow tier {what}: mark it @pytest.mark.slow "
+                                     "(or put it in tests/e2e/)")
+            return original(*args, **kwargs)
+        return guarded
+
+    def heavy(popen, args, *rest, **kwargs):
+        program = args.split()[0] if isinstance(args, str) else str(list(args)[0])
+        return Path(program).name.startswith(_HEAVY)
+
+    popen, fit = subprocess.Popen.__init__, Trainer.fit
+    subprocess.Popen.__init__ = refused("starts a process", popen, heavy)
+    Trainer.fit = refused("trains a whole run (Trainer.fit)", fit)
+    yield
+    subprocess.Popen.__init__, Trainer.fit = popen, fit
 
 
 @pytest.fixture(autouse=True, scope="session")

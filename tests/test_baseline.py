@@ -10,6 +10,8 @@ from cardinal.train import Trainer, config, tables
 from cardinal.train.summary import summary_line
 from conftest import tiny_recipe
 
+pytestmark = pytest.mark.slow  # processes or whole runs: outside `pytest -m "not slow"`
+
 LEARNS = ["ps.shards=3", "data.synthetic.vocab=30", "train.epochs=3", "dense_optimizer.lr=0.01", "train.eval_every=12"]
 
 

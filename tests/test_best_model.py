@@ -13,6 +13,8 @@ from cardinal.ps import checkpoint
 from cardinal.train import Callback, Trainer
 from conftest import tiny_recipe
 
+pytestmark = pytest.mark.slow  # processes or whole runs: outside `pytest -m "not slow"`
+
 FLAGS = ["ps.shards=3", "data.synthetic.vocab=30", "train.epochs=3", "dense_optimizer.lr=0.01", "train.eval_every=5"]
 
 

@@ -32,6 +32,7 @@ def flood(n: int, seed: int, size: int = 20_000):
     return [ids[i:i + size] for i in range(0, n, size)]
 
 
+@pytest.mark.slow
 def test_a_flood_of_new_ids_at_one_step_is_refused_at_the_budget_over_grpc(tmp_path):
     cluster = Cluster(config(), 1, tmp_path / "ps", limits=StoreLimits(memory_budget=BUDGET))
     raw = GrpcTransport(cluster.addresses, JOB, TOKEN, timeout=30)  # no client-side checks: each piece of the

@@ -11,6 +11,8 @@ from conftest import tiny_recipe
 from test_distributed import leftovers
 from test_global_batch import STEPS, launched, model_of
 
+pytestmark = pytest.mark.slow  # processes or whole runs: outside `pytest -m "not slow"`
+
 CACHE = ["cache.bytes=\"1MiB\"", "cache.staleness=0"]
 
 

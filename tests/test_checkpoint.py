@@ -153,6 +153,7 @@ def test_raise_failpoint_keeps_previous_checkpoint(tmp_path, rng, monkeypatch):
     ("save.before_commit", 1, True),
     ("save.before_cleanup", 2, True),
 ])
+@pytest.mark.slow
 def test_crash_at_each_step_of_a_save_leaves_a_loadable_checkpoint(tmp_path, point, survivor, tiers):
     script = Path(__file__).with_name("save_crash.py")
     env = {**__import__("os").environ, "SECOND_SAVE_FAILPOINTS": f"{point}=exit"}

@@ -14,6 +14,8 @@ from cardinal.train import Trainer, config
 from checkpoint_edit import edit_json, reseal
 from conftest import tiny_recipe
 
+pytestmark = pytest.mark.slow  # processes or whole runs: outside `pytest -m "not slow"`
+
 
 @pytest.fixture(scope="module")
 def saved_run(tmp_path_factory):

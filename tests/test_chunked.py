@@ -151,6 +151,7 @@ print(rss() - before, t.nbytes)
 """
 
 
+@pytest.mark.slow
 def test_a_large_chunked_table_takes_less_resident_memory_than_a_full_one():
     runs = [subprocess.run([sys.executable, "-c", RSS, str(c)], capture_output=True, text=True, timeout=120)
             for c in (1, 4)]  # a process each: RSS of one table, measured from the same start

@@ -11,6 +11,8 @@ import pytest
 
 from cardinal.train import config
 
+pytestmark = pytest.mark.slow  # processes or whole runs: outside `pytest -m "not slow"`
+
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "numba", "grpc", "numpy", "pyarrow")
 

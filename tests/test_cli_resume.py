@@ -10,6 +10,8 @@ import pytest
 from cardinal import cli
 from cardinal.ps import checkpoint
 
+pytestmark = pytest.mark.slow  # processes or whole runs: outside `pytest -m "not slow"`
+
 FROZEN_OVERRIDES = {  # an override -> the key the refusal names
     "embedding.dim=8": "embedding.dim",
     "model.hidden=[4]": "model.hidden",

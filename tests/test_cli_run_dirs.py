@@ -15,6 +15,8 @@ from cardinal import cli
 from cardinal.train import run_dirs
 from processes import reaped, succeeded
 
+pytestmark = pytest.mark.slow  # processes or whole runs: outside `pytest -m "not slow"`
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

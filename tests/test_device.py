@@ -234,6 +234,7 @@ def rows_of(trainer, table="emb"):
     return trainer.client.pull(table, ids, create=False).wait()
 
 
+@pytest.mark.slow
 def test_a_run_through_the_staged_path_equals_the_cpu_path(tmp_path, monkeypatch):
     flags = ["train.steps=10", "train.baseline=\"none\"", "train.checkpoint_minutes=0"]
     plain = Trainer(tiny_recipe(tmp_path, *flags), tmp_path / "plain", progress=False)

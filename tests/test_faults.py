@@ -10,6 +10,8 @@ from cardinal.ps.transport.faulty import FaultyTransport
 from cardinal.train import Trainer
 from conftest import tiny_recipe
 
+pytestmark = pytest.mark.slow  # processes or whole runs: outside `pytest -m "not slow"`
+
 
 def recipe(tmp_path, *extra):
     return tiny_recipe(tmp_path, "ps.shards=3", "train.steps=8", 'embedding.consistency="sync"', *extra)

@@ -30,6 +30,7 @@ def test_bad_field_tables_are_refused_by_name(sets, message):
         tables.store_config(config.load("criteo_synthetic", sets))
 
 
+@pytest.mark.slow
 def test_a_run_trains_the_shared_table_once_a_step_and_a_resume_cannot_change_it(tmp_path):
     r = tiny_recipe(tmp_path, "ps.shards=2", *SHARED, "train.steps=4")
     trainer = Trainer(r, tmp_path / "run", progress=False)

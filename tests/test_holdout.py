@@ -65,6 +65,7 @@ def test_the_hash_split_depends_on_the_seed(data):
     assert a != b
 
 
+@pytest.mark.slow
 def test_a_run_without_eval_files_trains_and_evaluates_on_the_held_out_rows(tmp_path, data):
     recipe = config.load(None, ['data.format="criteo"', f'data.train=["{data / "a.tsv"}", "{data / "b.tsv"}"]',
                                 "data.batch_size=100", "model.hidden=[8]", "embedding.dim=4"])

@@ -96,6 +96,7 @@ def test_refused_calls_are_counted_by_their_status_code(cluster):
     assert value(after, "cardinal_ps_rows", table="user") == 0  # refused: nothing made
 
 
+@pytest.mark.slow
 def test_a_workers_metrics_move_with_its_steps(tmp_path):
     from cardinal.train import Trainer
     from cardinal.train.callbacks import Callback

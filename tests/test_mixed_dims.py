@@ -19,6 +19,8 @@ from cardinal.train.resume import resumed_recipe
 from conftest import tiny_recipe
 from test_serve import eval_probabilities
 
+pytestmark = pytest.mark.slow  # processes or whole runs: outside `pytest -m "not slow"`
+
 MIXED = ["embedding.dim=16", "embedding.shared=false", "embedding.dims={C5=32}"]
 # the tiny recipe that learns (test_train.LEARNS): 36 steps, eval AUC well above 0.5
 LEARNS = ["data.synthetic.vocab=30", "train.epochs=3", "dense_optimizer.lr=0.01", 'train.early_stop="none"']

@@ -13,6 +13,8 @@ from cardinal.data import SyntheticConfig, convert, generate, sizes
 from cardinal.train import Trainer, report
 from conftest import tiny_recipe
 
+pytestmark = pytest.mark.slow  # processes or whole runs: outside `pytest -m "not slow"`
+
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):

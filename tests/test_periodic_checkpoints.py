@@ -8,6 +8,8 @@ from cardinal.train import Trainer, config
 from cardinal.train.checkpoint_clock import CheckpointClock
 from conftest import tiny_recipe
 
+pytestmark = pytest.mark.slow  # processes or whole runs: outside `pytest -m "not slow"`
+
 
 class FakeClock:
     """Minutes pass only when a step asks: each call to ``now`` is ``step_s`` seconds later."""

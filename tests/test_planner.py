@@ -382,6 +382,7 @@ def held_rows(trainer, plan: ShardingPlan, names) -> dict[str, int]:
             for t in names}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["full", "delta", "delta_ttl"])
 def test_from_run_counts_the_checkpoints_rows_in_any_plan(tmp_path, kind):
     """With full_every = 2 the newest checkpoint (step 10) is a delta on step 5: its manifests count
@@ -581,6 +582,7 @@ def assert_bitwise(a, b):
     assert a[1].keys() == b[1].keys() and all(torch.equal(a[1][k], b[1][k]) for k in a[1])
 
 
+@pytest.mark.slow
 def test_training_with_the_auto_plan_is_bitwise_the_hash_plans_model(tmp_path):
     sets = ["embedding.shared=false", "train.steps=5"]
     hashed = Trainer(recipe(tmp_path, *sets), tmp_path / "hash", progress=False)
@@ -596,6 +598,7 @@ def test_training_with_the_auto_plan_is_bitwise_the_hash_plans_model(tmp_path):
     assert ShardingPlan.from_json(commit["plan"]) == plan
 
 
+@pytest.mark.slow
 def test_a_hash_plan_run_resumes_in_a_table_wise_plan(tmp_path):
     """Bitwise the run trained straight through in the hash plan: the tiny recipe's sparse optimizer
     is row-wise Adagrad, the same in any plan that keeps rows whole (one accumulator a piece)."""
@@ -612,6 +615,7 @@ def test_a_hash_plan_run_resumes_in_a_table_wise_plan(tmp_path):
     assert_bitwise(trained(straight, ids), trained(resumed, ids))
 
 
+@pytest.mark.slow
 def test_a_worker_refuses_servers_started_with_another_plan(tmp_path, monkeypatch):
     """Servers built as ``cardinal server`` builds them (its recipe's ps.plan), in this process."""
     from cardinal.ps import ShardStore

@@ -17,6 +17,8 @@ from cardinal.ps import checkpoint
 from cardinal.train import Trainer
 from conftest import tiny_recipe
 
+pytestmark = pytest.mark.slow  # processes or whole runs: outside `pytest -m "not slow"`
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -288,6 +288,7 @@ def run(tmp_path, name, *sets):
     return trainer, trainer.fit()
 
 
+@pytest.mark.slow
 def test_a_run_clusters_mid_run_trains_on_and_evaluates(tmp_path):
     trainer, summary = run(tmp_path, "a", "embedding.saec_at=12")
     assert summary["steps"] == 24 and np.isfinite(summary["eval_auc"]) and 0 < summary["eval_auc"] < 1
@@ -301,6 +302,7 @@ def test_a_run_clusters_mid_run_trains_on_and_evaluates(tmp_path):
     trainer.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("at", [5, 9])  # clustered before the checkpoint, and after it
 def test_a_resumed_run_is_bitwise_the_run_that_went_on(tmp_path, at):
     flags = [f"embedding.saec_at={at}", 'embedding.consistency="sync"', "train.checkpoint_every=7"]

@@ -63,6 +63,7 @@ def predict_all(model, batches):
     return np.concatenate([model.predict(b) for b in batches])
 
 
+@pytest.mark.slow
 def test_export_predicts_what_eval_predicts(run, tmp_path, capsys):
     run_dir, recipe = run
     assert cli.main(["export", str(run_dir), "--out", str(tmp_path / "x")]) == 0
@@ -74,6 +75,7 @@ def test_export_predicts_what_eval_predicts(run, tmp_path, capsys):
     assert model.unknown > 0 and model.lookups > model.unknown  # eval holds ids training never saw: zeros
 
 
+@pytest.mark.slow
 def test_export_holds_the_live_rows_and_no_training_state(run, tmp_path):
     run_dir, recipe = run
     m = export_run(run_dir, tmp_path / "x")
@@ -88,6 +90,7 @@ def test_export_holds_the_live_rows_and_no_training_state(run, tmp_path):
     assert m["step"] == 12 and m["checkpoint"].endswith("step-0000000012")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("file", ["tables/emb.values.npy", "tables/emb.ids.npy", "model.onnx"])
 def test_a_changed_export_file_is_refused(run, tmp_path, file):
     export_run(run[0], tmp_path / "x")
@@ -99,6 +102,7 @@ def test_a_changed_export_file_is_refused(run, tmp_path, file):
         ServingModel.load(tmp_path / "x")
 
 
+@pytest.mark.slow
 def test_export_refuses_a_used_directory_and_a_bad_form_writing_nothing(run, tmp_path):
     (tmp_path / "used").mkdir()
     (tmp_path / "used" / "keep.txt").write_text("mine")
@@ -120,6 +124,7 @@ def test_export_refuses_a_used_directory_and_a_bad_form_writing_nothing(run, tmp
     assert not (tmp_path / "z").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("form", ["fp16", "int8", "saec"])
 def test_compressed_exports_predict_close_with_fewer_bytes(run, tmp_path, form):
     run_dir, recipe = run
@@ -227,6 +232,7 @@ def eval_lines(run_dir, n):
     return (run_dir.parent / "data").glob("*/eval.tsv").__next__().read_text().splitlines()[:n]
 
 
+@pytest.mark.slow
 def test_requests_parse_as_the_readers_do(run, tmp_path):
     lines = eval_lines(run[0], 64)
     (tmp_path / "part.tsv").write_text("\n".join(lines) + "\n")
@@ -269,6 +275,7 @@ def test_bad_requests_name_what_to_change(body, status, says):
     assert e.value.status == status and says in str(e.value) and len(str(e.value)) < 300
 
 
+@pytest.mark.slow
 def test_a_bad_tsv_value_is_named(run):
     fields = eval_lines(run[0], 1)[0].split("\t")
     fields[20] = "xyz"  # C7
@@ -279,6 +286,7 @@ def test_a_bad_tsv_value_is_named(run):
 # --- following training ----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_follower_applies_deltas_and_predicts_as_a_fresh_export(run, tmp_path, monkeypatch):
     run_dir, recipe = run
     root = run_dir / "checkpoints"
@@ -313,6 +321,7 @@ def test_two_deltas_merge_as_applied_one_after_the_other():
     assert got["u"][0].tolist() == [7]
 
 
+@pytest.mark.slow
 def test_follower_reads_whole_what_is_not_a_delta_on_the_served_checkpoint(run, tmp_path, monkeypatch):
     """The same step of another run (or a step no chain holds) is no base for this run's deltas."""
     run_dir, _ = run
@@ -351,6 +360,7 @@ def metric(text, name):
     return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name))
 
 
+@pytest.mark.slow
 def test_http_predicts_answers_health_and_counts_in_metrics(run, exported):
     lines = eval_lines(run[0], 10)
     server = PredictionServer(exported, max_batch=8)
@@ -388,6 +398,7 @@ def test_http_predicts_answers_health_and_counts_in_metrics(run, exported):
     assert metric(text, "cardinal_serve_model_step") == 4
 
 
+@pytest.mark.slow
 def test_serve_refuses_a_poll_or_port_it_cannot_use(run, exported):
     from cardinal.serve.http import serve
 
@@ -397,6 +408,7 @@ def test_serve_refuses_a_poll_or_port_it_cannot_use(run, exported):
         serve(PredictionServer(exported), port=70000)
 
 
+@pytest.mark.slow
 def test_an_oversized_body_is_refused_and_the_server_goes_on(run, exported):
     server = PredictionServer(exported, limits=ServeLimits(max_body_mb=0.01))
     lines = eval_lines(run[0], 2)
@@ -409,6 +421,7 @@ def test_an_oversized_body_is_refused_and_the_server_goes_on(run, exported):
     assert with_client(server, go) == (413, 200)
 
 
+@pytest.mark.slow
 def test_concurrent_requests_share_model_calls(run, exported, monkeypatch):
     lines = eval_lines(run[0], 40)
     server = PredictionServer(exported)
@@ -435,6 +448,7 @@ def test_concurrent_requests_share_model_calls(run, exported, monkeypatch):
     assert sum(calls) == 40 and len(calls) < 10
 
 
+@pytest.mark.slow
 def test_a_reload_under_load_serves_old_or_new_never_a_mix(run, exported, tmp_path):
     run_dir, _ = run
     lines = eval_lines(run_dir, 30)
@@ -465,6 +479,7 @@ def test_a_reload_under_load_serves_old_or_new_never_a_mix(run, exported, tmp_pa
     assert metric(text, "cardinal_serve_model_step") == 12
 
 
+@pytest.mark.slow
 def test_a_failed_reload_keeps_the_served_model(exported, tmp_path):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "recipe.json").write_text(json.dumps(exported.manifest["recipe"]))
@@ -483,6 +498,7 @@ def generate(server):
     return generate_latest(server.metrics.registry).decode()
 
 
+@pytest.mark.slow
 def test_a_run_trained_on_clustered_rows_exports_what_eval_predicts(tmp_path):
     """embedding.saec_ratio: the export reads each id's cluster row, as training's evaluation does."""
     recipe = tiny_recipe(tmp_path, "ps.shards=2", "embedding.saec_ratio=4", "embedding.saec_at=6")

@@ -14,6 +14,8 @@ from cardinal.embedding import TableConfig
 from cardinal.ps import ShardStore, StoreConfig, StoreLimits
 from cardinal.ps.process_memory import SAVE_CHUNK_BYTES
 
+pytestmark = pytest.mark.slow  # processes or whole runs: outside `pytest -m "not slow"`
+
 MIB = 1 << 20
 
 

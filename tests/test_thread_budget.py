@@ -44,6 +44,7 @@ def test_a_negative_budget_is_refused_naming_the_key():
         threads.budget(-2)
 
 
+@pytest.mark.slow
 def test_the_reading_thread_is_stopped_before_the_bad_row_check(tmp_path, restore_threads):
     """train.steps ends the run mid-epoch: the prefetcher must not still be reading (and
     counting bad rows) when the trainer checks the share of bad rows read."""

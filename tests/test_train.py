@@ -9,6 +9,8 @@ from cardinal import cli
 from cardinal.train import Trainer, config
 from conftest import tiny_recipe
 
+pytestmark = pytest.mark.slow  # processes or whole runs: outside `pytest -m "not slow"`
+
 
 def recipe(tmp_path, *extra):
     return tiny_recipe(tmp_path, "ps.shards=3", *extra)

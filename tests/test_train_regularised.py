@@ -7,6 +7,8 @@ import torch
 from cardinal.train import Trainer
 from conftest import tiny_recipe
 
+pytestmark = pytest.mark.slow  # processes or whole runs: outside `pytest -m "not slow"`
+
 ALL_ON = ["sparse_optimizer.l2=1e-3", "embedding.clip_ratio=1.0", "embedding.clip_min=1e-4", "model.dropout=0.3",
           "dense_optimizer.warmup_steps=5", 'dense_optimizer.decay="cosine"', "dense_optimizer.min_lr_ratio=0.1"]
 

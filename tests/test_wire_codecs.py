@@ -204,6 +204,7 @@ print(heap._done, out[0])
     "from cardinal.ps.transport.grpc_transport import GrpcTransport\nGrpcTransport(['127.0.0.1:1'], 'j', 't').close()",
     "from cardinal.ps.servicer import ShardServicer; ShardServicer(None, '.', 'j', 't')",
     "pass"])
+@pytest.mark.slow
 def test_servers_keep_freed_message_buffers(make):
     """heap.py: memory freed by one reply is reused by the next instead of being faulted in again
     (counted in page faults, not time). Each in a fresh process, since the setting is per process.
@@ -285,6 +286,7 @@ print(rss_mib() - base)
 @pytest.mark.parametrize("make", [
     "from cardinal.ps.transport.grpc_transport import GrpcTransport\nGrpcTransport(['127.0.0.1:1'], 'j', 't').close()",
     "from cardinal.ps.transport import heap; heap.keep_freed_buffers()"])
+@pytest.mark.slow
 def test_a_gRPC_client_leaves_its_process_memory_as_glibc_made_it(make):
     """The heap settings are process-wide: in a training worker they kept every thread's freed
     arrays resident (8 threads freeing 100 MiB each kept about 680 MiB, against 36 without).
