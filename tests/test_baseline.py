@@ -8,7 +8,7 @@ import torch
 
 from cardinal.train import Trainer, config, tables
 from cardinal.train.summary import summary_line
-from conftest import tiny_recipe
+from helpers.recipes import tiny_recipe
 
 pytestmark = pytest.mark.slow  # processes or whole runs: outside `pytest -m "not slow"`
 

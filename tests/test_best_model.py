@@ -11,7 +11,7 @@ import torch
 from cardinal import cli
 from cardinal.ps import checkpoint
 from cardinal.train import Callback, Trainer
-from conftest import tiny_recipe
+from helpers.recipes import tiny_recipe
 
 pytestmark = pytest.mark.slow  # processes or whole runs: outside `pytest -m "not slow"`
 

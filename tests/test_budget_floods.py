@@ -14,7 +14,7 @@ from cardinal.embedding.admission.bloom import MAX_FILL
 from cardinal.memory_config import AdmissionConfig, EvictionConfig
 from cardinal.ps import ShardStore, StoreConfig, StoreFull, StoreLimits
 from cardinal.ps.transport.grpc_transport import GrpcTransport, ShardRequestError
-from cluster import JOB, TOKEN, Cluster
+from helpers.cluster import JOB, TOKEN, Cluster
 from test_grpc import server_process
 
 BUDGET = 4 << 20

@@ -11,7 +11,8 @@ import pytest
 from cardinal import failpoints
 from cardinal.embedding import TableConfig
 from cardinal.ps import ShardStore, StoreConfig, checkpoint, embedded
-from checkpoint_edit import reseal
+import helpers
+from helpers.checkpoint_edit import reseal
 
 CONFIG = StoreConfig((TableConfig("user", 4), TableConfig("item", 3)), {"name": "adagrad"})
 
@@ -155,7 +156,7 @@ def test_raise_failpoint_keeps_previous_checkpoint(tmp_path, rng, monkeypatch):
 ])
 @pytest.mark.slow
 def test_crash_at_each_step_of_a_save_leaves_a_loadable_checkpoint(tmp_path, point, survivor, tiers):
-    script = Path(__file__).with_name("save_crash.py")
+    script = Path(helpers.__file__).with_name("save_crash.py")
     env = {**__import__("os").environ, "SECOND_SAVE_FAILPOINTS": f"{point}=exit"}
     proc = subprocess.run([sys.executable, str(script), str(tmp_path), "2", *(["tiers"] if tiers else [])], env=env,
                           capture_output=True, text=True, timeout=100)

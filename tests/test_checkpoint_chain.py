@@ -24,10 +24,11 @@ from cardinal.serve.follow import Follower
 from cardinal.serve.model import ServingModel
 from cardinal.train import Trainer
 from cardinal.train.resume import resumed_recipe
-from checkpoint_edit import edit_json, reseal
-from conftest import tiny_recipe
-from processes import reaped
-from test_serve_process import call, poll_for, started
+from helpers.checkpoint_edit import edit_json, reseal
+from helpers.recipes import tiny_recipe
+from helpers.processes import reaped
+from helpers.raw_http import poll_for
+from test_serve_process import call, started
 
 pytestmark = pytest.mark.slow
 # 12 steps of run a and run b (another sparse lr): checkpoints 4 (full), 8 (a delta on 4), 12 (a delta on 8)

@@ -11,8 +11,8 @@ import torch
 from cardinal import cli
 from cardinal.ps import checkpoint
 from cardinal.train import Trainer, config
-from checkpoint_edit import edit_json, reseal
-from conftest import tiny_recipe
+from helpers.checkpoint_edit import edit_json, reseal
+from helpers.recipes import tiny_recipe
 
 pytestmark = pytest.mark.slow  # processes or whole runs: outside `pytest -m "not slow"`
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from cardinal.ps import checkpoint, embedded
-from checkpoint_edit import edit_json, reseal, rewrite_columns
+from helpers.checkpoint_edit import edit_json, reseal, rewrite_columns
 from test_checkpoint import CONFIG, assert_same_values, digests, trained, values
 
 SHARD0, SHARD1 = "shard-00000-of-00002", "shard-00001-of-00002"

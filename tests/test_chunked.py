@@ -19,7 +19,7 @@ from cardinal.optim import make_optimizer
 from cardinal.ps import ShardStore, StoreConfig, StoreLimits, checkpoint
 from cardinal.train import config, resume
 from cardinal.train.tables import store_config
-from resharded import pulled_resharded
+from helpers.resharded import pulled_resharded
 
 F32_MAX = np.float32(3.4028235e38)
 

@@ -16,7 +16,7 @@ import pytest
 from cardinal.data.generation_lock import generated_once
 from cardinal.train import config
 from cardinal.train.readers import ensure_synthetic, synthetic_dir
-from processes import reaped, succeeded
+from helpers.processes import reaped, succeeded
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["data.synthetic.rows=20000", "data.synthetic.eval_rows=2000", "data.synthetic.vocab=300"]

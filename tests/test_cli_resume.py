@@ -31,19 +31,10 @@ FROZEN_OVERRIDES = {  # an override -> the key the refusal names
 }
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    from cardinal.data import SyntheticConfig, generate
-
-    out = tmp_path_factory.mktemp("tsv")
-    generate(out, SyntheticConfig(rows=1200, eval_rows=400, vocab=30, seed=1))
-    return out
-
-
-def train(tmp_path: Path, data: Path, *sets) -> Path:
+def train(tmp_path: Path, small_tsv: Path, *sets) -> Path:
     """A finished run of 1200 rows (6 steps of 200 per epoch); its directory."""
     runs = tmp_path / "runs"
-    values = ['data.format="criteo"', f"data.train={data / 'train.tsv'}", f"data.eval={data / 'eval.tsv'}",
+    values = ['data.format="criteo"', f"data.train={small_tsv / 'train.tsv'}", f"data.eval={small_tsv / 'eval.tsv'}",
               "data.batch_size=200", "data.eval_batch_size=400", "model.hidden=[8]", "embedding.dim=4",
               'sparse_optimizer.name="adagrad"', f'train.run_dir="{runs}"', *sets]
     assert cli.main(["train", *sum((["--set", v] for v in values), [])]) == 0
@@ -68,9 +59,9 @@ def resume(run: Path, *sets) -> int:
 
 
 @pytest.fixture(scope="module")
-def finished(tmp_path_factory, data):
+def finished(tmp_path_factory, small_tsv):
     """One run stopped by train.steps at step 2 (epoch 0)."""
-    return train(tmp_path_factory.mktemp("finished"), data, "train.steps=2")
+    return train(tmp_path_factory.mktemp("finished"), small_tsv, "train.steps=2")
 
 
 @pytest.mark.parametrize("override", FROZEN_OVERRIDES)
@@ -89,10 +80,10 @@ def test_an_override_that_repeats_the_runs_value_is_no_change(finished, override
     assert cli.main(["recipe", "show", "--resume", str(finished), "--set", override, "--set", "train.steps=4"]) == 0
 
 
-def test_a_checkpoint_that_does_not_load_leaves_the_run_as_it_was(tmp_path, data, capsys):
+def test_a_checkpoint_that_does_not_load_leaves_the_run_as_it_was(tmp_path, small_tsv, capsys):
     """An allowed override (train.steps) and a damaged checkpoint: the load fails before
     recipe.json is rewritten with the new steps, so RUN and `cardinal eval RUN` stay as they were."""
-    run = train(tmp_path, data, "train.steps=2", "train.keep_checkpoints=2", "train.checkpoint_every=1")
+    run = train(tmp_path, small_tsv, "train.steps=2", "train.keep_checkpoints=2", "train.checkpoint_every=1")
     newest = checkpoint.latest(run / "checkpoints")
     shard = next(p for p in sorted(newest.rglob("*")) if p.is_file() and "shard" in str(p.relative_to(newest))
                  and p.name != "manifest.json")
@@ -112,8 +103,8 @@ def test_a_run_at_its_steps_total_is_an_error_not_a_no_op(finished, capsys):
     assert files(finished) == before and evaluated(finished, capsys) == scores
 
 
-def test_a_run_at_its_epochs_total_is_an_error_and_more_epochs_go_on(tmp_path, data, capsys):
-    run = train(tmp_path, data)  # one whole epoch: 6 steps
+def test_a_run_at_its_epochs_total_is_an_error_and_more_epochs_go_on(tmp_path, small_tsv, capsys):
+    run = train(tmp_path, small_tsv)  # one whole epoch: 6 steps
     summary = (run / "summary.json").read_bytes()
     assert resume(run, "train.epochs=1") == 2
     assert f"run {run} is at step 6 (epoch 1) already" in capsys.readouterr().err
@@ -133,7 +124,7 @@ def test_the_help_says_what_a_resume_may_change_and_that_steps_are_totals(capsys
     assert "model.*, embedding.dim" in out and "Learning rates, train.*" in out
 
 
-def test_a_run_stopped_by_a_signal_at_its_last_step_is_finished_by_its_resume(tmp_path, data, capsys):
+def test_a_run_stopped_by_a_signal_at_its_last_step_is_finished_by_its_resume(tmp_path, small_tsv, capsys):
     """A signal read at the run's last step (train.steps) saves it unevaluated and unsummarised; the
     resume the interrupted run prints evaluates and summarises it (it trains nothing), then no more."""
     import os
@@ -147,8 +138,8 @@ def test_a_run_stopped_by_a_signal_at_its_last_step_is_finished_by_its_resume(tm
             if step == 2:  # read at step 3's all-reduce: the last step
                 os.kill(os.getpid(), signal.SIGINT)
 
-    recipe = config.load(None, ['data.format="criteo"', f"data.train={data / 'train.tsv'}",
-                                f"data.eval={data / 'eval.tsv'}", "data.batch_size=200", "data.eval_batch_size=400",
+    recipe = config.load(None, ['data.format="criteo"', f"data.train={small_tsv / 'train.tsv'}",
+                                f"data.eval={small_tsv / 'eval.tsv'}", "data.batch_size=200", "data.eval_batch_size=400",
                                 "model.hidden=[8]", "embedding.dim=4", "train.steps=3"])
     run, stop = tmp_path / "run", StopFlag()
     with stop.catching_signals(), pytest.raises(Interrupted) as stopped:

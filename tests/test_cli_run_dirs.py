@@ -13,7 +13,7 @@ import pytest
 
 from cardinal import cli
 from cardinal.train import run_dirs
-from processes import reaped, succeeded
+from helpers.processes import reaped, succeeded
 
 pytestmark = pytest.mark.slow  # processes or whole runs: outside `pytest -m "not slow"`
 
@@ -27,17 +27,8 @@ def test_a_name_taken_in_the_same_second_gets_a_suffix(tmp_path, monkeypatch):
     assert all(p.is_dir() for p in made)
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    from cardinal.data import SyntheticConfig, generate
-
-    out = tmp_path_factory.mktemp("tsv")
-    generate(out, SyntheticConfig(rows=1200, eval_rows=400, vocab=30, seed=1))
-    return out
-
-
-def sets(data: Path, runs: Path) -> list[str]:
-    values = ['data.format="criteo"', f"data.train={data / 'train.tsv'}", f"data.eval={data / 'eval.tsv'}",
+def sets(small_tsv: Path, runs: Path) -> list[str]:
+    values = ['data.format="criteo"', f"data.train={small_tsv / 'train.tsv'}", f"data.eval={small_tsv / 'eval.tsv'}",
               "data.batch_size=200", "data.eval_batch_size=400", "model.hidden=[8]", "embedding.dim=4",
               "train.log_every=1", f'train.run_dir="{runs}"']
     return sum((["--set", v] for v in values), [])
@@ -52,11 +43,11 @@ def check_one_run_each(runs: Path, n: int) -> None:
         assert json.loads((run / "summary.json").read_text())["steps"] == 6
 
 
-def test_two_runs_in_the_same_second_get_two_directories(tmp_path, data, monkeypatch):
+def test_two_runs_in_the_same_second_get_two_directories(tmp_path, small_tsv, monkeypatch):
     monkeypatch.setattr(run_dirs, "_timestamp", lambda: "20261122-101500")
     runs = tmp_path / "runs"
-    assert cli.main(["train", *sets(data, runs)]) == 0
-    assert cli.main(["train", *sets(data, runs)]) == 0
+    assert cli.main(["train", *sets(small_tsv, runs)]) == 0
+    assert cli.main(["train", *sets(small_tsv, runs)]) == 0
     check_one_run_each(runs, 2)
 
 
@@ -74,10 +65,10 @@ sys.exit(cli.main(sys.argv[1:]))
 
 
 @pytest.mark.slow
-def test_two_processes_started_together_get_two_directories(tmp_path, data):
+def test_two_processes_started_together_get_two_directories(tmp_path, small_tsv):
     runs = tmp_path / "runs"
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    cmd = [sys.executable, "-c", TOGETHER, "train", *sets(data, runs)]
+    cmd = [sys.executable, "-c", TOGETHER, "train", *sets(small_tsv, runs)]
     procs = [subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True) for _ in range(2)]
     with reaped(procs):

@@ -12,7 +12,7 @@ import pytest
 from cardinal.embedding import TableConfig
 from cardinal.ps import PSClient, StoreConfig, StoreLimits
 from cardinal.ps.transport.grpc_transport import GrpcTransport
-from cluster import JOB, TOKEN, Cluster
+from helpers.cluster import JOB, TOKEN, Cluster
 from test_wire_corpus import GRADS, IDS, push, raw
 
 CONFIG = StoreConfig((TableConfig("user", 8, seed=1),), {"name": "adagrad", "lr": 0.1})

@@ -6,12 +6,12 @@ import math
 import numpy as np
 import pytest
 
-from cardinal.data import Bag
 from cardinal.embedding import TableConfig
 from cardinal.ps import StoreConfig, embedded
 from cardinal.train import config
 from cardinal.worker import EmbeddingCollection
 from cardinal.worker.clip import CowClip
+from helpers.bags import bag
 
 CONFIG = StoreConfig((TableConfig("a", 4, init_scale=0.5),), {"name": "sgd", "lr": 1.0})
 
@@ -39,12 +39,6 @@ def test_cowclip_matches_reference(ratio, floor, rng):
     clipped = np.linalg.norm(grads, axis=1) > np.linalg.norm(want, axis=1) * (1 + 1e-5)
     assert 20 < clipped.sum() < n - 20  # both branches taken
     assert got[~clipped].tobytes() == grads[~clipped].tobytes()  # an id within its bound keeps its bits
-
-
-def bag(rows: list[list[int]]) -> Bag:
-    offsets = np.zeros(len(rows) + 1, np.int64)
-    np.cumsum([len(r) for r in rows], out=offsets[1:])
-    return Bag(np.array([i for r in rows for i in r], np.int64), offsets)
 
 
 SPARSE = {"x": bag([[1, 2], [], [2, 2, 3], [7]]), "y": bag([[3], [4], [], [1]])}

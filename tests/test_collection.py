@@ -4,19 +4,13 @@ import numpy as np
 import pytest
 import torch
 
-from cardinal.data import Bag
 from cardinal.embedding import TableConfig
 from cardinal.ps import StoreConfig, embedded
 from cardinal.worker import EmbeddingCollection
 from cardinal.worker.sources import GeoReplica
+from helpers.bags import bag
 
 CONFIG = StoreConfig((TableConfig("a", 4, init_scale=0.5), TableConfig("b", 3, init_scale=0.5)), {"name": "sgd", "lr": 1.0})
-
-
-def bag(rows: list[list[int]]) -> Bag:
-    offsets = np.zeros(len(rows) + 1, np.int64)
-    np.cumsum([len(r) for r in rows], out=offsets[1:])
-    return Bag(np.array([i for r in rows for i in r], np.int64), offsets)
 
 
 SPARSE = {"x": bag([[1, 2], [], [2, 2, 3]]), "y": bag([[3], [4], []]), "z": bag([[9], [9], [10]])}

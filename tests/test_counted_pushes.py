@@ -12,7 +12,7 @@ from cardinal.ps.transport import wire
 from cardinal.ps.transport.grpc_transport import GrpcTransport
 from cardinal.ps.worker_steps import Origin
 from cardinal.worker.sources import GeoReplica, PSSource
-from cluster import JOB, TOKEN, Cluster
+from helpers.cluster import JOB, TOKEN, Cluster
 from test_wire_corpus import GRADS, IDS, INVALID, assert_refused, push, raw, server  # noqa: F401 - server: a fixture
 
 CONFIG = StoreConfig((TableConfig("user", 8, seed=1), TableConfig("item", 4, seed=2)),

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from cardinal.data.movielens_history import FIELDS as HISTORY
 from cardinal.data import CriteoReader, MovieLensReader, ParquetReader, SyntheticConfig, convert, generate
 from cardinal.data.criteo import parse_buffer
-from movielens_copy import SHARED
+from helpers.movielens_copy import SHARED
 
 
 ints = st.one_of(st.just(""), st.integers(-10**6, 10**12).map(str))

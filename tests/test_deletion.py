@@ -3,7 +3,7 @@ a row created afterwards starts as it would in a fresh table."""
 
 import numpy as np
 import pytest
-from conftest import ID_KINDS, adversarial_ids
+from helpers.ids import ID_KINDS, adversarial_ids
 from hypothesis import given
 from hypothesis import strategies as st
 

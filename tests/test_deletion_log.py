@@ -61,7 +61,7 @@ def test_a_shard_whose_log_let_go_saves_a_full_checkpoint_not_a_delta(tmp_path):
 def test_a_run_saves_in_full_where_a_shard_can_save_no_delta(tmp_path):
     """The trainer asks the shards before it saves a delta: a shard whose log let go (or that
     reshaped its rows) gets a full checkpoint, and the run goes on (it stopped on the refusal)."""
-    from conftest import tiny_recipe
+    from helpers.recipes import tiny_recipe
 
     from cardinal.ps import checkpoint
     from cardinal.ps.checkpoint_load import read_commit

@@ -7,8 +7,8 @@ import shutil
 
 import numpy as np
 import pytest
-from conftest import tiny_recipe
-from test_train import same, state
+from helpers.recipes import tiny_recipe
+from helpers.runs import same, state
 
 from cardinal.embedding import TableConfig
 from cardinal.memory_config import AdmissionConfig
@@ -150,4 +150,4 @@ def test_a_run_with_delta_checkpoints_resumes_bitwise(tmp_path):
     assert bases == {3: None, 6: 3, 9: 6, 10: None}  # the end of a run saves in full after two deltas
     resumed = Trainer(tiny_recipe(tmp_path, *flags, "train.steps=20"), tmp_path / "b", progress=False)
     resumed.fit(resume=True)
-    same(state(straight), state(resumed))
+    assert same(state(straight), state(resumed))

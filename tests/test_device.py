@@ -14,7 +14,6 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from cardinal.data import Bag
 from cardinal.embedding import TableConfig
 from cardinal.models.global_norm import GlobalBatchNorm
 from cardinal.ps import StoreConfig, embedded
@@ -25,17 +24,12 @@ from cardinal.worker import device as device_module
 from cardinal.worker.device import DeviceBatches, DeviceRows, host_value, resolve_device
 from cardinal.worker.pooling import TorchPooling
 from cardinal.worker.sources import PSSource
-from conftest import tiny_recipe
+from helpers.recipes import tiny_recipe
+from helpers.bags import bag
 
 CONFIG = StoreConfig((TableConfig("a", 4, init_scale=0.5), TableConfig("b", 3, init_scale=0.5)),
                      {"name": "sgd", "lr": 1.0})
 FEATURES = {"x": "a", "y": "a", "z": "b"}
-
-
-def bag(rows: list[list[int]]) -> Bag:
-    offsets = np.zeros(len(rows) + 1, np.int64)
-    np.cumsum([len(r) for r in rows], out=offsets[1:])
-    return Bag(np.array([i for r in rows for i in r], np.int64), offsets)
 
 
 BATCHES = [{"x": bag([[1, 2], [], [2, 2, 3]]), "y": bag([[3], [4], []]), "z": bag([[9], [9], [10]])},

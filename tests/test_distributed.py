@@ -16,9 +16,10 @@ import pytest
 import torch
 
 from cardinal.train import Trainer, config, tables
-from cluster import JOB, TOKEN, Cluster
-from conftest import tiny_recipe
-from processes import reaped
+from helpers.cluster import JOB, TOKEN, Cluster
+from helpers.launch import launch_cmd, leftovers, run_launch
+from helpers.recipes import tiny_recipe
+from helpers.processes import reaped
 
 pytestmark = pytest.mark.slow  # processes or whole runs: outside `pytest -m "not slow"`
 
@@ -46,32 +47,6 @@ def test_sync_worker_against_servers_is_bitwise_equal_to_the_embedded_default(tm
 
 
 # --- the launcher, as a user runs it ------------------------------------------------------
-
-def launch_cmd(tmp_path, servers, workers, *sets, resume=None):
-    base = [f'data.cache_dir="{tmp_path / "data"}"', f'train.run_dir="{tmp_path / "runs"}"',
-            "data.synthetic.rows=6000", "data.synthetic.eval_rows=1000", "data.synthetic.vocab=300",
-            "data.batch_size=250", "model.hidden=[16]", "embedding.dim=4", "train.log_every=1", "ps.timeout_s=8", *sets]
-    args = sum((["--set", s] for s in base), [])
-    tail = ["--resume", str(resume)] if resume else []
-    return [sys.executable, "-m", "cardinal.cli", "launch", "--servers", str(servers), "--workers", str(workers),
-            "--", *args, *tail]
-
-
-def leftovers(marker: Path) -> list[str]:
-    out = subprocess.run(["pgrep", "-af", str(marker)], capture_output=True, text=True).stdout
-    return [line for line in out.splitlines() if "pgrep" not in line]
-
-
-def run_launch(cmd, timeout=240):
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    return proc.returncode, out
-
 
 @pytest.mark.timeout(300)
 def test_launch_resume_with_only_the_run_directory_serves_the_runs_tables(tmp_path):

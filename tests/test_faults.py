@@ -8,7 +8,7 @@ from cardinal.ps import PSClient
 from cardinal.ps.transport import TransientError
 from cardinal.ps.transport.faulty import FaultyTransport
 from cardinal.train import Trainer
-from conftest import tiny_recipe
+from helpers.recipes import tiny_recipe
 
 pytestmark = pytest.mark.slow  # processes or whole runs: outside `pytest -m "not slow"`
 

@@ -6,7 +6,7 @@ import pytest
 
 from cardinal.train import Trainer, config, tables
 from cardinal.train.resume import resumed_recipe
-from conftest import tiny_recipe
+from helpers.recipes import tiny_recipe
 
 SHARED = ["embedding.shared=false", 'embedding.field_tables={C2="C1", C3="C1", C9="hot", C10="hot"}']
 

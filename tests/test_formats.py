@@ -18,7 +18,7 @@ from cardinal.optim import make_optimizer
 from cardinal.memory_config import EvictionConfig
 from cardinal.ps import ShardStore, StoreConfig, StoreLimits, checkpoint
 from cardinal.train import config
-from resharded import pulled_resharded
+from helpers.resharded import pulled_resharded
 
 CODED = ("fp16", "bf16", "int8")
 

@@ -2,61 +2,11 @@
 model one process trains (sync: servers combine each step's pushes), and async workers keep to
 the staleness bound. Real processes through ``cardinal launch``, bounded in time."""
 
-import json
-import re
-from pathlib import Path
-
-import numpy as np
 import pytest
-import torch
 
-from cardinal.ps import ShardStore
-from cardinal.ps.checkpoint_load import load_shard_rows, read_commit
-from cardinal.ps.plan import ShardingPlan
-from cardinal.train import Trainer, config, tables
-from cardinal.train.state_io import load_tree
-from test_distributed import launch_cmd, leftovers, run_launch
+from helpers.launch import STEPS, embedded, largest_difference, launched, leftovers
 
 pytestmark = pytest.mark.slow  # processes or whole runs: outside `pytest -m "not slow"`
-
-STEPS = ["train.steps=12", "train.eval_every=0"]
-
-
-def model_of(tmp_path, run_dir: Path) -> tuple[dict, dict, dict]:
-    """(summary, dense weights, {id: row values}) of a finished run."""
-    summary = json.loads((run_dir / "summary.json").read_text())
-    step = Path(summary["checkpoint"])
-    info = read_commit(step)
-    dense = load_tree(step / "dense", info["files"]["dense/state.json"])["model"]
-    recipe = config.from_dict(json.loads((run_dir / "recipe.json").read_text()))
-    fresh = ShardStore(tables.store_config(recipe))._fresh_tables()
-    rows = {}
-    for name, cols in load_shard_rows(step, info, ShardingPlan(1), 0, fresh).items():
-        dim = fresh[name].dim
-        rows.update({(name, int(i)): d[:dim] for i, d in zip(cols["ids"], cols["data"])})
-    return summary, dense, rows
-
-
-def embedded(tmp_path, *sets):
-    base = launch_cmd(tmp_path, 1, 1, *sets)
-    overrides = [base[i + 1] for i, a in enumerate(base) if a == "--set"]
-    recipe = config.load("criteo_synthetic", [*overrides, f'train.run_dir="{tmp_path / "alone"}"'])
-    Trainer(recipe, tmp_path / "alone", progress=False).fit()
-    return model_of(tmp_path, tmp_path / "alone")
-
-
-def launched(tmp_path, servers: int, workers: int, *sets):
-    code, out = run_launch(launch_cmd(tmp_path, servers, workers, *sets), timeout=280)
-    assert code == 0, out[-3000:]
-    return model_of(tmp_path, Path(re.search(r"run directory (\S+)", out).group(1)))
-
-
-def largest_difference(a: tuple, b: tuple) -> tuple[float, float]:
-    """(dense, rows): the largest absolute difference between two runs' weights."""
-    dense = max(float((a[1][k] - b[1][k]).abs().max()) for k in a[1])
-    assert a[2].keys() == b[2].keys(), "the runs created different ids"
-    rows = max(float(np.abs(a[2][k] - b[2][k]).max()) for k in a[2])
-    return dense, rows
 
 
 @pytest.mark.timeout(600)

@@ -23,7 +23,7 @@ import torch
 from cardinal.train import Trainer
 from cardinal.worker.device import DeviceRows
 from cardinal.worker.pooling import TorchPooling
-from conftest import tiny_recipe
+from helpers.recipes import tiny_recipe
 
 pytestmark = pytest.mark.slow  # processes or whole runs: outside `pytest -m "not slow"`
 

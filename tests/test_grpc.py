@@ -23,8 +23,8 @@ from cardinal.ps.servicer import ShardServicer
 from cardinal.ps.routing import route
 from cardinal.ps.transport import grpc_transport, wire
 from cardinal.ps.transport.grpc_transport import GrpcTransport, ServerRestarted, ShardRequestError
-from checkpoint_edit import reseal
-from cluster import JOB, TOKEN, Cluster
+from helpers.checkpoint_edit import reseal
+from helpers.cluster import JOB, TOKEN, Cluster
 
 CONFIG = StoreConfig((TableConfig("user", 8, seed=1), TableConfig("item", 4, seed=2)), {"name": "adam", "lr": 0.01})
 @pytest.fixture

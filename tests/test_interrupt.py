@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from cardinal.ps import checkpoint
-from test_distributed import launch_cmd, leftovers
+from helpers.launch import launch_cmd, leftovers
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "PYTHONUNBUFFERED": "1"}

@@ -11,7 +11,7 @@ from cardinal.embedding.arena import Arena
 from cardinal.embedding.hashing import init_rows
 from cardinal.embedding.index import IdIndex
 from cardinal.ps.routing import route, split
-from conftest import ID_KINDS, INT64_MAX, INT64_MIN, adversarial_ids
+from helpers.ids import ID_KINDS, INT64_MAX, INT64_MIN, adversarial_ids
 
 int64s = st.integers(INT64_MIN, INT64_MAX)
 id_arrays = st.one_of(

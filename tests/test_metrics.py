@@ -13,7 +13,7 @@ from cardinal.embedding import TableConfig
 from cardinal.ps import StoreConfig
 from cardinal.ps.routing import route
 from cardinal.ps.transport import wire
-from cluster import JOB, TOKEN, Cluster
+from helpers.cluster import JOB, TOKEN, Cluster
 
 CONFIG = StoreConfig((TableConfig("user", 8, seed=1), TableConfig("item", 4, seed=2)))
 
@@ -100,7 +100,7 @@ def test_refused_calls_are_counted_by_their_status_code(cluster):
 def test_a_workers_metrics_move_with_its_steps(tmp_path):
     from cardinal.train import Trainer
     from cardinal.train.callbacks import Callback
-    from conftest import tiny_recipe
+    from helpers.recipes import tiny_recipe
 
     seen = {}
 

@@ -9,7 +9,7 @@ from cardinal.netguard import HttpLimits
 from cardinal.ps import ShardStore, StoreConfig
 from cardinal.ps.metrics import ShardMetrics
 from cardinal.train.live_metrics import WorkerMetrics
-from raw_http import ask, closed, half_sent, poll_for, sockets
+from helpers.raw_http import ask, closed, half_sent, poll_for, sockets
 
 HALF = b"GET /metrics HTTP/1.1\r\nHo"
 

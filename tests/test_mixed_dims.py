@@ -16,8 +16,8 @@ from cardinal.serve.follow import Follower
 from cardinal.serve.model import ServingModel
 from cardinal.train import Trainer, config, tables
 from cardinal.train.resume import resumed_recipe
-from conftest import tiny_recipe
-from test_serve import eval_probabilities
+from helpers.recipes import tiny_recipe
+from helpers.serving import eval_probabilities
 
 pytestmark = pytest.mark.slow  # processes or whole runs: outside `pytest -m "not slow"`
 
@@ -161,7 +161,7 @@ def test_without_dims_the_dense_state_is_the_models_own(tmp_path):
 def test_two_sync_workers_train_the_projection_one_process_trains(tmp_path):
     """The projections are dense parameters like the rest (DDP sums their gradients): two workers on
     a global batch end where one process does, up to float rounding (as tests/test_global_batch.py)."""
-    from test_global_batch import STEPS, embedded, launched, largest_difference
+    from helpers.launch import STEPS, embedded, launched, largest_difference
 
     sets = ['embedding.consistency="sync"', *STEPS, *MIXED]
     alone = embedded(tmp_path, *sets)

@@ -11,7 +11,7 @@ step: 0.712, untrained: 0.472), so its target there is 0.80.
 import pytest
 
 from cardinal.train import Trainer, config
-from movielens_copy import SHARED, write_movielens
+from helpers.movielens_copy import SHARED, write_movielens
 
 pytestmark = pytest.mark.slow  # processes or whole runs: outside `pytest -m "not slow"`
 

@@ -9,18 +9,11 @@ import types
 import pytest
 
 from cardinal import cli, progress
-from cardinal.data import SyntheticConfig, convert, generate, sizes
+from cardinal.data import convert, sizes
 from cardinal.train import Trainer, report
-from conftest import tiny_recipe
+from helpers.recipes import tiny_recipe
 
 pytestmark = pytest.mark.slow  # processes or whole runs: outside `pytest -m "not slow"`
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    out = tmp_path_factory.mktemp("tsv")
-    generate(out, SyntheticConfig(rows=1200, eval_rows=400, vocab=30, seed=1))
-    return out
 
 
 def train(tmp_path, train_file, eval_file, *sets, fmt="criteo") -> int:
@@ -30,9 +23,9 @@ def train(tmp_path, train_file, eval_file, *sets, fmt="criteo") -> int:
     return cli.main(["train", *sum((["--set", v] for v in values), [])])
 
 
-def one_bad_line(tmp_path, data):
+def one_bad_line(tmp_path, small_tsv):
     """train.tsv with its line 701 (in the fourth batch of 200) replaced by one that is not Criteo."""
-    lines = (data / "train.tsv").read_bytes().splitlines(keepends=True)
+    lines = (small_tsv / "train.tsv").read_bytes().splitlines(keepends=True)
     (tmp_path / "one_bad.tsv").write_bytes(b"".join(lines[:700]) + b"not\ta\tcriteo\tline\n" + b"".join(lines[701:]))
     return tmp_path / "one_bad.tsv"
 
@@ -42,9 +35,9 @@ def segments(text: str) -> list[str]:
     return [s for s in re.split(r"[\r\n]", text) if s.strip()]
 
 
-def test_a_warning_during_training_gets_its_own_line_and_the_bar_goes_on(tmp_path, data, capsys, monkeypatch):
+def test_a_warning_during_training_gets_its_own_line_and_the_bar_goes_on(tmp_path, small_tsv, capsys, monkeypatch):
     monkeypatch.setattr(progress, "is_terminal", lambda stream=None: True)  # draw the bar into the captured stderr
-    assert train(tmp_path, one_bad_line(tmp_path, data), data / "eval.tsv") == 0
+    assert train(tmp_path, one_bad_line(tmp_path, small_tsv), small_tsv / "eval.tsv") == 0
     err = capsys.readouterr().err
     shown = segments(err)
     warnings = [s for s in shown if "skipped 1 bad rows" in s]
@@ -54,17 +47,17 @@ def test_a_warning_during_training_gets_its_own_line_and_the_bar_goes_on(tmp_pat
     assert "training: 100%" in err  # the bar was drawn, and finished, around the warning
 
 
-def test_a_strict_mode_error_gets_its_own_line(tmp_path, data, capsys, monkeypatch):
+def test_a_strict_mode_error_gets_its_own_line(tmp_path, small_tsv, capsys, monkeypatch):
     monkeypatch.setattr(progress, "is_terminal", lambda stream=None: True)
-    assert train(tmp_path, one_bad_line(tmp_path, data), data / "eval.tsv", "data.strict=true") == 2
+    assert train(tmp_path, one_bad_line(tmp_path, small_tsv), small_tsv / "eval.tsv", "data.strict=true") == 2
     err = capsys.readouterr().err
     errors = [s for s in segments(err) if "error:" in s]
     assert errors and errors[-1].startswith("cardinal train: error: bad input row (data.strict)"), err
     assert segments(err)[-1] == errors[-1], err  # no bar redrawn below it
 
 
-def test_off_a_terminal_one_plain_line_per_log_interval_with_total_and_eta(tmp_path, data, capsys):
-    assert train(tmp_path, data / "train.tsv", data / "eval.tsv") == 0  # capsys: stderr is not a terminal
+def test_off_a_terminal_one_plain_line_per_log_interval_with_total_and_eta(tmp_path, small_tsv, capsys):
+    assert train(tmp_path, small_tsv / "train.tsv", small_tsv / "eval.tsv") == 0  # capsys: stderr is not a terminal
     err = capsys.readouterr().err
     assert "\r" not in err and "|" not in err, err  # no bar
     logged = [s for s in err.splitlines() if s.startswith("training:")]
@@ -73,8 +66,8 @@ def test_off_a_terminal_one_plain_line_per_log_interval_with_total_and_eta(tmp_p
     assert all("ETA" in s for s in logged[1:]), err  # from the second line: it leaves out the start-up
 
 
-def test_parquet_runs_get_their_total_from_the_row_counts(tmp_path, data, capsys):
-    convert([data / "train.tsv"], tmp_path / "train.parquet")
+def test_parquet_runs_get_their_total_from_the_row_counts(tmp_path, small_tsv, capsys):
+    convert([small_tsv / "train.tsv"], tmp_path / "train.parquet")
     assert sizes.parquet_rows([tmp_path / "train.parquet"]) == 1200
     assert train(tmp_path, tmp_path / "train.parquet", tmp_path / "train.parquet", "train.epochs=2",
                  fmt="parquet") == 0
@@ -82,13 +75,13 @@ def test_parquet_runs_get_their_total_from_the_row_counts(tmp_path, data, capsys
     assert logged[0].startswith("training: step 2/12 "), logged  # 6 batches per epoch, 2 epochs
 
 
-def test_tsv_row_estimate_from_the_size_and_the_first_lines(data):
-    exact = len((data / "train.tsv").read_bytes().splitlines())
-    assert sizes.tsv_rows([data / "train.tsv"]) == exact  # the file fits in the sample: counted
+def test_tsv_row_estimate_from_the_size_and_the_first_lines(small_tsv):
+    exact = len((small_tsv / "train.tsv").read_bytes().splitlines())
+    assert sizes.tsv_rows([small_tsv / "train.tsv"]) == exact  # the file fits in the sample: counted
     for sample in (4096, 20000):  # a sample of the first lines, scaled by the size
-        estimate = sizes.tsv_rows([data / "train.tsv", data / "eval.tsv"], sample_bytes=sample)
+        estimate = sizes.tsv_rows([small_tsv / "train.tsv", small_tsv / "eval.tsv"], sample_bytes=sample)
         assert abs(estimate - (exact + 400)) <= 0.05 * (exact + 400), (sample, estimate)
-    assert sizes.train_batches("parquet", [data / "train.tsv"], 200) is None  # not Parquet: no total, no error
+    assert sizes.train_batches("parquet", [small_tsv / "train.tsv"], 200) is None  # not Parquet: no total, no error
 
 
 def test_tensorboard_without_the_package_is_an_error_naming_pip_install(tmp_path, monkeypatch):

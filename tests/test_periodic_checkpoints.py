@@ -6,7 +6,7 @@ import pytest
 from cardinal.ps import checkpoint
 from cardinal.train import Trainer, config
 from cardinal.train.checkpoint_clock import CheckpointClock
-from conftest import tiny_recipe
+from helpers.recipes import tiny_recipe
 
 pytestmark = pytest.mark.slow  # processes or whole runs: outside `pytest -m "not slow"`
 

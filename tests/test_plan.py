@@ -17,7 +17,7 @@ from cardinal.ps import PSClient, ShardStore, StoreConfig, embedded
 from cardinal.ps.plan import Piece, ShardingPlan
 from cardinal.ps.routing import route
 from cardinal.ps.worker_steps import Origin
-from checkpoint_edit import reseal
+from helpers.checkpoint_edit import reseal
 
 DIMS = {"user": 9, "item": 4}  # odd widths: pieces split inside a pair of init_rows' values
 OPTIMIZERS = {"adagrad": {"name": "adagrad", "lr": 0.1},

@@ -30,7 +30,7 @@ from cardinal.planner.stats import ROW_OVERHEAD, TableStats, from_run, from_samp
 from cardinal.ps.plan import Piece, ShardingPlan
 from cardinal.train import Trainer, tables
 from cardinal.train.readers import make_readers
-from conftest import tiny_recipe
+from helpers.recipes import plan_args, tiny_recipe
 
 TOLERANCE = 1.15  # propose's default
 
@@ -508,13 +508,6 @@ def test_resolve_auto_within_a_budget(tmp_path, caplog):
 
 # --- 7. cardinal plan ---------------------------------------------------------------------------
 
-def plan_args(tmp_path, *extra) -> list[str]:
-    sets = [f'data.cache_dir="{tmp_path / "data"}"', "data.synthetic.rows=3000", "data.synthetic.eval_rows=1000",
-            "data.synthetic.vocab=300", "data.batch_size=256", "embedding.dim=4", "embedding.shared=false",
-            "ps.shards=4", *extra]
-    return ["plan", *sum((["--set", s] for s in sets), [])]
-
-
 def test_cardinal_plan_prints_each_table_and_each_server(tmp_path, capsys):
     out_file = tmp_path / "p.json"
     assert cli.main([*plan_args(tmp_path), "--out", str(out_file)]) == 0
@@ -620,7 +613,7 @@ def test_a_worker_refuses_servers_started_with_another_plan(tmp_path, monkeypatc
     """Servers built as ``cardinal server`` builds them (its recipe's ps.plan), in this process."""
     from cardinal.ps import ShardStore
     from cardinal.ps.server import ServerOptions, ShardServer
-    from cluster import JOB, TOKEN
+    from helpers.cluster import JOB, TOKEN
 
     monkeypatch.setenv("CARDINAL_TOKEN", TOKEN)
     served = plan_file(tmp_path, 2, {"C1": [{"servers": [1], "columns": None}]})
@@ -653,7 +646,7 @@ def test_a_worker_refuses_servers_started_with_another_plan(tmp_path, monkeypatc
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_launch_resolves_auto_once_and_every_process_uses_its_plan(tmp_path):
-    from test_distributed import launch_cmd, leftovers, run_launch
+    from helpers.launch import launch_cmd, leftovers, run_launch
 
     code, out = run_launch(launch_cmd(tmp_path, 2, 1, 'ps.plan="auto"', "embedding.shared=false", "train.steps=4",
                                       "train.eval_every=0"), timeout=100)

@@ -105,7 +105,7 @@ def dry_lines() -> list[str]:
 
 @pytest.mark.slow
 def test_the_train_and_eval_lines_of_the_readme_and_docs_work_in_bash_as_printed(tmp_path):
-    from conftest import tiny_recipe
+    from helpers.recipes import tiny_recipe
     from cardinal.train import Trainer
 
     lines = dry_lines()

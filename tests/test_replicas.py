@@ -19,7 +19,7 @@ from cardinal.ps.replicas import CopiedRows
 from cardinal.ps.transport.inprocess import InProcessTransport
 from cardinal.train import tables
 from cardinal.train.readers import make_readers
-from conftest import tiny_recipe
+from helpers.recipes import tiny_recipe
 
 N = 4
 HOT = tuple(range(0, 40))  # the copied ids of "user"
@@ -380,7 +380,7 @@ def test_copies_over_grpc(tmp_path):
 # --- choosing the hot ids ------------------------------------------------------------------------
 
 def test_cardinal_plan_copies_the_ids_in_the_most_batches(tmp_path, capsys):
-    from test_planner import plan_args
+    from helpers.recipes import plan_args
 
     first = tmp_path / "first.json"
     assert cli.main([*plan_args(tmp_path), "--out", str(first)]) == 0
@@ -431,7 +431,7 @@ def test_launch_two_workers_with_auto_and_replicate_read_a_tables_hot_rows_from_
     """`cardinal launch --servers 2 --workers 2` with ps.plan = "auto" and ps.replicate: the
     launcher's plan copies C1's hot rows (the planner keeps C1 whole on one server here), hands
     the processes the file alone, and worker 1 reads them from the other server."""
-    from test_distributed import launch_cmd, leftovers, run_launch
+    from helpers.launch import launch_cmd, leftovers, run_launch
 
     sets = ["embedding.shared=false", "train.steps=8", "train.eval_every=0", 'ps.plan="auto"',
             "ps.replicate={C1=20}", "ps.replica_staleness=2"]

@@ -5,12 +5,13 @@ import numpy as np
 import pytest
 import torch
 
-from cardinal.data import Bag
 from cardinal.embedding import TableConfig
 from cardinal.ps import StoreConfig, embedded
 from cardinal.ps.transport.base import Completed, Handle
 from cardinal.worker import EmbeddingCollection
 from cardinal.worker.sources import GeoReplica, PSSource, RowSource
+from cardinal.data import Bag
+from helpers.bags import bag
 
 CONFIG = StoreConfig((TableConfig("a", 4, init_scale=0.5),), {"name": "sgd", "lr": 1.0})
 IDS = np.array([3, 1, 7], np.int64)
@@ -137,12 +138,6 @@ class RecordingSource(RowSource):
 
     def flush(self, step):
         self.calls.append(("flush", step))
-
-
-def bag(rows):
-    offsets = np.zeros(len(rows) + 1, np.int64)
-    np.cumsum([len(r) for r in rows], out=offsets[1:])
-    return Bag(np.array([i for r in rows for i in r], np.int64), offsets)
 
 
 def test_the_module_drives_its_source_through_the_four_calls():

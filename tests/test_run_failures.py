@@ -15,7 +15,7 @@ from cardinal import cli
 from cardinal.data import SyntheticConfig, generate
 from cardinal.ps import checkpoint
 from cardinal.train import Trainer
-from conftest import tiny_recipe
+from helpers.recipes import tiny_recipe
 
 pytestmark = pytest.mark.slow  # processes or whole runs: outside `pytest -m "not slow"`
 

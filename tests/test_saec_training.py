@@ -15,7 +15,7 @@ from cardinal.memory_config import AdmissionConfig
 from cardinal.optim import make_optimizer, reference
 from cardinal.ps import ShardStore, StoreConfig, checkpoint
 from cardinal.train import Trainer, config
-from conftest import tiny_recipe
+from helpers.recipes import tiny_recipe
 
 DIM = 4
 OPT = {"name": "rowwise_adagrad", "lr": 0.1}
@@ -333,7 +333,7 @@ def test_a_resume_cannot_change_the_clustering(tmp_path):
 
 def test_over_grpc_the_clustered_tables_are_bitwise_the_embedded_ones(tmp_path):
     from cardinal.ps import embedded
-    from cluster import Cluster
+    from helpers.cluster import Cluster
 
     cfg = StoreConfig((TableConfig("emb", DIM),), OPT, saec={"emb": SaecSpec(5.0, 3, 32)})
     remote = Cluster(cfg, 2, tmp_path / "ps")

@@ -26,7 +26,8 @@ from cardinal.serve.model import ServingModel
 from cardinal.serve.requests import BadRequest, parse_request
 from cardinal.serve.tables import SnapshotTable
 from cardinal.train import Trainer
-from conftest import tiny_recipe
+from helpers.recipes import tiny_recipe
+from helpers.serving import eval_probabilities
 
 # 12 steps; a checkpoint every 4 (4 full, 8 and 12 deltas on it), one evaluation at the end
 FLAGS = ("ps.shards=2", "train.checkpoint_every=4", "train.full_every=3",
@@ -41,22 +42,6 @@ def run(tmp_path_factory):
     trainer.fit()
     trainer.close()
     return tmp / "run", recipe
-
-
-def eval_probabilities(recipe, step_path, tmp_path):
-    """What `cardinal eval` computes for each eval example, as probabilities."""
-    trainer = Trainer(recipe, tmp_path / "evaluator", progress=False)
-    trainer.load(step_path)
-    for m in trainer._modules():
-        m.eval()
-    out, batches = [], []
-    with torch.no_grad():
-        for batch in trainer.eval_data:
-            emb, wide = trainer._embed(batch)
-            out.append(torch.sigmoid(trainer.model(batch.dense, emb, wide)).numpy())
-            batches.append(batch)
-    trainer.close()
-    return np.concatenate(out), batches
 
 
 def predict_all(model, batches):

@@ -17,9 +17,9 @@ import pytest
 from cardinal import cli
 from cardinal.serve.requests import COLUMNS
 from cardinal.train import Trainer
-from conftest import tiny_recipe
-from processes import reaped
-from raw_http import ask, closed, half_sent, poll_for, sockets
+from helpers.recipes import tiny_recipe
+from helpers.processes import reaped
+from helpers.raw_http import ask, closed, half_sent, poll_for, sockets
 
 pytestmark = pytest.mark.slow
 SMALL = json.dumps({"examples": [{"I1": 3, "C1": "68fd1e64"}]}).encode()

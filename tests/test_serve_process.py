@@ -15,8 +15,9 @@ import pytest
 
 from cardinal import cli
 from cardinal.train import Trainer
-from conftest import tiny_recipe
-from processes import reaped
+from helpers.recipes import tiny_recipe
+from helpers.processes import reaped
+from helpers.raw_http import poll_for
 
 pytestmark = pytest.mark.slow
 FLAGS = ("train.checkpoint_every=4", "train.full_every=4", 'train.early_stop="none"', "train.keep_checkpoints=10")
@@ -43,15 +44,6 @@ def started(proc, deadline=60.0) -> int:
             break
     proc.kill()
     pytest.fail(f"the server did not start: {proc.stderr.read()[-3000:]}")
-
-
-def poll_for(check, deadline=60.0, what=""):
-    end = time.monotonic() + deadline
-    while time.monotonic() < end:
-        if check():
-            return
-        time.sleep(0.1)
-    pytest.fail(f"timed out waiting for {what}")
 
 
 def test_serve_follows_training_under_load_and_stops_on_sigterm(tmp_path):

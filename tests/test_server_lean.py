@@ -15,7 +15,7 @@ from cardinal import model_traits
 from cardinal.ps import PSClient
 from cardinal.ps.server import READY
 from cardinal.ps.transport.grpc_transport import GrpcTransport
-from processes import reaped
+from helpers.processes import reaped
 
 JOB, TOKEN = "lean-job", "s3cret"
 

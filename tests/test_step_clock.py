@@ -10,7 +10,7 @@ from cardinal.embedding import TableConfig
 from cardinal.memory_config import EvictionConfig
 from cardinal.ps import ShardStore, StoreConfig, StoreLimits
 from cardinal.train import config
-from cluster import Cluster
+from helpers.cluster import Cluster
 from test_wire_corpus import GRADS, IDS, push, raw
 
 IDS_TRAINED = np.arange(1, 1001, dtype=np.int64)

@@ -130,7 +130,7 @@ def test_a_sigterm_of_the_sweep_stops_its_training_child_too(tmp_path, child_env
     import sys
     import time
 
-    from test_distributed import leftovers
+    from helpers.launch import leftovers
 
     cmd = [sys.executable, "-m", "cardinal.cli", "sweep", "--out", str(tmp_path / "runs"),
            *sum((["--set", s] for s in [*tiny(tmp_path), "train.epochs=1000", 'train.early_stop="none"']), []),

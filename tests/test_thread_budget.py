@@ -9,7 +9,7 @@ import torch
 
 from cardinal.embedding import parallel
 from cardinal.train import Trainer, config, threads
-from conftest import tiny_recipe
+from helpers.recipes import tiny_recipe
 
 
 @pytest.fixture

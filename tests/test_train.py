@@ -3,27 +3,17 @@
 import json
 
 import pytest
-import torch
 
 from cardinal import cli
 from cardinal.train import Trainer, config
-from conftest import tiny_recipe
+from helpers.recipes import tiny_recipe
+from helpers.runs import same, state
 
 pytestmark = pytest.mark.slow  # processes or whole runs: outside `pytest -m "not slow"`
 
 
 def recipe(tmp_path, *extra):
     return tiny_recipe(tmp_path, "ps.shards=3", *extra)
-
-
-def state(trainer):
-    tables = {t: trainer.client.digest(t) for t in ("emb",)}
-    return tables, {k: v.clone() for k, v in trainer.model.state_dict().items()}
-
-
-def same(a, b):
-    assert a[0] == b[0]
-    assert a[1].keys() == b[1].keys() and all(torch.equal(a[1][k], b[1][k]) for k in a[1])
 
 
 # A tiny recipe that learns: 30 ids per field at most, 3 epochs (36 steps), dense lr 0.01. Measured
@@ -60,10 +50,10 @@ def test_resume_is_bitwise_equal_to_training_straight_through(tmp_path, consiste
     resumed = Trainer(recipe(tmp_path, *flags, "train.steps=17"), tmp_path / "b", progress=False)
     summary = resumed.fit(resume=True)
     assert summary["steps"] == 17 and (resumed.epoch, resumed.batch_in_epoch) == (1, 5)
-    same(state(straight), state(resumed))
+    assert same(state(straight), state(resumed))
     again = Trainer(recipe(tmp_path, *flags, "train.steps=17"), tmp_path / "b", progress=False)
     assert again.fit(resume=True)["steps"] == 17  # already done: nothing more is trained
-    same(state(straight), state(again))
+    assert same(state(straight), state(again))
 
 
 def test_eval_command_reproduces_the_final_evaluation(tmp_path, capsys):

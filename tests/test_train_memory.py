@@ -4,8 +4,8 @@ resumed run is bitwise the run that went straight through (evictions and counter
 import json
 
 import pytest
-from conftest import tiny_recipe
-from test_train import same, state
+from helpers.recipes import tiny_recipe
+from helpers.runs import same, state
 
 from cardinal.train import Trainer
 
@@ -28,7 +28,7 @@ def test_a_run_under_a_budget_evicts_reports_and_resumes_bitwise(tmp_path):
     Trainer(tiny_recipe(tmp_path, *flags, "train.steps=7"), tmp_path / "b", progress=False).fit()
     resumed = Trainer(tiny_recipe(tmp_path, *flags, "train.steps=20"), tmp_path / "b", progress=False)
     assert resumed.fit(resume=True)["ps_emb_evicted_budget"] > 0
-    same(state(straight), state(resumed))
+    assert same(state(straight), state(resumed))
 
 
 @pytest.mark.slow
@@ -43,4 +43,4 @@ def test_a_run_with_most_rows_on_disk_is_bitwise_the_run_in_ram(tmp_path):
     assert summary["ps_disk_write_amp"] >= 0  # RocksDB's bytes written over the bytes put in it, counted
     assert summary["ps_emb_faulted"] > 0                       # ...and came back when used
     assert 0 < summary["ps_emb_ram_hit_rate"] < 1
-    same(state(ram), state(tiered))
+    assert same(state(ram), state(tiered))

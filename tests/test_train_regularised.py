@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from cardinal.train import Trainer
-from conftest import tiny_recipe
+from helpers.recipes import tiny_recipe
+from helpers.runs import same, state
 
 pytestmark = pytest.mark.slow  # processes or whole runs: outside `pytest -m "not slow"`
 
@@ -15,14 +16,6 @@ ALL_ON = ["sparse_optimizer.l2=1e-3", "embedding.clip_ratio=1.0", "embedding.cli
 
 def recipe(tmp_path, *extra):
     return tiny_recipe(tmp_path, "ps.shards=2", "train.epochs=3", *extra)
-
-
-def state(trainer):
-    return trainer.client.digest("emb"), {k: v.clone() for k, v in trainer.model.state_dict().items()}
-
-
-def same(a, b) -> bool:
-    return a[0] == b[0] and a[1].keys() == b[1].keys() and all(torch.equal(a[1][k], b[1][k]) for k in a[1])
 
 
 class Crash(Exception):

@@ -17,7 +17,7 @@ from cardinal.ps import PSClient, StoreConfig, embedded
 from cardinal.ps.routing import route
 from cardinal.ps.transport import wire
 from cardinal.ps.transport.grpc_transport import GrpcTransport
-from cluster import JOB, TOKEN, Cluster
+from helpers.cluster import JOB, TOKEN, Cluster
 
 CONFIG = StoreConfig((TableConfig("user", 8, seed=1), TableConfig("item", 3, seed=2)),
                      {"name": "adagrad", "lr": 0.05})

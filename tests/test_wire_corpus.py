@@ -16,7 +16,7 @@ from cardinal.embedding import TableConfig
 from cardinal.ps import ShardStore, StoreConfig, StoreLimits
 from cardinal.ps.servicer import MAX_DETAILS
 from cardinal.ps.transport import wire
-from cluster import JOB, TOKEN, Cluster
+from helpers.cluster import JOB, TOKEN, Cluster
 
 CONFIG = StoreConfig((TableConfig("user", 8, seed=1), TableConfig("item", 4, seed=2)), {"name": "adam", "lr": 0.01})
 AUTH = (("x-cardinal-job", JOB), ("x-cardinal-token", TOKEN))

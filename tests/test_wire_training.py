@@ -5,7 +5,7 @@ import json
 import pytest
 
 from cardinal.train import Trainer
-from conftest import tiny_recipe
+from helpers.recipes import tiny_recipe
 
 pytestmark = pytest.mark.slow  # processes or whole runs: outside `pytest -m "not slow"`
 

@@ -10,7 +10,7 @@ from cardinal.ps import PSClient, ShardStore, StoreConfig, StoreLimits
 from cardinal.ps.transport.inprocess import InProcessTransport
 from cardinal.ps.worker_steps import Origin
 from cardinal.worker.sources import PSSource
-from cluster import Cluster
+from helpers.cluster import Cluster
 
 CONFIG = StoreConfig((TableConfig("a", 4),), {"name": "rowwise_adagrad", "lr": 0.1})
 RNG = np.random.default_rng(0)

@@ -63,7 +63,7 @@ def closed(s: socket.socket, received: dict | None = None) -> bool:
         return True
 
 
-def poll_for(check, deadline: float, what: str) -> float:
+def poll_for(check, deadline: float = 60.0, what: str = "") -> float:
     """Seconds until ``check()`` held; fails after ``deadline``."""
     start = time.monotonic()
     while time.monotonic() < start + deadline:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-SHARED = Path(os.environ.get("CARDINAL_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data")) \
+SHARED = Path(os.environ.get("CARDINAL_SHARED_DATA", Path(__file__).resolve().parents[3] / "shared" / "data")) \
     / "movielens-latest-small"
 GENRES = ["Action", "Adventure", "Animation", "Children", "Comedy", "Crime", "Documentary", "Drama", "Fantasy",
           "Film-Noir", "Horror", "IMAX", "Musical", "Mystery", "Romance", "Sci-Fi", "Thriller", "War", "Western"]
@@ -54,5 +54,5 @@ def write_movielens(folder: Path, users: int = 40, movies: int = 60, ratings: in
         f.write("userId,movieId,rating,timestamp\n")
         f.writelines(f"{u + 1},{m + 1},{r:.1f},{t}\n" for u, m, r, t in rows)
     (folder / "README.txt").write_text("A small copy in the layout of MovieLens ml-latest-small, written by the "
-                                       "tests (tests/movielens_copy.py): the ratings are made up.\n")
+                                       "tests (tests/helpers/movielens_copy.py): the ratings are made up.\n")
     return folder
