@@ -7,7 +7,6 @@ import pytest
 import torch
 
 from cardinal.train import Trainer, config, tables
-from cardinal.train.summary import summary_line
 from helpers.recipes import tiny_recipe
 
 pytestmark = pytest.mark.slow  # processes or whole runs: outside `pytest -m "not slow"`
@@ -48,22 +47,6 @@ def test_the_baseline_changes_nothing_of_the_model(tmp_path):
     assert with_lr.client.digest("emb") == without.client.digest("emb")
     a, b = with_lr.model.state_dict(), without.model.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
-
-
-def test_the_baseline_resumes_bitwise_and_is_printed(tmp_path, capsys):
-    flags = [*LEARNS, "train.checkpoint_every=5"]
-    straight = Trainer(tiny_recipe(tmp_path, *flags, "train.steps=17"), tmp_path / "a", progress=False)
-    straight.fit()
-    Trainer(tiny_recipe(tmp_path, *flags, "train.steps=10"), tmp_path / "b", progress=False).fit()
-    resumed = Trainer(tiny_recipe(tmp_path, *flags, "train.steps=17"), tmp_path / "b", progress=False)
-    resumed.fit(resume=True)
-    assert straight.client.digest("lr_emb") == resumed.client.digest("lr_emb")
-    a, b = straight.baseline.optimizer.state_dict(), resumed.baseline.optimizer.state_dict()
-    assert all(torch.equal(a["state"][k]["exp_avg"], b["state"][k]["exp_avg"]) for k in a["state"])
-    a, b = straight.baseline.model.state_dict(), resumed.baseline.model.state_dict()
-    assert all(torch.equal(a[k], b[k]) for k in a)
-    print(summary_line(json.loads((tmp_path / "b" / "summary.json").read_text())))
-    assert "lr baseline AUC" in capsys.readouterr().out
 
 
 def test_a_checkpoint_without_the_baseline_is_refused_by_a_run_with_it(tmp_path):

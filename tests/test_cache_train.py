@@ -9,7 +9,6 @@ import pytest
 from cardinal.train import Trainer, config
 from helpers.launch import STEPS, launched, leftovers, model_of
 from helpers.recipes import tiny_recipe
-from helpers.runs import same, state
 
 pytestmark = pytest.mark.slow  # processes or whole runs: outside `pytest -m "not slow"`
 
@@ -60,18 +59,3 @@ def test_the_cache_section_reads_sizes_and_refuses_geo():
         config.load(None, ['cache.bytes="1MiB"', 'embedding.consistency="geo"'])
     with pytest.raises(ValueError, match="cache.policy"):
         config.load(None, ['cache.policy="fifo"'])
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("consistency", ["async", "sync"])
-def test_a_resumed_run_with_a_cache_is_bitwise_the_straight_one(tmp_path, consistency):
-    """A checkpoint flushes the cache and drops it, so the run after it starts as the resumed one does."""
-    flags = [f'embedding.consistency="{consistency}"', "train.epochs=3", "train.checkpoint_every=7",
-             'cache.bytes="1MiB"', "cache.staleness=2"]
-    straight = Trainer(tiny_recipe(tmp_path, "ps.shards=3", *flags, "train.steps=17"), tmp_path / "a", progress=False)
-    summary = straight.fit()
-    assert summary["cache_emb_hit_rate_unique"] > 0
-    Trainer(tiny_recipe(tmp_path, "ps.shards=3", *flags, "train.steps=7"), tmp_path / "b", progress=False).fit()
-    resumed = Trainer(tiny_recipe(tmp_path, "ps.shards=3", *flags, "train.steps=17"), tmp_path / "b", progress=False)
-    resumed.fit(resume=True)
-    assert same(state(straight), state(resumed))

@@ -2,19 +2,15 @@
 since; loaded as a chain (full, then each delta), all or nothing, into any shard count; kept
 checkpoints keep their chain."""
 
-import json
 import shutil
 
 import numpy as np
 import pytest
-from helpers.recipes import tiny_recipe
-from helpers.runs import same, state
 
 from cardinal.embedding import TableConfig
 from cardinal.memory_config import AdmissionConfig
 from cardinal.ps import ShardStore, StoreConfig, checkpoint
 from cardinal.ps.routing import route
-from cardinal.train import Trainer
 
 TABLES = (TableConfig("user", 8, seed=1), TableConfig("item", 3, seed=2))
 
@@ -135,19 +131,3 @@ def test_kept_deltas_keep_their_chain(tmp_path):
         steps[k] = checkpoint.committed_steps(tmp_path)
     assert steps[3] == [1, 2, 3] and steps[4] == [4] and steps[6] == [4, 5, 6] and steps[7] == [7]
     assert checkpoint.deltas_since_full(tmp_path, 7) == 0
-
-
-@pytest.mark.slow
-def test_a_run_with_delta_checkpoints_resumes_bitwise(tmp_path):
-    flags = ["ps.shards=3", 'embedding.consistency="sync"', "train.epochs=3", "train.checkpoint_every=3",
-             "train.full_every=3", "train.keep_checkpoints=2", "train.keep_best=false"]
-    straight = Trainer(tiny_recipe(tmp_path, *flags, "train.steps=20"), tmp_path / "a", progress=False)
-    straight.fit()
-    Trainer(tiny_recipe(tmp_path, *flags, "train.steps=10"), tmp_path / "b", progress=False).fit()
-    root = tmp_path / "b" / "checkpoints"
-    bases = {k: json.loads((checkpoint.step_dir(root, k) / "commit.json").read_text()).get("base")
-             for k in checkpoint.committed_steps(root)}
-    assert bases == {3: None, 6: 3, 9: 6, 10: None}  # the end of a run saves in full after two deltas
-    resumed = Trainer(tiny_recipe(tmp_path, *flags, "train.steps=20"), tmp_path / "b", progress=False)
-    resumed.fit(resume=True)
-    assert same(state(straight), state(resumed))

@@ -302,24 +302,6 @@ def test_a_run_clusters_mid_run_trains_on_and_evaluates(tmp_path):
     trainer.close()
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("at", [5, 9])  # clustered before the checkpoint, and after it
-def test_a_resumed_run_is_bitwise_the_run_that_went_on(tmp_path, at):
-    flags = [f"embedding.saec_at={at}", 'embedding.consistency="sync"', "train.checkpoint_every=7"]
-    straight, _ = run(tmp_path, "a", *flags, "train.steps=14")
-    first, _ = run(tmp_path, "b", *flags, "train.steps=7")
-    first.close()
-    r = tiny_recipe(tmp_path, "ps.shards=2", "train.epochs=2", "embedding.saec_ratio=4", *flags, "train.steps=14")
-    resumed = Trainer(r, tmp_path / "b", progress=False)
-    assert resumed.fit(resume=True)["steps"] == 14
-    assert straight.client.digest("emb") == resumed.client.digest("emb")
-    every = np.concatenate([st.tables["emb"].export()["ids"] for st in straight.client.transport.stores])
-    np.testing.assert_array_equal(straight.client.pull("emb", every, create=False).wait(),
-                                  resumed.client.pull("emb", every, create=False).wait())
-    straight.close()
-    resumed.close()
-
-
 def test_a_resume_cannot_change_the_clustering(tmp_path):
     from cardinal.train import resume
 

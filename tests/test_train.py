@@ -1,4 +1,5 @@
-"""Training end to end on tiny generated data: outputs, bitwise resume, the command line."""
+"""Training end to end on tiny generated data: outputs and the command line (bitwise resume:
+test_resume_bitwise.py)."""
 
 import json
 
@@ -7,7 +8,6 @@ import pytest
 from cardinal import cli
 from cardinal.train import Trainer, config
 from helpers.recipes import tiny_recipe
-from helpers.runs import same, state
 
 pytestmark = pytest.mark.slow  # processes or whole runs: outside `pytest -m "not slow"`
 
@@ -37,23 +37,6 @@ def test_a_run_learns_and_writes_metrics_curves_summary_and_a_checkpoint(tmp_pat
     assert summary["checkpoint"].endswith("step-0000000036")
     with pytest.raises(ValueError, match="already holds checkpoints"):
         Trainer(recipe(tmp_path), run, progress=False).fit()
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("consistency", ["async", "sync", "geo"])
-def test_resume_is_bitwise_equal_to_training_straight_through(tmp_path, consistency):
-    flags = [f'embedding.consistency="{consistency}"', "train.epochs=3", "train.checkpoint_every=7"]
-    straight = Trainer(recipe(tmp_path, *flags, "train.steps=17"), tmp_path / "a", progress=False)
-    straight.fit()
-    first = Trainer(recipe(tmp_path, *flags, "train.steps=7"), tmp_path / "b", progress=False)
-    first.fit()
-    resumed = Trainer(recipe(tmp_path, *flags, "train.steps=17"), tmp_path / "b", progress=False)
-    summary = resumed.fit(resume=True)
-    assert summary["steps"] == 17 and (resumed.epoch, resumed.batch_in_epoch) == (1, 5)
-    assert same(state(straight), state(resumed))
-    again = Trainer(recipe(tmp_path, *flags, "train.steps=17"), tmp_path / "b", progress=False)
-    assert again.fit(resume=True)["steps"] == 17  # already done: nothing more is trained
-    assert same(state(straight), state(again))
 
 
 def test_eval_command_reproduces_the_final_evaluation(tmp_path, capsys):

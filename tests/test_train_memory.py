@@ -1,34 +1,11 @@
-"""Whole runs with admission, a memory budget and a time to live: they evict, report it, and a
-resumed run is bitwise the run that went straight through (evictions and counters included)."""
-
-import json
+"""Whole runs with most rows on disk: bitwise the run in RAM. (A run under a memory budget that
+evicts, and one with a disk tier, resume bitwise: test_resume_bitwise.py.)"""
 
 import pytest
 from helpers.recipes import tiny_recipe
 from helpers.runs import same, state
 
 from cardinal.train import Trainer
-
-# 3 shards of about 330 KB of fixed index and filter state each, plus up to 50 KB of rows: a budget
-# of 1100 KiB (367 KiB a shard) evicts rows every step and leaves room for the rows of the last two
-# steps, which are protected (at 1000 KiB they fill it, and new rows are refused: test_budget_floods.py).
-MEMORY = ["ps.shards=3", 'embedding.consistency="sync"', 'admission.policy="count"', "admission.threshold=2",
-          'ps.memory_budget="1100KiB"', "eviction.ttl_steps=1", "eviction.every=3", "train.epochs=3"]
-
-
-@pytest.mark.slow
-def test_a_run_under_a_budget_evicts_reports_and_resumes_bitwise(tmp_path):
-    flags = [*MEMORY, "train.checkpoint_every=7"]
-    straight = Trainer(tiny_recipe(tmp_path, *flags, "train.steps=20"), tmp_path / "a", progress=False)
-    summary = straight.fit()
-    assert summary["ps_emb_evicted_budget"] > 0 and summary["ps_emb_refused"] > 0
-    assert summary["ps_emb_evicted_ttl_steps"] > 0
-    logged = [json.loads(line) for line in (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()]
-    assert any("ps_emb_evicted_budget" in r for r in logged)
-    Trainer(tiny_recipe(tmp_path, *flags, "train.steps=7"), tmp_path / "b", progress=False).fit()
-    resumed = Trainer(tiny_recipe(tmp_path, *flags, "train.steps=20"), tmp_path / "b", progress=False)
-    assert resumed.fit(resume=True)["ps_emb_evicted_budget"] > 0
-    assert same(state(straight), state(resumed))
 
 
 @pytest.mark.slow

@@ -1,8 +1,8 @@
-"""The regularisation knobs in a training run: each changes the run, all off is the default, and a
-run with all of them on resumes bitwise (dropout masks and the lr schedule follow the step)."""
+"""The regularisation knobs in a training run: each changes the run, and all off is the default. (A
+run with all of them on resumes bitwise, dropout masks and the lr schedule following the step:
+test_resume_bitwise.py.)"""
 
 import pytest
-import torch
 
 from cardinal.train import Trainer
 from helpers.recipes import tiny_recipe
@@ -16,32 +16,6 @@ ALL_ON = ["sparse_optimizer.l2=1e-3", "embedding.clip_ratio=1.0", "embedding.cli
 
 def recipe(tmp_path, *extra):
     return tiny_recipe(tmp_path, "ps.shards=2", "train.epochs=3", *extra)
-
-
-class Crash(Exception):
-    pass
-
-
-def test_resume_with_every_regulariser_on_is_bitwise(tmp_path, monkeypatch):
-    flags = [*ALL_ON, "train.checkpoint_every=7", "train.steps=17"]
-    straight = Trainer(recipe(tmp_path, *flags), tmp_path / "a", progress=False)
-    straight.fit()
-    crashing = Trainer(recipe(tmp_path, *flags), tmp_path / "b", progress=False)
-    save = crashing.save
-
-    def save_then_crash():
-        step = save()
-        if step == 7:
-            raise Crash  # the process dies right after its first checkpoint
-        return step
-    monkeypatch.setattr(crashing, "save", save_then_crash)
-    with pytest.raises(Crash):
-        crashing.fit()
-    resumed = Trainer(recipe(tmp_path, *flags), tmp_path / "b", progress=False)
-    assert resumed.fit(resume=True)["steps"] == 17
-    assert same(state(straight), state(resumed))
-    lr = [g["lr"] for g in resumed.optimizer.param_groups]
-    assert lr == [pytest.approx(resumed.schedule.lr(17), rel=1e-12)] * len(lr)
 
 
 @pytest.mark.slow
