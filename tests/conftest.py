@@ -22,6 +22,14 @@ _IN_FAST_TEST = [False]
 _HEAVY = ("python", "bash", "sh", "cardinal")
 
 
+def pytest_collection_modifyitems(items):
+    """Everything under tests/e2e/ (whole runs, processes) is slow; elsewhere a test says so itself."""
+    e2e = Path(__file__).parent / "e2e"
+    for item in items:
+        if e2e in item.path.parents:
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
     _IN_FAST_TEST[0] = item.get_closest_marker("slow") is None

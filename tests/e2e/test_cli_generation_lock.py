@@ -18,7 +18,7 @@ from cardinal.train import config
 from cardinal.train.readers import ensure_synthetic, synthetic_dir
 from helpers.processes import reaped, succeeded
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SMALL = ["data.synthetic.rows=20000", "data.synthetic.eval_rows=2000", "data.synthetic.vocab=300"]
 
 READ = textwrap.dedent("""

@@ -27,7 +27,7 @@ from helpers.recipes import tiny_recipe
 
 pytestmark = pytest.mark.slow  # processes or whole runs: outside `pytest -m "not slow"`
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NO_CUDA = "no CUDA device (torch.cuda.is_available() is False): the GPU paths are checked on a GPU machine"
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_CUDA)
 

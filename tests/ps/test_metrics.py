@@ -217,6 +217,6 @@ def test_the_dashboard_queries_only_metrics_that_exist(cluster, tmp_path):
         served = names(cluster.servers[0].metrics_port) | names(worker.port)
     finally:
         worker.close()
-    dashboard = json.loads((Path(__file__).parents[1] / "deploy" / "grafana-dashboard.json").read_text())
+    dashboard = json.loads((Path(__file__).parents[2] / "deploy" / "grafana-dashboard.json").read_text())
     asked = {m for p in dashboard["panels"] for t in p["targets"] for m in re.findall(r"cardinal_[a-z0-9_]+", t["expr"])}
     assert asked and asked <= served, sorted(asked - served)

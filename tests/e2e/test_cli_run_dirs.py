@@ -17,7 +17,7 @@ from helpers.processes import reaped, succeeded
 
 pytestmark = pytest.mark.slow  # processes or whole runs: outside `pytest -m "not slow"`
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_a_name_taken_in_the_same_second_gets_a_suffix(tmp_path, monkeypatch):

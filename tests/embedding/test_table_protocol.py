@@ -12,7 +12,7 @@ from cardinal.embedding.protocol import RowTable, Table
 from cardinal.embedding.table_config import SaecSpec
 from cardinal.optim import make_optimizer
 
-SRC = Path(__file__).resolve().parents[1] / "src" / "cardinal"
+SRC = Path(__file__).resolve().parents[2] / "src" / "cardinal"
 
 
 def members(protocol) -> set[str]:

@@ -144,7 +144,7 @@ def test_without_dims_the_dense_state_is_the_models_own(tmp_path):
 @pytest.mark.timeout(600)
 def test_two_sync_workers_train_the_projection_one_process_trains(tmp_path):
     """The projections are dense parameters like the rest (DDP sums their gradients): two workers on
-    a global batch end where one process does, up to float rounding (as tests/test_global_batch.py)."""
+    a global batch end where one process does, up to float rounding (as tests/e2e/test_global_batch.py)."""
     from helpers.launch import STEPS, embedded, launched, largest_difference
 
     sets = ['embedding.consistency="sync"', *STEPS, *MIXED]
@@ -157,7 +157,7 @@ def test_two_sync_workers_train_the_projection_one_process_trains(tmp_path):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: the device path is checked on a GPU machine")
 def test_a_mixed_run_on_cuda_equals_the_cpu_run_within_tolerance(tmp_path):
-    """Rows of each table's width staged onto the device, split and projected there (as tests/test_gpu.py)."""
+    """Rows of each table's width staged onto the device, split and projected there (as tests/e2e/test_gpu.py)."""
     runs = {}
     for device in ("cpu", "cuda"):
         trainer = Trainer(recipe(tmp_path, f'train.device="{device}"'), tmp_path / device, progress=False)

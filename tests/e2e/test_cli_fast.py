@@ -13,7 +13,7 @@ from cardinal.train import config
 
 pytestmark = pytest.mark.slow  # processes or whole runs: outside `pytest -m "not slow"`
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("torch", "numba", "grpc", "numpy", "pyarrow")
 
 RUN = """

@@ -11,7 +11,7 @@ from cardinal import cli
 from cardinal.jobs import sweep
 from cardinal.embedding.parallel import available_cores
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def tiny(tmp_path) -> list[str]:

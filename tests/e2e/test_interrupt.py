@@ -15,7 +15,7 @@ import pytest
 from cardinal.ps import checkpoint
 from helpers.launch import launch_cmd, leftovers
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "PYTHONUNBUFFERED": "1"}
 LINE = re.compile(r"^interrupted at step (\d+); resume with: cardinal train --resume (\S+)$", re.M)
 

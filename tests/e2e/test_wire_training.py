@@ -9,7 +9,7 @@ from helpers.recipes import tiny_recipe
 
 pytestmark = pytest.mark.slow  # processes or whole runs: outside `pytest -m "not slow"`
 
-# the tiny recipe that learns (tests/test_train.py): eval AUC about 0.66 on 1,000 rows, whose
+# the tiny recipe that learns (tests/e2e/test_train.py): eval AUC about 0.66 on 1,000 rows, whose
 # noise between seeds is +- 0.04; the same seed with bf16 or int8 both ways moved it by under 1e-4 (measured)
 LEARNS = ["ps.shards=2", 'train.baseline="none"', "data.synthetic.vocab=30", "train.epochs=3",
           "dense_optimizer.lr=0.01"]
