@@ -29,7 +29,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from cardinal.embedding import parallel
+from cardinal import parallel
 from cardinal.embedding import row_kernels as RK
 from cardinal.embedding.admission import AdmissionFilter
 from cardinal.embedding.compaction import delete_rows
@@ -37,6 +37,7 @@ from cardinal.embedding.deletion_log import DeletionLog
 from cardinal.embedding.dedup import segment_max, segment_sum, unique_inverse
 from cardinal.embedding.formats.base import BLOCK
 from cardinal.embedding.formats.rounding import INIT_STEP
+from cardinal.embedding.index_kernels import N_SUB
 from cardinal.embedding.hashing import init_rows
 from cardinal.embedding.index import IdIndex
 from cardinal.embedding.protocol import Admit
@@ -223,7 +224,7 @@ class EmbeddingTable:
             self.format.decode(cols.data, rows, self.dim, out)
             return
         tags, slots = ix.tags.array, ix.slots.array
-        parallel.over_subs(len(ids), lambda lo, hi: RK.lookup(
+        parallel.over_slots(N_SUB, len(ids), lambda lo, hi: RK.lookup(
             tags, slots, ix.sub_off, ix.sub_cap, cols.ids, cols.data, cols.count, cols.last_step,
             ids, rows, out, self.dim, step, seen, lo, hi))
 
