@@ -28,7 +28,6 @@ LONG_FILES = {
     "embedding/table.py": "issue 26: to split (its disk tier and deletion apart from pull and push)",
     "ps/store.py": "issue 26: to split (loading and staging apart from requests)",
     "train/config.py": "issue 26: to split (the recipe's sections apart from loading and checking them)",
-    "worker/sources/cache.py": "issue 26: to split (the cache's bookkeeping apart from its RowSource)",
 }
 
 
