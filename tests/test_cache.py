@@ -42,8 +42,13 @@ def ids(*values):
     return np.array(values, np.int64)
 
 
+def slot(slots, id_):
+    return int(slots.lookup(ids(id_))[0])
+
+
 def cached_ids(src):
-    return sorted(src.slots["a"].slot_of)
+    sl = src.slots["a"]
+    return sorted(sl.ids[sl.occupied()].tolist())
 
 
 def test_hits_make_no_request_and_are_the_rows_as_fetched():
@@ -57,6 +62,20 @@ def test_hits_make_no_request_and_are_the_rows_as_fetched():
     mixed = src.pull("a", ids(2, 9, 1), create=True, step=3).wait()
     assert len(counting.pulls) == 2 and counting.pulls[1].tolist() == [9]  # only the miss, in one request
     np.testing.assert_array_equal(mixed[[0, 2]], first[[1, 0]])
+
+
+def test_any_int64_is_an_id_the_cache_keeps_negative_ones_too():
+    """-1 once marked a free slot: a cached -1 was overwritten by the next insert while still mapped."""
+    counting = Counting(embedded(CONFIG, 2))
+    src, _ = cache(counting, rows=4)
+    edge = ids(-1, -2**63, 2**63 - 1, 0)
+    first = src.pull("a", edge, create=True, step=1).wait()
+    src.pull("a", ids(7), create=True, step=2).wait()  # a full cache: one of the four is evicted, not overwritten
+    again = src.pull("a", edge, create=True, step=3).wait()
+    np.testing.assert_array_equal(again, first)
+    assert len(cached_ids(src)) == 4 and len(src.slots["a"]) == 4
+    src.slots["a"].clear()
+    assert len(src.slots["a"]) == 0 and cached_ids(src) == []
 
 
 def test_lookups_read_the_servers_and_a_row_lags_by_its_pending_and_pushed_steps():
@@ -155,11 +174,11 @@ def test_another_workers_updates_come_back_with_the_push_replies():
         src.push("a", ids(2), np.zeros((1, DIM), np.float32), step=step)
         src.settle(None)
     slots = src.slots["a"]
-    assert slots.behind[slots.slot_of[1]] == 5 and slots.behind[slots.slot_of[3]] == 0
+    assert slots.behind[slot(slots, 1)] == 5 and slots.behind[slot(slots, 3)] == 0
     before = src.counters["a.unique_hits"]
     src.pull("a", ids(1, 3), create=True, step=7).wait()
     assert src.counters["a.unique_hits"] - before == 1  # row 1: 5 behind > s, fetched again; row 3 hits
-    assert slots.behind[slots.slot_of[1]] == 0
+    assert slots.behind[slot(slots, 1)] == 0
 
 
 def test_a_cursor_that_fell_out_of_the_log_drops_that_shards_rows():
@@ -230,7 +249,7 @@ def test_each_shard_is_asked_from_its_own_cursor_and_rows_nobody_else_changed_st
         src.settle(None)
     assert src.cursor["a"][0] == src.cursor["a"][1] + 5 and src.metrics()["cache_a_resets"] == 0
     slots = src.slots["a"]
-    assert slots.behind[slots.slot_of[mine[0]]] == 6 and slots.behind[slots.slot_of[mine[1]]] == 0
+    assert slots.behind[slot(slots, mine[0])] == 6 and slots.behind[slot(slots, mine[1])] == 0
 
 
 def test_a_fetched_row_counts_every_step_of_an_own_sum_still_in_flight():

@@ -75,14 +75,18 @@ class IdIndex:
         if len(missing) == 0:
             return rows, n_rows
         new, inverse = unique_inverse(keys[missing])
-        self.make_room(ids, new)
-        new_rows = np.arange(n_rows, n_rows + len(new), dtype=np.int64)
         ids[n_rows:n_rows + len(new)] = new
-        tags, slots = self.tags.array, self.slots.array
-        parallel.over_slots(K.N_SUB, len(new), lambda lo, hi: K.insert_new(tags, slots, self.sub_off, self.sub_cap,
-                                                                  self.sub_size, new, new_rows, lo, hi))
+        self.insert(ids, new, np.arange(n_rows, n_rows + len(new), dtype=np.int64))
         rows[missing] = n_rows + inverse
         return rows, n_rows + len(new)
+
+    def insert(self, ids: np.ndarray, keys: np.ndarray, rows: np.ndarray) -> None:
+        """Point absent, unique ``keys`` at ``rows`` (any rows: a worker cache reuses free slots);
+        ``ids[rows]`` already holds them."""
+        self.make_room(ids, keys)
+        tags, slots = self.tags.array, self.slots.array
+        parallel.over_slots(K.N_SUB, len(keys), lambda lo, hi: K.insert_new(tags, slots, self.sub_off, self.sub_cap,
+                                                                   self.sub_size, keys, rows, lo, hi))
 
     def remove(self, ids: np.ndarray, keys: np.ndarray) -> None:
         """Remove ``keys`` (present, unique) before their rows are reused or moved."""

@@ -253,7 +253,7 @@ class CachedSource(RowSource):
             return
         self.reply_clock[table][shard] = max(self.reply_clock[table][shard], log["clock"])
         if log["reset"]:  # this worker's cursor fell out of the shard's log: drop the shard's rows
-            mine = np.flatnonzero((sl.ids >= 0) & (sl.shard == shard))
+            mine = np.flatnonzero(sl.used & (sl.shard == shard))
             self._evicted(table, sl.take_pending(mine))
             sl.free(mine)
             self.counters[f"{table}.resets"] += 1
@@ -289,7 +289,7 @@ class CachedSource(RowSource):
         as empty as a straight one after its flush."""
         self._drain()
         for table, sl in self.slots.items():
-            pending = sl.take_pending(np.flatnonzero(sl.ids >= 0))
+            pending = sl.take_pending(sl.occupied())
             if len(pending[0]):
                 self.outbox[table].append(pending)
         for table in self.slots:
