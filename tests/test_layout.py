@@ -25,7 +25,6 @@ ALLOWED_PART_CYCLES = {}
 
 # files under src/cardinal/ over MAX_LINES, for now
 LONG_FILES = {
-    "embedding/table.py": "issue 26: to split (its disk tier and deletion apart from pull and push)",
     "ps/store.py": "issue 26: to split (loading and staging apart from requests)",
     "train/config.py": "issue 26: to split (the recipe's sections apart from loading and checking them)",
 }

@@ -51,7 +51,8 @@ from cardinal.embedding.deletion_log import DeletionLog
 from cardinal.embedding.id_map import IdMap
 from cardinal.embedding.protocol import Admit
 from cardinal.embedding.storage import Columns
-from cardinal.embedding.table import EmbeddingTable, combine_digests
+from cardinal.embedding.table import EmbeddingTable
+from cardinal.embedding.table_views import combine_digests
 from cardinal.embedding.table_config import SaecSpec
 
 MIN_CLUSTERS = 16  # a field keeps at least this many clusters (its rows, if fewer): the savings are in large fields
