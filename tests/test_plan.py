@@ -639,11 +639,13 @@ def test_check_plan_over_grpc_names_the_server_started_with_another_plan(tmp_pat
                   (ShardingPlan(3, {**served.tables, "user": (user[0], P(0, 1, 2, columns=(3, 9)))}), 0)]  # holds less
         for other, shard in others:
             with pytest.raises(ValueError, match=rf"server {shard} was started with another sharding plan \(it holds "
-                                                 rf"tables .*, this worker's plan puts .* there\)"):
+                                                 rf"tables .*, this worker's plan puts .* there\): start every "
+                                                 rf"server and worker with the same recipe \(its tables follow "
+                                                 rf"model.name, .* and train.baseline; where they live, ps.plan\)"):
                 client(other).check_plan(list(DIMS))
         routed = ShardingPlan(3, {**served.tables, "user": (user[0], P(2, 1, columns=(3, 9)))})  # servers reordered
         with pytest.raises(ValueError, match=r"server 0 was started with another sharding plan \(the same tables, "
-                                             r"their rows on other servers: "):
+                                             r"their rows on other servers: .*the same ps.plan$"):
             client(routed).check_plan(list(DIMS))
     finally:
         for c in clients:
