@@ -85,7 +85,7 @@ def main() -> None:
     from cardinal import planner
     from cardinal.planner.propose import balance, describe, loads, propose
     from cardinal.planner.stats import from_sample
-    from cardinal.ps.plan import ShardingPlan
+    from cardinal.sharding.plan import ShardingPlan
     from cardinal.train import config, tables
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

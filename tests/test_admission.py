@@ -12,7 +12,7 @@ from cardinal.embedding.admission import make_filter
 from cardinal.memory_config import AdmissionConfig
 from cardinal.optim import make_optimizer
 from cardinal.ps import ShardStore, StoreConfig, StoreFull, StoreLimits, checkpoint
-from cardinal.ps.routing import route
+from cardinal.sharding.routing import route
 
 TABLES = (TableConfig("user", 4, seed=1), TableConfig("item", 3, seed=2))
 

@@ -13,7 +13,7 @@ from test_train import same, state
 from cardinal.embedding import TableConfig
 from cardinal.memory_config import AdmissionConfig
 from cardinal.ps import ShardStore, StoreConfig, checkpoint
-from cardinal.ps.routing import route
+from cardinal.sharding.routing import route
 from cardinal.train import Trainer
 
 TABLES = (TableConfig("user", 8, seed=1), TableConfig("item", 3, seed=2))

@@ -12,7 +12,7 @@ import torch
 
 from cardinal.ps import ShardStore
 from cardinal.ps.checkpoint_load import load_shard_rows, read_commit
-from cardinal.ps.plan import ShardingPlan
+from cardinal.sharding.plan import ShardingPlan
 from cardinal.train import Trainer, config, tables
 from cardinal.train.state_io import load_tree
 from test_distributed import launch_cmd, leftovers, run_launch

@@ -20,7 +20,7 @@ from cardinal.embedding import TableConfig
 from cardinal.ps import PSClient, ShardStore, StoreConfig, checkpoint, embedded
 from cardinal.ps.server import READY, ServerOptions, ShardServer
 from cardinal.ps.servicer import ShardServicer
-from cardinal.ps.routing import route
+from cardinal.sharding.routing import route
 from cardinal.ps.transport import grpc_transport, wire
 from cardinal.ps.transport.grpc_transport import GrpcTransport, ServerRestarted, ShardRequestError
 from checkpoint_edit import reseal

@@ -1,4 +1,4 @@
-"""Sharding plans (``ps/plan.py``): a plan is checked whole, routes each piece to its servers, and
+"""Sharding plans (``sharding/plan.py``): a plan is checked whole, routes each piece to its servers, and
 changes where rows live but not what they are: with an element-wise optimizer every plan trains
 bitwise the same model, and a checkpoint saved in one plan loads into any other (rows, optimizer
 state, admission counters, deltas), read back through the public API."""
@@ -14,8 +14,8 @@ from cardinal.embedding.hashing import init_rows
 from cardinal.memory_config import AdmissionConfig
 from cardinal.optim import make_optimizer
 from cardinal.ps import PSClient, ShardStore, StoreConfig, embedded
-from cardinal.ps.plan import Piece, ShardingPlan
-from cardinal.ps.routing import route
+from cardinal.sharding.plan import Piece, ShardingPlan
+from cardinal.sharding.routing import route
 from cardinal.ps.worker_steps import Origin
 from checkpoint_edit import reseal
 

@@ -1,4 +1,4 @@
-"""Copies of hot rows (``ps/plan.py`` ``Replicas``, ``ps/replicas.py``): a worker reads a
+"""Copies of hot rows (``sharding/plan.py`` ``Replicas``, ``ps/replicas.py``): a worker reads a
 table's hot rows from its own server of copies, never a copy older than the bound; gradients go
 to the rows' own servers alone; refreshes, bad requests and checkpoint loads leave nothing stale
 to be served."""
@@ -14,7 +14,7 @@ from cardinal import cli, planner
 from cardinal.planner import hot
 from cardinal.embedding import TableConfig
 from cardinal.ps import PSClient, ShardStore, StoreConfig
-from cardinal.ps.plan import Piece, Replicas, ShardingPlan
+from cardinal.sharding.plan import Piece, Replicas, ShardingPlan
 from cardinal.ps.replicas import CopiedRows
 from cardinal.ps.transport.inprocess import InProcessTransport
 from cardinal.train import tables

@@ -11,7 +11,7 @@ from cardinal.embedding.storage import Columns
 from cardinal.embedding.tiers import RocksTier
 from cardinal.memory_config import EvictionConfig
 from cardinal.ps import ShardStore, StoreConfig, StoreLimits, checkpoint
-from cardinal.ps.routing import route
+from cardinal.sharding.routing import route
 
 TABLES = (TableConfig("user", 8, seed=1), TableConfig("item", 3, seed=2))
 CONFIG = StoreConfig(TABLES, {"name": "adagrad", "lr": 0.05})

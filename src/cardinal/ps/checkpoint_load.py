@@ -40,7 +40,7 @@ from cardinal.embedding.storage import Columns
 from cardinal.ps.checkpoint import (COLUMNS, COMMIT, DELETED, FORMAT_VERSION, MANIFEST, STATE, admission_file,
                                     shard_dir, shard_names)
 from cardinal.ps import checkpoint_chain, checkpoint_columns
-from cardinal.ps.plan import ShardingPlan
+from cardinal.sharding.plan import ShardingPlan
 
 DTYPES = {"ids": np.dtype(np.int64), "data": np.dtype(np.float32), "count": np.dtype(np.uint32),
           "last_step": np.dtype(np.uint32)}

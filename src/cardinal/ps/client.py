@@ -5,7 +5,7 @@
     client.push("user", ids, grads, step=3).wait()
     client.save("ckpt/", step=3)                         # every shard, then the commit marker
 
-The client routes ids to shards by its sharding plan (``plan.py``: row-wise over every shard
+The client routes ids to shards by its sharding plan (``sharding/plan.py``: row-wise over every shard
 by default; stable), sends one request per (piece, shard) that has ids, and assembles the
 answers when waited on: a table split by columns is pulled from each piece and its rows put
 side by side, and its gradients cut by the same columns. Every pull and push carries a
@@ -30,8 +30,8 @@ import numpy as np
 from cardinal import codecs
 from cardinal.embedding import combine_digests
 from cardinal.ps import checkpoint, checkpoint_load, validate
-from cardinal.ps.plan import ShardingPlan
-from cardinal.ps.routing import group
+from cardinal.sharding.plan import ShardingPlan
+from cardinal.sharding.routing import group
 from cardinal.ps.traffic import Traffic
 from cardinal.ps.transport.base import DEFAULT_TIMEOUT, Handle, TransientError, Transport
 from cardinal.ps.worker_steps import Origin
@@ -75,7 +75,7 @@ def _push_reply(shards: list[int], replies: list[dict]) -> dict:
 
 
 class PSClient:
-    """``plan``: where each table's rows live (``plan.py``); row-wise over every shard when None.
+    """``plan``: where each table's rows live (``sharding/plan.py``); row-wise over every shard when None.
     ``worker`` of ``workers``: which copies of hot rows this client reads, and which it refreshes."""
 
     def __init__(self, transport: Transport, retries: int = 5, *, pull_codec: str = "fp32",
@@ -127,7 +127,7 @@ class PSClient:
 
     def pull(self, table: str, ids: np.ndarray, *, create: bool = True, step: int = 0) -> Handle:
         """Rows of ``ids`` (n, dim) float32 on ``wait()``. A training pull (``create``) of a table
-        with copied hot rows (``plan.py``) refreshes them first when this client is their refresher
+        with copied hot rows (``sharding/plan.py``) refreshes them first when this client is their refresher
         and its last refresh is ``staleness`` steps old, and reads hot ids from copies; a copy
         older than its bound answers nothing, and those ids are read from their own servers.
         Copies go by the pulls' steps: a client that pulls every step as step 0 refreshes them once."""
@@ -253,7 +253,7 @@ class PSClient:
         out: dict[str, tuple[int, int, int]] = {}
         for s, h in enumerate(handles):
             st = h.wait(timeout)
-            for name in st["tables"]:  # a piece of a table (plan.py) counts for its table
+            for name in st["tables"]:  # a piece of a table (sharding/plan.py) counts for its table
                 table = self.plan.locate(name)[0]
                 known = st["clocks"].get(name, {})
                 c, w = min((known.get(str(w), st["clock_base"]), w) for w in range(workers))

@@ -38,11 +38,11 @@ from cardinal.ps import checkpoint, checkpoint_load, validate
 from cardinal.ps.budget import Budget, NeedRoom
 from cardinal.ps.limits import StoreFull, StoreLimits
 from cardinal.ps.memory import Memory
-from cardinal.ps.plan import ShardingPlan
+from cardinal.sharding.plan import ShardingPlan
 from cardinal.ps.process_memory import deletion_log_bytes, rocks_memory
 from cardinal.ps.replicas import CopiedRows
 from cardinal.ps.request_log import RequestLog, quote
-from cardinal.ps.routing import route
+from cardinal.sharding.routing import route
 from cardinal.ps.step_clock import StepClock
 from cardinal.ps.update_log import UpdateLog
 from cardinal.ps.worker_steps import Origin, WorkerSteps, combined_counts
@@ -105,7 +105,7 @@ class ShardStore:
         self.plan = plan or ShardingPlan(n_shards)
         if self.plan.n_shards != n_shards:
             raise ValueError(f"the sharding plan is for {self.plan.n_shards} shards, this store is one of {n_shards}")
-        self.config = self.plan.shard_config(config, shard)  # the pieces of tables on this shard (plan.py)
+        self.config = self.plan.shard_config(config, shard)  # the pieces of tables on this shard (sharding/plan.py)
         split = [t.name for t in config.tables if len(self.plan.pieces(t.name)) > 1]
         if split and limits is not None and limits.memory_budget:
             raise ValueError(f"the sharding plan splits table {split[0]!r} by columns, and with ps.memory_budget each "

@@ -39,7 +39,7 @@ from functools import cached_property
 
 import numpy as np
 
-from cardinal.ps.routing import route as hash_route
+from cardinal.sharding.routing import route as hash_route
 
 _COLS = re.compile(r"(.+)-cols(\d+)-(\d+)")
 
