@@ -8,15 +8,15 @@ import json
 import numpy as np
 import pytest
 
-from cardinal.durable import crc32_json, write_json
+from cardinal.checkpoint.durable import crc32_json, write_json
 from cardinal.embedding import EmbeddingTable, TableConfig
 from cardinal.embedding.hashing import init_rows
 from cardinal.memory_config import AdmissionConfig
 from cardinal.optim import make_optimizer
 from cardinal.ps import PSClient, ShardStore, StoreConfig, embedded
+from cardinal.ps.worker_steps import Origin
 from cardinal.sharding.plan import Piece, ShardingPlan
 from cardinal.sharding.routing import route
-from cardinal.ps.worker_steps import Origin
 from checkpoint_edit import reseal
 
 DIMS = {"user": 9, "item": 4}  # odd widths: pieces split inside a pair of init_rows' values

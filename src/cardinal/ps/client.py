@@ -28,13 +28,17 @@ from pathlib import Path
 import numpy as np
 
 from cardinal import codecs
+from cardinal.checkpoint.layout import latest, step_dir
+from cardinal.checkpoint.reader import Reader
+from cardinal.checkpoint.retention import remove_older
+from cardinal.checkpoint.write import commit
 from cardinal.embedding import combine_digests
-from cardinal.ps import checkpoint, checkpoint_load, validate
-from cardinal.sharding.plan import ShardingPlan
-from cardinal.sharding.routing import group
+from cardinal.ps import validate
 from cardinal.ps.traffic import Traffic
 from cardinal.ps.transport.base import DEFAULT_TIMEOUT, Handle, TransientError, Transport
 from cardinal.ps.worker_steps import Origin
+from cardinal.sharding.plan import ShardingPlan
+from cardinal.sharding.routing import group
 
 
 class Resending(Handle):
@@ -284,14 +288,14 @@ class PSClient:
         handles = [self.transport.save(s, str(root), step, base) for s in range(self.n_shards)]
         for h in handles:
             h.wait(timeout)
-        path = checkpoint.step_dir(root, step)
+        path = step_dir(root, step)
         if before_commit is not None:
             before_commit(path)
         known = self._committed[1] if base is not None and self._committed and self._committed[0] == base else None
-        digest = checkpoint.commit(path, step, self.n_shards, extra, base,
-                                   None if self.plan.is_hash() else self.plan.to_json(), run, known)
+        digest = commit(path, step, self.n_shards, extra, base, None if self.plan.is_hash() else self.plan.to_json(),
+                        run, known)
         self._committed = (step, digest)
-        checkpoint.remove_older(root, keep, protect)
+        remove_older(root, keep, protect)
         return path
 
     def load(self, path: str, *, timeout: float | None = None) -> dict:
@@ -300,11 +304,11 @@ class PSClient:
         commit. When one refuses, every prepared shard aborts and a ValueError names the shard."""
         path = Path(path)
         if not path.name.startswith("step-"):
-            found = checkpoint.latest(path)
+            found = latest(path)
             if found is None:
                 raise ValueError(f"no committed checkpoint in {path}")
             path = found
-        info = checkpoint_load.read_chain(path)[-1][1]  # commits and manifests, checked before any shard works
+        head = Reader(path).chain[-1]  # commits and manifests, every link checked before any shard works
         handles = [self.transport.load(s, str(path), "prepare") for s in range(self.n_shards)]
         prepared, failed = {}, []
         for s, h in enumerate(handles):
@@ -328,7 +332,7 @@ class PSClient:
             except Exception as e:
                 raise RuntimeError(f"checkpoint {path}: shard {s} did not commit it ({e}), shards "
                                    f"{list(range(s))} did: load it again") from e
-        self._committed = (info["step"], info["sha256"])
+        self._committed = (head.step, head.sha256)
         with self._refreshing:
             self._refreshed.clear()  # every server forgot its copies: the next pull refreshes them
         rows: dict[str, int] = {}
@@ -337,7 +341,7 @@ class PSClient:
                 table, piece = self.plan.locate(name)
                 if piece == self.plan.pieces(table)[0]:
                     rows[table] = rows.get(table, 0) + n
-        return {"path": str(path), "step": info["step"], "extra": info["extra"], "rows": rows}
+        return {"path": str(path), "step": head.step, "extra": head.extra, "rows": rows}
 
     def stats(self, check: bool = False) -> list[dict]:
         """Every shard's stats; ``check=True`` verifies each shard's invariants first."""

@@ -28,7 +28,7 @@ ever written by a refresh. A copy older than the bound is not served: the worker
 row from its own server then.
 
 The client splits each request by the plan, the store checks each id is its own by it, and
-each checkpoint records it: a checkpoint loads into any other plan (``checkpoint_load.py``).
+each checkpoint records it: a checkpoint loads into any other plan (``checkpoint/rows.py``).
 Copies of hot rows are not saved: a refresh makes them again.
 """
 
