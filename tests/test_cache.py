@@ -196,7 +196,7 @@ def test_a_cursor_that_fell_out_of_the_log_drops_that_shards_rows():
     other(client, 2, ids(100))
     src.push("a", pulled[:1], np.zeros((1, DIM), np.float32), step=2)
     src.settle(None)
-    from cardinal.ps.routing import route
+    from cardinal.sharding.routing import route
     kept = set(cached_ids(src))
     shards = dict(zip(pulled.tolist(), route(pulled, 2).tolist()))
     assert src.metrics()["cache_a_resets"] == 1
@@ -236,7 +236,7 @@ def test_a_row_fetched_while_an_own_push_of_it_is_in_flight_counts_that_push():
 def test_each_shard_is_asked_from_its_own_cursor_and_rows_nobody_else_changed_stay_fresh():
     src, client = two_workers(n_shards=2)
     stores = client.transport.stores
-    from cardinal.ps.routing import route
+    from cardinal.sharding.routing import route
     pulled = ids(*range(12))
     on = dict(zip(pulled.tolist(), route(pulled, 2).tolist()))
     mine = [i for i in pulled.tolist() if on[i] == 1][:2]  # two rows of shard 1

@@ -62,8 +62,8 @@ def test_a_run_saves_in_full_where_a_shard_can_save_no_delta(tmp_path):
     reshaped its rows) gets a full checkpoint, and the run goes on (it stopped on the refusal)."""
     from conftest import tiny_recipe
 
-    from cardinal.ps import checkpoint
-    from cardinal.ps.checkpoint_load import read_commit
+    from cardinal.checkpoint import layout
+    from cardinal.checkpoint.reader import Reader
     from cardinal.train import Trainer
     from cardinal.train.callbacks import Callback
 
@@ -77,5 +77,5 @@ def test_a_run_saves_in_full_where_a_shard_can_save_no_delta(tmp_path):
              "train.steps=10", "train.keep_checkpoints=4", "train.keep_best=false"]
     Trainer(tiny_recipe(tmp_path, *flags), tmp_path / "run", progress=False, callbacks=[LogLetGo()]).fit()
     root = tmp_path / "run" / "checkpoints"
-    bases = {k: read_commit(checkpoint.step_dir(root, k)).get("base") for k in checkpoint.committed_steps(root)}
+    bases = {k: Reader(layout.step_dir(root, k)).info.get("base") for k in layout.committed_steps(root)}
     assert bases == {3: None, 6: None, 9: 6, 10: 9}, bases

@@ -176,9 +176,9 @@ def test_a_crash_at_each_step_of_a_save_leaves_a_loadable_checkpoint_and_the_job
 
 
 def config_steps(run_dir: Path) -> list[int]:
-    from cardinal.ps import checkpoint
+    from cardinal.checkpoint import layout
 
-    return checkpoint.committed_steps(run_dir / "checkpoints")
+    return layout.committed_steps(run_dir / "checkpoints")
 
 
 @pytest.mark.timeout(240)
@@ -271,14 +271,14 @@ def test_every_worker_whose_server_dies_exits_2_naming_it_on_one_line(tmp_path):
 
 def final_state(run_dir: Path, recipe_obj):
     """Table digest and dense tensors of a run's newest checkpoint, read back in this process."""
-    from cardinal.ps import checkpoint, checkpoint_load, embedded
-    from cardinal.train.state_io import load_tree
+    from cardinal.checkpoint import layout
+    from cardinal.checkpoint.reader import Reader
+    from cardinal.ps import embedded
 
-    found = checkpoint.latest(run_dir / "checkpoints")
+    found = layout.latest(run_dir / "checkpoints")
     client = embedded(tables.store_config(recipe_obj), 1)
     client.load(found)
-    dense_entry = checkpoint_load.read_commit(found)["files"]["dense/state.json"]
-    return found.name, client.digest("emb"), load_tree(found / "dense", dense_entry)["model"]
+    return found.name, client.digest("emb"), Reader(found).dense_state()["model"]
 
 
 @pytest.mark.timeout(400)

@@ -16,13 +16,14 @@ import grpc
 import numpy as np
 import pytest
 
+from cardinal.checkpoint import chain
 from cardinal.embedding import TableConfig
-from cardinal.ps import PSClient, ShardStore, StoreConfig, checkpoint, embedded
+from cardinal.ps import PSClient, ShardStore, StoreConfig, embedded
 from cardinal.ps.server import READY, ServerOptions, ShardServer
 from cardinal.ps.servicer import ShardServicer
-from cardinal.ps.routing import route
 from cardinal.ps.transport import grpc_transport, wire
 from cardinal.ps.transport.grpc_transport import GrpcTransport, ServerRestarted, ShardRequestError
+from cardinal.sharding.routing import route
 from checkpoint_edit import reseal
 from cluster import JOB, TOKEN, Cluster
 
@@ -447,7 +448,7 @@ def test_grpc_delta_checkpoint_chains_onto_the_full_one(cluster):
         ids = np.arange(5, dtype=np.int64)
         c.client.push(table, ids, np.ones((5, dim), np.float32), step=4).wait()
     c.client.save(str(root), step=4, base=3)
-    assert checkpoint.base_of(root / "step-0000000004") == 3
+    assert chain.base_of(root / "step-0000000004") == 3
     target = embedded(CONFIG, 3)
     target.load(root / "step-0000000004")
     want, got = _values(c.client), _values(target)

@@ -1,4 +1,4 @@
-"""Sharding plans (``ps/plan.py``): a plan is checked whole, routes each piece to its servers, and
+"""Sharding plans (``sharding/plan.py``): a plan is checked whole, routes each piece to its servers, and
 changes where rows live but not what they are: with an element-wise optimizer every plan trains
 bitwise the same model, and a checkpoint saved in one plan loads into any other (rows, optimizer
 state, admission counters, deltas), read back through the public API."""
@@ -8,15 +8,15 @@ import json
 import numpy as np
 import pytest
 
-from cardinal.durable import crc32_json, write_json
+from cardinal.checkpoint.durable import crc32_json, write_json
 from cardinal.embedding import EmbeddingTable, TableConfig
 from cardinal.embedding.hashing import init_rows
 from cardinal.memory_config import AdmissionConfig
 from cardinal.optim import make_optimizer
 from cardinal.ps import PSClient, ShardStore, StoreConfig, embedded
-from cardinal.ps.plan import Piece, ShardingPlan
-from cardinal.ps.routing import route
 from cardinal.ps.worker_steps import Origin
+from cardinal.sharding.plan import Piece, ShardingPlan
+from cardinal.sharding.routing import route
 from checkpoint_edit import reseal
 
 DIMS = {"user": 9, "item": 4}  # odd widths: pieces split inside a pair of init_rows' values

@@ -27,7 +27,7 @@ from cardinal.optim import make_optimizer
 from cardinal.planner.propose import balance, describe, loads, propose
 from cardinal.planner.report import report
 from cardinal.planner.stats import ROW_OVERHEAD, TableStats, from_run, from_sample, heaps
-from cardinal.ps.plan import Piece, ShardingPlan
+from cardinal.sharding.plan import Piece, ShardingPlan
 from cardinal.train import Trainer, tables
 from cardinal.train.readers import make_readers
 from conftest import tiny_recipe

@@ -1,4 +1,4 @@
-"""Copies of hot rows (``ps/plan.py`` ``Replicas``, ``ps/replicas.py``): a worker reads a
+"""Copies of hot rows (``sharding/plan.py`` ``Replicas``, ``ps/replicas.py``): a worker reads a
 table's hot rows from its own server of copies, never a copy older than the bound; gradients go
 to the rows' own servers alone; refreshes, bad requests and checkpoint loads leave nothing stale
 to be served."""
@@ -14,9 +14,9 @@ from cardinal import cli, planner
 from cardinal.planner import hot
 from cardinal.embedding import TableConfig
 from cardinal.ps import PSClient, ShardStore, StoreConfig
-from cardinal.ps.plan import Piece, Replicas, ShardingPlan
 from cardinal.ps.replicas import CopiedRows
 from cardinal.ps.transport.inprocess import InProcessTransport
+from cardinal.sharding.plan import Piece, Replicas, ShardingPlan
 from cardinal.train import tables
 from cardinal.train.readers import make_readers
 from conftest import tiny_recipe
@@ -305,8 +305,8 @@ def test_copies_take_their_bytes_from_the_memory_budget():
 
 
 def test_a_checkpoint_records_the_copies_and_loads_into_plans_with_or_without_them(tmp_path):
-    from cardinal.ps import checkpoint
-    from cardinal.ps.checkpoint_load import read_commit
+    from cardinal.checkpoint import layout
+    from cardinal.checkpoint.reader import Reader
 
     stores, (w0, w1), truth = job()
     for step in (1, 2):
@@ -314,12 +314,12 @@ def test_a_checkpoint_records_the_copies_and_loads_into_plans_with_or_without_th
             w.pull("user", IDS, step=step).wait()
             w.push("user", IDS, np.ones((len(IDS), 6), np.float32), step=step).wait()
     path = w0.save(tmp_path / "ckpt", 2)
-    assert read_commit(path)["plan"] == copied_plan()
+    assert Reader(path).plan == copied_plan()
     want = truth.pull("user", IDS, create=False).wait()
     for plan in (ShardingPlan(N), copied_plan((0, 3)), ShardingPlan(N, copied_plan().tables)):
         other = [ShardStore(config(), s, N, plan=plan) for s in range(N)]
         client = PSClient(InProcessTransport(other), plan=plan)
-        client.load(checkpoint.latest(tmp_path / "ckpt"))
+        client.load(layout.latest(tmp_path / "ckpt"))
         assert client.pull("user", IDS, create=False).wait().tobytes() == want.tobytes()
     hashed = PSClient(InProcessTransport([ShardStore(config(), s, N) for s in range(N)]))
     hashed.pull("user", IDS, step=1).wait()

@@ -6,6 +6,7 @@ import json
 import numpy as np
 import pytest
 
+from cardinal.checkpoint import layout, write
 from cardinal.compression.clustered import cluster_fields
 from cardinal.embedding.clustered_table import SaecTable
 from cardinal.embedding.table_config import SaecSpec
@@ -13,7 +14,7 @@ from cardinal.embedding import TableConfig
 from cardinal.embedding.hashing import init_rows
 from cardinal.memory_config import AdmissionConfig
 from cardinal.optim import make_optimizer, reference
-from cardinal.ps import ShardStore, StoreConfig, checkpoint
+from cardinal.ps import ShardStore, StoreConfig
 from cardinal.train import Trainer, config
 from conftest import tiny_recipe
 
@@ -191,8 +192,8 @@ def test_with_an_admission_filter_new_ids_join_only_when_admitted():
 
 def save(s, root, step):
     s.save(root, step)
-    checkpoint.commit(checkpoint.step_dir(root, step), step, s.n_shards)
-    return checkpoint.step_dir(root, step)
+    write.commit(layout.step_dir(root, step), step, s.n_shards)
+    return layout.step_dir(root, step)
 
 
 @pytest.mark.parametrize("storage", ["fp32", "int8"])

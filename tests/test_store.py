@@ -6,7 +6,7 @@ import pytest
 from cardinal.embedding import EmbeddingTable, TableConfig
 from cardinal.optim import make_optimizer
 from cardinal.ps import ShardStore, StoreConfig, embedded
-from cardinal.ps.routing import route
+from cardinal.sharding.routing import route
 from conftest import ID_KINDS, adversarial_ids
 
 CONFIG = StoreConfig((TableConfig("user", 8, seed=1), TableConfig("item", 4, seed=2)), {"name": "adam", "lr": 0.01})

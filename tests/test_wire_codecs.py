@@ -14,7 +14,7 @@ import pytest
 from cardinal import codecs
 from cardinal.embedding import TableConfig
 from cardinal.ps import PSClient, StoreConfig, embedded
-from cardinal.ps.routing import route
+from cardinal.sharding.routing import route
 from cardinal.ps.transport import wire
 from cardinal.ps.transport.grpc_transport import GrpcTransport
 from cluster import JOB, TOKEN, Cluster

@@ -5,7 +5,7 @@
     client.push("user", ids, grads, step=3).wait()
     client.save("ckpt/", step=3)                         # every shard, then the commit marker
 
-The client routes ids to shards by its sharding plan (``plan.py``: row-wise over every shard
+The client routes ids to shards by its sharding plan (``sharding/plan.py``: row-wise over every shard
 by default; stable), sends one request per (piece, shard) that has ids, and assembles the
 answers when waited on: a table split by columns is pulled from each piece and its rows put
 side by side, and its gradients cut by the same columns. Every pull and push carries a
@@ -28,13 +28,17 @@ from pathlib import Path
 import numpy as np
 
 from cardinal import codecs
+from cardinal.checkpoint.layout import latest, step_dir
+from cardinal.checkpoint.reader import Reader
+from cardinal.checkpoint.retention import remove_older
+from cardinal.checkpoint.write import commit
 from cardinal.embedding import combine_digests
-from cardinal.ps import checkpoint, checkpoint_load, validate
-from cardinal.ps.plan import ShardingPlan
-from cardinal.ps.routing import group
+from cardinal.ps import validate
 from cardinal.ps.traffic import Traffic
 from cardinal.ps.transport.base import DEFAULT_TIMEOUT, Handle, TransientError, Transport
 from cardinal.ps.worker_steps import Origin
+from cardinal.sharding.plan import ShardingPlan
+from cardinal.sharding.routing import group
 
 
 class Resending(Handle):
@@ -75,7 +79,7 @@ def _push_reply(shards: list[int], replies: list[dict]) -> dict:
 
 
 class PSClient:
-    """``plan``: where each table's rows live (``plan.py``); row-wise over every shard when None.
+    """``plan``: where each table's rows live (``sharding/plan.py``); row-wise over every shard when None.
     ``worker`` of ``workers``: which copies of hot rows this client reads, and which it refreshes."""
 
     def __init__(self, transport: Transport, retries: int = 5, *, pull_codec: str = "fp32",
@@ -127,7 +131,7 @@ class PSClient:
 
     def pull(self, table: str, ids: np.ndarray, *, create: bool = True, step: int = 0) -> Handle:
         """Rows of ``ids`` (n, dim) float32 on ``wait()``. A training pull (``create``) of a table
-        with copied hot rows (``plan.py``) refreshes them first when this client is their refresher
+        with copied hot rows (``sharding/plan.py``) refreshes them first when this client is their refresher
         and its last refresh is ``staleness`` steps old, and reads hot ids from copies; a copy
         older than its bound answers nothing, and those ids are read from their own servers.
         Copies go by the pulls' steps: a client that pulls every step as step 0 refreshes them once."""
@@ -253,7 +257,7 @@ class PSClient:
         out: dict[str, tuple[int, int, int]] = {}
         for s, h in enumerate(handles):
             st = h.wait(timeout)
-            for name in st["tables"]:  # a piece of a table (plan.py) counts for its table
+            for name in st["tables"]:  # a piece of a table (sharding/plan.py) counts for its table
                 table = self.plan.locate(name)[0]
                 known = st["clocks"].get(name, {})
                 c, w = min((known.get(str(w), st["clock_base"]), w) for w in range(workers))
@@ -284,14 +288,14 @@ class PSClient:
         handles = [self.transport.save(s, str(root), step, base) for s in range(self.n_shards)]
         for h in handles:
             h.wait(timeout)
-        path = checkpoint.step_dir(root, step)
+        path = step_dir(root, step)
         if before_commit is not None:
             before_commit(path)
         known = self._committed[1] if base is not None and self._committed and self._committed[0] == base else None
-        digest = checkpoint.commit(path, step, self.n_shards, extra, base,
-                                   None if self.plan.is_hash() else self.plan.to_json(), run, known)
+        digest = commit(path, step, self.n_shards, extra, base, None if self.plan.is_hash() else self.plan.to_json(),
+                        run, known)
         self._committed = (step, digest)
-        checkpoint.remove_older(root, keep, protect)
+        remove_older(root, keep, protect)
         return path
 
     def load(self, path: str, *, timeout: float | None = None) -> dict:
@@ -300,11 +304,11 @@ class PSClient:
         commit. When one refuses, every prepared shard aborts and a ValueError names the shard."""
         path = Path(path)
         if not path.name.startswith("step-"):
-            found = checkpoint.latest(path)
+            found = latest(path)
             if found is None:
                 raise ValueError(f"no committed checkpoint in {path}")
             path = found
-        info = checkpoint_load.read_chain(path)[-1][1]  # commits and manifests, checked before any shard works
+        head = Reader(path).chain[-1]  # commits and manifests, every link checked before any shard works
         handles = [self.transport.load(s, str(path), "prepare") for s in range(self.n_shards)]
         prepared, failed = {}, []
         for s, h in enumerate(handles):
@@ -328,7 +332,7 @@ class PSClient:
             except Exception as e:
                 raise RuntimeError(f"checkpoint {path}: shard {s} did not commit it ({e}), shards "
                                    f"{list(range(s))} did: load it again") from e
-        self._committed = (info["step"], info["sha256"])
+        self._committed = (head.step, head.sha256)
         with self._refreshing:
             self._refreshed.clear()  # every server forgot its copies: the next pull refreshes them
         rows: dict[str, int] = {}
@@ -337,7 +341,7 @@ class PSClient:
                 table, piece = self.plan.locate(name)
                 if piece == self.plan.pieces(table)[0]:
                     rows[table] = rows.get(table, 0) + n
-        return {"path": str(path), "step": info["step"], "extra": info["extra"], "rows": rows}
+        return {"path": str(path), "step": head.step, "extra": head.extra, "rows": rows}
 
     def stats(self, check: bool = False) -> list[dict]:
         """Every shard's stats; ``check=True`` verifies each shard's invariants first."""

@@ -21,11 +21,13 @@ import uuid
 import weakref
 import zlib
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 import numpy as np
 
-from cardinal.embedding import EmbeddingTable, TableConfig, after_push, clustered_checkpoint
+from cardinal.checkpoint.layout import committed, step_dir
+from cardinal.checkpoint.reader import Reader
+from cardinal.checkpoint.write import save_shard
+from cardinal.embedding import EmbeddingTable, TableConfig, after_push
 from cardinal.embedding.admission import make_filter
 from cardinal.embedding.clustered_table import SaecTable
 from cardinal.embedding.protocol import Table
@@ -34,18 +36,17 @@ from cardinal.embedding.tiers import RocksTier
 from cardinal.embedding.tiers.claim import TierDir
 from cardinal.memory_config import AdmissionConfig, EvictionConfig
 from cardinal.optim import make_optimizer
-from cardinal.ps import checkpoint, checkpoint_load, validate
+from cardinal.ps import validate
 from cardinal.ps.budget import Budget, NeedRoom
 from cardinal.ps.limits import StoreFull, StoreLimits
 from cardinal.ps.memory import Memory
-from cardinal.ps.plan import ShardingPlan
-from cardinal.ps.process_memory import deletion_log_bytes, rocks_memory
+from cardinal.ps.process_memory import SAVE_CHUNK_BYTES, deletion_log_bytes, rocks_memory
 from cardinal.ps.replicas import CopiedRows
 from cardinal.ps.request_log import RequestLog, quote
-from cardinal.ps.routing import route
 from cardinal.ps.step_clock import StepClock
 from cardinal.ps.update_log import UpdateLog
 from cardinal.ps.worker_steps import Origin, WorkerSteps, combined_counts
+from cardinal.sharding.plan import ShardingPlan
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,7 @@ class ShardStore:
         self.plan = plan or ShardingPlan(n_shards)
         if self.plan.n_shards != n_shards:
             raise ValueError(f"the sharding plan is for {self.plan.n_shards} shards, this store is one of {n_shards}")
-        self.config = self.plan.shard_config(config, shard)  # the pieces of tables on this shard (plan.py)
+        self.config = self.plan.shard_config(config, shard)  # the pieces of tables on this shard (sharding/plan.py)
         split = [t.name for t in config.tables if len(self.plan.pieces(t.name)) > 1]
         if split and limits is not None and limits.memory_budget:
             raise ValueError(f"the sharding plan splits table {split[0]!r} by columns, and with ps.memory_budget each "
@@ -339,15 +340,16 @@ class ShardStore:
             if (why := self._why_no_delta()) is not None:
                 raise ValueError(f"a delta checkpoint of step {step} on step {base}: shard {self.shard} {why}; "
                                  "save a full one")
-        path = checkpoint.step_dir(root, step)
-        if (path / checkpoint.COMMIT).exists():
+        path = step_dir(root, step)
+        if committed(path):
             raise ValueError(f"a committed checkpoint for step {step} already exists in {root}")
         with contextlib.ExitStack() as fence:  # held while a full checkpoint streams its rows out
             for t in self.tables.values():
                 fence.enter_context(t.lock)
             snapshots = {name: t.snapshot(base) for name, t in self.tables.items()}
             self._saved, self._stepped_back, self._reshaped = step, False, False
-            return checkpoint.save_shard(path, self.shard, self.n_shards, step, self.tables, snapshots, base)
+            return save_shard(path, self.shard, self.n_shards, step, self.tables, snapshots, base,
+                              chunk_bytes=SAVE_CHUNK_BYTES)
 
     def load(self, step_path: str, phase: str = "load", token: str | None = None) -> dict:
         """Load a committed checkpoint (of any shard count), all or nothing, in phases:
@@ -364,13 +366,13 @@ class ShardStore:
         if phase == "load":
             return self.load(step_path, "commit", self.load(step_path, "prepare")["token"])
         if phase == "prepare":
-            chain = checkpoint_load.read_chain(Path(step_path))  # a delta: its full checkpoint, then each delta
-            path, info = chain[-1]
-            fresh = self._fresh_tables(info["step"])
+            chain = Reader(step_path).chain  # a delta: its full checkpoint, then each delta
+            head = chain[-1]
+            fresh = self._fresh_tables(head.step)
             try:
                 for k, link in enumerate(chain):
-                    self._load_rows(*link, fresh, delta=k > 0)
-                checkpoint_load.load_admission(path, info, self.plan, self.shard, fresh)
+                    self._load_rows(link, fresh, delta=k > 0)
+                head.load_admission(self.plan, self.shard, fresh)
             except BaseException:
                 _close_tiers(fresh)
                 raise
@@ -378,8 +380,8 @@ class ShardStore:
             with self._staging_lock:
                 if self._staged is not None:
                     _close_tiers(self._staged[1])
-                self._staged = (token, fresh, info["step"])  # a newer prepare replaces an older one
-            return {"token": token, "step": info["step"], "rows": {n: len(t) for n, t in fresh.items()}}
+                self._staged = (token, fresh, head.step)  # a newer prepare replaces an older one
+            return {"token": token, "step": head.step, "rows": {n: len(t) for n, t in fresh.items()}}
         if phase not in ("commit", "abort"):
             raise ValueError(f"phase must be 'load', 'prepare', 'commit' or 'abort', got {quote(str(phase))}")
         with self._staging_lock:
@@ -404,31 +406,31 @@ class ShardStore:
             copies.forget()
         return {"step": step, "rows": {n: len(t) for n, t in fresh.items()}}
 
-    def _load_rows(self, step_path: Path, info: dict, tables: dict, delta: bool) -> None:
+    def _load_rows(self, link: Reader, tables: dict, delta: bool) -> None:
         """One checkpoint's rows into ``tables`` (staged), block by block, the memory budget held as
         they arrive (rows past it go to the disk tier); a delta's deleted ids go first, and its rows
-        replace the ones older checkpoints gave."""
-        checkpoint_load.check_compatible(step_path, info, tables, self.plan, self.tables_of_plan)
+        replace the ones older checkpoints gave. A table this shard saved clustered is made anew from
+        its own files (its fresh table's config, optimizer and admission filter carry over)."""
+        link.check_compatible(tables, self.plan, self.tables_of_plan)
         for name, t in list(tables.items()):
-            clustered_checkpoint.refuse_reshard(step_path, info, name, self.n_shards)
-            own = checkpoint.shard_dir(step_path, self.shard, self.n_shards)
-            if clustered_checkpoint.KEY in info["manifests"].get(own.name, {}).get("tables", {}).get(name, {}):
-                tables[name] = SaecTable.from_checkpoint(t, step_path, info, own, self.shard, route)  # clustered here
+            saved = link.clustered_state(name, self.shard, self.n_shards)
+            if saved is not None:  # clustered here
+                tables[name] = SaecTable.from_state(t.config, t.optimizer, *saved, t.admission)
                 t.close()
                 continue
             if delta:  # deletions the chain records are not changes since the checkpoint: not logged
-                t.delete(checkpoint_load.deleted_ids(step_path, info, self.plan, self.shard, name), log=False)
-            for where, rows in checkpoint_load.table_chunks(step_path, info, self.plan, self.shard, t):
+                t.delete(link.deleted_ids(self.plan, self.shard, name), log=False)
+            for where, rows in link.row_chunks(self.plan, self.shard, t):
                 if delta:
                     t.delete(rows.ids, log=False)
                 try:
                     t.import_rows(*rows)
                 except ValueError as e:
                     raise ValueError(f"checkpoint file {where}: {e}") from None
-                self.memory.hold(tables, info["step"])
+                self.memory.hold(tables, link.step)
             if t.tiered:  # the tier's background writes done, the budget held once more
                 t.settle()
-                self.memory.hold(tables, info["step"])
+                self.memory.hold(tables, link.step)
 
     def stats(self, digest: bool = False, check: bool = False) -> dict:
         """Rows and bytes per table; with ``digest`` each table's digest, and with ``check``
