@@ -28,7 +28,7 @@ from report import write  # noqa: E402
 from cardinal import codecs  # noqa: E402
 from cardinal.embedding import unique_inverse  # noqa: E402
 from cardinal.ps import PSClient, embedded  # noqa: E402
-from cardinal.ps.server import READY  # noqa: E402
+from cardinal.ps.server.process import READY  # noqa: E402
 from cardinal.ps.transport.grpc_transport import GrpcTransport  # noqa: E402
 from cardinal.train import config, tables  # noqa: E402
 

@@ -1,7 +1,7 @@
 """In-process gRPC servers for tests: 127.0.0.1, ports picked by the OS, always stopped."""
 
 from cardinal.ps import PSClient, ShardStore, StoreConfig, StoreLimits
-from cardinal.ps.server import ServerOptions, ShardServer
+from cardinal.ps.server.process import ServerOptions, ShardServer
 from cardinal.ps.transport.grpc_transport import GrpcTransport
 
 JOB, TOKEN = "test-job", "s3cret"

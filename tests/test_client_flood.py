@@ -1,6 +1,6 @@
 """A flood of made-up client names over gRPC, sent by a token holder as raw requests: it once
 filled ps.max_clients in under two seconds and shut every restarted worker out for ten minutes.
-Now the least recently heard quiet client makes room (``ps/request_log.py``): real workers
+Now the least recently heard quiet client makes room (``ps/server/request_log.py``): real workers
 train on, a restarted one gets in, and nothing is applied twice."""
 
 import os

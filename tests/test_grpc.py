@@ -19,8 +19,8 @@ import pytest
 from cardinal.checkpoint import chain
 from cardinal.embedding import TableConfig
 from cardinal.ps import PSClient, ShardStore, StoreConfig, embedded
-from cardinal.ps.server import READY, ServerOptions, ShardServer
-from cardinal.ps.servicer import ShardServicer
+from cardinal.ps.server.process import READY, ServerOptions, ShardServer
+from cardinal.ps.server.servicer import ShardServicer
 from cardinal.ps.transport import grpc_transport, wire
 from cardinal.ps.transport.grpc_transport import GrpcTransport, ServerRestarted, ShardRequestError
 from cardinal.sharding.routing import route
@@ -189,7 +189,7 @@ def test_a_pull_whose_reply_would_pass_the_limit_creates_nothing_in_a_table_of_n
 
 def test_a_client_sizes_its_calls_as_the_server_reads_them(cluster):
     """A server says in Stats how large a message it reads and how many calls at once (less under a
-    memory budget: ps/process_memory.py); a client sends its pulls and pushes in such pieces."""
+    memory budget: ps/server/process_memory.py); a client sends its pulls and pushes in such pieces."""
     c = cluster(1, max_message_mb=1, max_concurrency=3)
     client = GrpcTransport(c.addresses, JOB, TOKEN, timeout=20, max_message_mb=64, chunk_mb=4.0, max_in_flight=16)
     try:
@@ -421,7 +421,8 @@ def test_a_call_its_caller_abandons_while_sending_is_not_logged_as_a_server_bug(
         yield _pull_message(np.arange(1, dtype=np.int64), table="t")
 
     try:
-        with grpc.insecure_channel(f"127.0.0.1:{server.port}") as ch, caplog.at_level("DEBUG", "cardinal.ps.servicer"):
+        with grpc.insecure_channel(f"127.0.0.1:{server.port}") as ch, \
+                caplog.at_level("DEBUG", "cardinal.ps.server.servicer"):
             call = ch.stream_unary(f"/{wire.SERVICE}/Pull").future(
                 slow_message(), metadata=(("x-cardinal-job", JOB), ("x-cardinal-token", TOKEN)), timeout=60)
             assert arrived.wait(30), "the handler never started"  # (a deadline raced a loaded machine's scheduler)

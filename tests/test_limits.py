@@ -11,8 +11,8 @@ import pytest
 from cardinal.embedding import TableConfig
 from cardinal.embedding.table import NonFiniteUpdate
 from cardinal.ps import ShardStore, StoreConfig, StoreFull, StoreLimits
-from cardinal.ps import request_log
-from cardinal.ps.request_log import FirstAttemptFailed, RequestIdError, RequestLog
+from cardinal.ps.server import request_log
+from cardinal.ps.server.request_log import FirstAttemptFailed, RequestIdError, RequestLog
 
 CONFIG = StoreConfig((TableConfig("user", 8, seed=1), TableConfig("item", 4, seed=2)), {"name": "adam", "lr": 0.01})
 KNOWN = np.arange(-50, 50, dtype=np.int64)

@@ -14,7 +14,7 @@ from cardinal.embedding.hashing import init_rows
 from cardinal.memory_config import AdmissionConfig
 from cardinal.optim import make_optimizer
 from cardinal.ps import PSClient, ShardStore, StoreConfig, embedded
-from cardinal.ps.worker_steps import Origin
+from cardinal.ps.server.worker_steps import Origin
 from cardinal.sharding.plan import Piece, ShardingPlan
 from cardinal.sharding.routing import route
 from checkpoint_edit import reseal
@@ -616,7 +616,7 @@ def test_a_checkpoint_without_a_plan_refuses_piece_tables_in_its_manifests(tmp_p
 
 def test_check_plan_over_grpc_names_the_server_started_with_another_plan(tmp_path):
     """Servers are ``ShardServer``s of stores made with a plan (``cardinal server`` takes none yet)."""
-    from cardinal.ps.server import ServerOptions, ShardServer
+    from cardinal.ps.server.process import ServerOptions, ShardServer
     from cardinal.ps.transport.grpc_transport import GrpcTransport
     served, servers, clients = plan("columns", 3), [], []
     try:

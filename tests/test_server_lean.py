@@ -1,5 +1,5 @@
 """A server process imports what a server needs and no more (issue 25, item 5): no torch, and an
-idle ``cardinal server`` holds little of its own (``cardinal.ps.process_memory.FLOOR`` says the rest)."""
+idle ``cardinal server`` holds little of its own (``cardinal.ps.server.process_memory.FLOOR`` says the rest)."""
 
 import inspect
 import os
@@ -13,7 +13,7 @@ import pytest
 
 from cardinal import model_traits
 from cardinal.ps import PSClient
-from cardinal.ps.server import READY
+from cardinal.ps.server.process import READY
 from cardinal.ps.transport.grpc_transport import GrpcTransport
 from processes import reaped
 
@@ -45,7 +45,7 @@ IDLE_PRIVATE = 60_000_000  # an idle server's own memory (heap and anonymous map
 def private(pid: int) -> int:
     """Resident bytes of a process's heap and anonymous maps: its own memory. Its RSS adds the pages of
     the libraries it maps, which vary with the page cache (libllvmlite alone: 40 MB in a long-lived
-    environment, 99 MB right after a fresh install; ps/process_memory.py), so they are not asserted."""
+    environment, 99 MB right after a fresh install; ps/server/process_memory.py), so they are not asserted."""
     total, own = 0, False
     for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
         head = line.split()

@@ -6,9 +6,9 @@ import pytest
 
 from cardinal.embedding import TableConfig
 from cardinal.ps import ShardStore, StoreConfig
+from cardinal.ps.server.update_log import UpdateLog
+from cardinal.ps.server.worker_steps import Origin
 from cardinal.ps.transport.grpc_transport import GrpcTransport
-from cardinal.ps.update_log import UpdateLog
-from cardinal.ps.worker_steps import Origin
 from cluster import JOB, TOKEN, Cluster
 
 CONFIG = StoreConfig((TableConfig("a", 4),), {"name": "sgd", "lr": 0.1})

@@ -202,7 +202,7 @@ print(heap._done, out[0])
                     reason="glibc only: elsewhere the heap settings do nothing")
 @pytest.mark.parametrize("make", [
     "from cardinal.ps.transport.grpc_transport import GrpcTransport\nGrpcTransport(['127.0.0.1:1'], 'j', 't').close()",
-    "from cardinal.ps.servicer import ShardServicer; ShardServicer(None, '.', 'j', 't')",
+    "from cardinal.ps.server.servicer import ShardServicer; ShardServicer(None, '.', 'j', 't')",
     "pass"])
 def test_servers_keep_freed_message_buffers(make):
     """heap.py: memory freed by one reply is reused by the next instead of being faulted in again

@@ -1,10 +1,18 @@
-"""Parameter servers: shard stores, routing, checkpoints, transports and the client."""
+"""Parameter servers, in three folders and what they share:
 
-from cardinal.ps.client import PSClient
+    server/      a shard store and what it owns (clocks, request log, budget, memory, update
+                 log, copies of hot rows), the gRPC servicer and the server process
+    client/      ``PSClient``: one table-level API over the shards of any transport
+    transport/   how requests reach the shards: in-process or gRPC, and the wire format
+    (top)        what both sides read: request checks (``validate.py``) and the store's row
+                 limits (``limits.py``); where rows live is ``cardinal/sharding/``'s
+"""
+
+from cardinal.ps.client.client import PSClient
 from cardinal.ps.limits import StoreFull, StoreLimits
-from cardinal.sharding.plan import ShardingPlan
-from cardinal.ps.store import ShardStore, StoreConfig
+from cardinal.ps.server.store import ShardStore, StoreConfig
 from cardinal.ps.transport import InProcessTransport
+from cardinal.sharding.plan import ShardingPlan
 
 
 def embedded(config: StoreConfig, n_shards: int = 4, concurrent: bool = False,

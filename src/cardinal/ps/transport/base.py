@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from cardinal.ps.worker_steps import Origin
+from cardinal.ps.server.worker_steps import Origin
 
 DEFAULT_TIMEOUT = 60.0
 

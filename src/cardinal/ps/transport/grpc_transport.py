@@ -209,7 +209,7 @@ class GrpcTransport(Transport):
 
     def _follow(self, shard: int, limits: dict) -> None:
         """Calls to ``shard`` sized as its server reads them: a server under a memory budget reads
-        fewer and smaller calls at once (ps/process_memory.py), and a client that sent more would
+        fewer and smaller calls at once (ps/server/process_memory.py), and a client that sent more would
         be refused and wait (each of ``share`` clients takes its part of the server's calls); its
         calls in flight give their slots back to the semaphore they took."""
         self._message[shard] = min(self.chunk_bytes, int(limits["message_bytes"]))

@@ -13,7 +13,7 @@ are what the gRPC transport would deliver, bitwise, so a recipe gives the same n
 from concurrent.futures import ThreadPoolExecutor
 
 from cardinal import codecs
-from cardinal.ps.store import ShardStore
+from cardinal.ps.server.store import ShardStore
 from cardinal.ps.transport.base import Completed, FutureHandle, Handle, Transport
 
 

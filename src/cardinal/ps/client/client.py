@@ -34,9 +34,9 @@ from cardinal.checkpoint.retention import remove_older
 from cardinal.checkpoint.write import commit
 from cardinal.embedding import combine_digests
 from cardinal.ps import validate
-from cardinal.ps.traffic import Traffic
+from cardinal.ps.client.traffic import Traffic
+from cardinal.ps.server.worker_steps import Origin
 from cardinal.ps.transport.base import DEFAULT_TIMEOUT, Handle, TransientError, Transport
-from cardinal.ps.worker_steps import Origin
 from cardinal.sharding.plan import ShardingPlan
 from cardinal.sharding.routing import group
 

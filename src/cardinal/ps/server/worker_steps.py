@@ -35,7 +35,7 @@ class Origin:
     """Who sent a push. ``staleness``: steps of other updates the gradient's rows had not seen
     when they were pulled (measured by the worker); the server may scale its step by it.
     ``since``: the update log position after which the reply reports other workers' updates
-    (a worker cache asks; ``ps/update_log.py``), -1 for none."""
+    (a worker cache asks; ``ps/server/update_log.py``), -1 for none."""
 
     worker: int = 0
     workers: int = 1
