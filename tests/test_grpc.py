@@ -18,7 +18,7 @@ import pytest
 
 from cardinal.checkpoint import chain
 from cardinal.embedding import TableConfig
-from cardinal.ps import PSClient, ShardStore, StoreConfig, embedded
+from cardinal.ps import PSClient, ShardStore, StoreConfig, connect
 from cardinal.ps.server.process import READY, ServerOptions, ShardServer
 from cardinal.ps.server.servicer import ShardServicer
 from cardinal.ps.transport import grpc_transport, wire
@@ -50,7 +50,7 @@ def train(client, rng, steps=3, n=300):
 
 
 def test_grpc_tables_are_bitwise_equal_to_the_embedded_default(cluster):
-    remote, local = cluster(3).client, embedded(CONFIG, 1)
+    remote, local = cluster(3).client, connect(CONFIG, 1)
     train(remote, np.random.default_rng(4))
     train(local, np.random.default_rng(4))
     for table in ("user", "item"):
@@ -93,7 +93,7 @@ def test_grpc_checkpoint_reshards_into_the_embedded_default(cluster):
     saved = _values(c.client)
     root = c.data_dir / "ckpt"
     c.client.save(str(root), step=3)
-    target = embedded(CONFIG, 3)
+    target = connect(CONFIG, 3)
     assert target.load(root)["step"] == 3
     for t, rows in _values(target).items():
         np.testing.assert_array_equal(rows, saved[t])
@@ -244,7 +244,7 @@ def server_process(tmp_path, *sets: str):
 @pytest.mark.timeout(60)
 def test_server_process_reports_its_port_and_stops_cleanly_on_sigterm(tmp_path):
     with server_process(tmp_path) as (_, fields):
-        client = PSClient(GrpcTransport([f"127.0.0.1:{fields['port']}"], JOB, TOKEN, timeout=20))
+        client = connect(servers=[f"127.0.0.1:{fields['port']}"], job=JOB, token=TOKEN, timeout=20)
         assert client.pull("emb", np.arange(5, dtype=np.int64)).wait().shape == (5, 5)  # DeepFM: dim + 1
         assert client.health()[0]["incarnation"] == fields["incarnation"]
 
@@ -255,7 +255,7 @@ def test_server_process_takes_its_limits_from_the_recipe(tmp_path):
     with server_process(tmp_path, "ps.max_message_mb=1", "ps.max_rows=100", "ps.max_concurrent_calls=3") \
             as (_, fields):
         address = f"127.0.0.1:{fields['port']}"
-        client = PSClient(GrpcTransport([address], JOB, TOKEN, timeout=20, max_message_mb=1))
+        client = connect(servers=[address], job=JOB, token=TOKEN, timeout=20, max_message_mb=1)
         client.pull("emb", np.arange(100, dtype=np.int64)).wait()
         with pytest.raises(ShardRequestError, match="RESOURCE_EXHAUSTED.*store full.*ps.max_rows = 100"):
             client.pull("emb", np.arange(100, 101, dtype=np.int64)).wait()
@@ -388,9 +388,9 @@ def test_tls_when_certificates_are_given(tmp_path):
     store = ShardStore(CONFIG, 0, 1)
     server = ShardServer(store, tmp_path, JOB, TOKEN, ServerOptions(tls_cert=str(cert), tls_key=str(key))).start()
     try:
-        client = PSClient(GrpcTransport([f"127.0.0.1:{server.port}"], JOB, TOKEN, tls_ca=str(cert), timeout=20))
+        client = connect(servers=[f"127.0.0.1:{server.port}"], job=JOB, token=TOKEN, tls_ca=str(cert), timeout=20)
         assert client.pull("user", np.arange(3, dtype=np.int64)).wait().shape == (3, 8)
-        plain = PSClient(GrpcTransport([f"127.0.0.1:{server.port}"], JOB, TOKEN, timeout=5))
+        plain = connect(servers=[f"127.0.0.1:{server.port}"], job=JOB, token=TOKEN, timeout=5)
         with pytest.raises(Exception, match="shard 0 at 127.0.0.1"):
             plain.pull("user", np.arange(3, dtype=np.int64)).wait()
     finally:
@@ -399,7 +399,7 @@ def test_tls_when_certificates_are_given(tmp_path):
 
 def test_a_frozen_server_is_named_within_the_deadline(cluster):
     c = cluster(2)
-    slow = PSClient(GrpcTransport(c.addresses, JOB, TOKEN, timeout=1.5))
+    slow = connect(servers=c.addresses, job=JOB, token=TOKEN, timeout=1.5)
     ids = np.arange(100, dtype=np.int64)
     slow.pull("user", ids).wait()
     with frozen_pulls(c.stores[1]):  # connected, listening, never answering
@@ -450,7 +450,7 @@ def test_grpc_delta_checkpoint_chains_onto_the_full_one(cluster):
         c.client.push(table, ids, np.ones((5, dim), np.float32), step=4).wait()
     c.client.save(str(root), step=4, base=3)
     assert chain.base_of(root / "step-0000000004") == 3
-    target = embedded(CONFIG, 3)
+    target = connect(CONFIG, 3)
     target.load(root / "step-0000000004")
     want, got = _values(c.client), _values(target)
     assert all(np.array_equal(want[t], got[t]) for t in want)

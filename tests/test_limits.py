@@ -257,9 +257,9 @@ def test_store_limits_take_integers_where_they_count_and_refuse_bools(field, val
 
 
 def test_empty_pulls_and_pushes_work_in_process():
-    from cardinal.ps import embedded
+    from cardinal.ps import connect
 
-    client = embedded(CONFIG, 2, concurrent=True)
+    client = connect(CONFIG, 2, concurrent=True)
     empty = np.zeros(0, np.int64)
     assert client.pull("user", empty).wait().shape == (0, 8)
     client.push("user", empty, np.zeros((0, 8), np.float32)).wait()

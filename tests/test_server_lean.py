@@ -12,9 +12,8 @@ import numpy as np
 import pytest
 
 from cardinal import model_traits
-from cardinal.ps import PSClient
+from cardinal.ps import connect
 from cardinal.ps.server.process import READY
-from cardinal.ps.transport.grpc_transport import GrpcTransport
 from processes import reaped
 
 JOB, TOKEN = "lean-job", "s3cret"
@@ -68,7 +67,7 @@ def test_a_server_process_holds_no_torch_and_stays_within_its_floor(tmp_path):
         assert line.startswith(READY), line + proc.stderr.read()
         idle = private(proc.pid)
         port = dict(part.split("=", 1) for part in line.split()[1:])["port"]
-        client = PSClient(GrpcTransport([f"127.0.0.1:{port}"], JOB, TOKEN, timeout=30))
+        client = connect(servers=[f"127.0.0.1:{port}"], job=JOB, token=TOKEN, timeout=30)
         ids = np.arange(100, dtype=np.int64)
         rows = client.pull("emb", ids, step=1).wait()  # every kernel of a step loaded
         client.push("emb", ids, np.ones_like(rows), step=1).wait()
