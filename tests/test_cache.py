@@ -8,7 +8,7 @@ import pytest
 from cardinal.embedding import TableConfig
 from cardinal.ps import StoreConfig, connect
 from cardinal.ps.server.update_log import UpdateLog
-from cardinal.ps.server.worker_steps import Origin
+from cardinal.ps.transport.requests import Origin
 from cardinal.worker.sources import PSSource
 from cardinal.worker.sources.cache import CachedSource
 from cardinal.worker.sources.cache_slots import META_BYTES, slots_for

@@ -8,9 +8,9 @@ import pytest
 from cardinal.embedding import EmbeddingTable, TableConfig
 from cardinal.optim import make_optimizer
 from cardinal.ps import ShardStore, StoreConfig, connect
-from cardinal.ps.server.worker_steps import Origin
 from cardinal.ps.transport import wire
 from cardinal.ps.transport.grpc_transport import GrpcTransport
+from cardinal.ps.transport.requests import Origin
 from cardinal.worker.sources import GeoReplica, PSSource
 from cluster import JOB, TOKEN, Cluster
 from test_wire_corpus import GRADS, IDS, INVALID, assert_refused, push, raw, server  # noqa: F401 - server: a fixture

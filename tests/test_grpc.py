@@ -23,6 +23,7 @@ from cardinal.ps.server.process import READY, ServerOptions, ShardServer
 from cardinal.ps.server.servicer import ShardServicer
 from cardinal.ps.transport import grpc_transport, wire
 from cardinal.ps.transport.grpc_transport import GrpcTransport, ServerRestarted, ShardRequestError
+from cardinal.ps.transport.requests import PullRequest, PushRequest
 from cardinal.sharding.routing import route
 from checkpoint_edit import reseal
 from cluster import JOB, TOKEN, Cluster
@@ -181,7 +182,7 @@ def test_a_pull_whose_reply_would_pass_the_limit_creates_nothing_in_a_table_of_n
     raw._follow = lambda shard, limits: None  # ...not told the server's limit (an old or a hostile client)
     try:
         with pytest.raises(ShardRequestError, match="needs a 1.2 MiB reply, over this server's message limit"):
-            raw.pull(0, "user", np.arange(40_000, dtype=np.int64), create=True, step=1).wait()
+            raw.pull(0, PullRequest("user", np.arange(40_000, dtype=np.int64), True, 1)).wait()
     finally:
         raw.close()
     assert len(c.stores[0].tables["user"]) == 0
@@ -194,9 +195,9 @@ def test_a_client_sizes_its_calls_as_the_server_reads_them(cluster):
     client = GrpcTransport(c.addresses, JOB, TOKEN, timeout=20, max_message_mb=64, chunk_mb=4.0, max_in_flight=16)
     try:
         ids = np.arange(40_000, dtype=np.int64)
-        rows = client.pull(0, "user", ids, create=True, step=1).wait()  # 1.2 MiB of rows: two calls
+        rows = client.pull(0, PullRequest("user", ids, True, 1)).wait()  # 1.2 MiB of rows: two calls
         assert rows.shape == (40_000, 8) and (client._message[0], client._calls[0]) == (1 << 20, 3)
-        client.push(0, "user", ids, np.ones_like(rows), step=1).wait()
+        client.push(0, PushRequest("user", ids, np.ones_like(rows), 1)).wait()
         one_of_two = GrpcTransport(c.addresses, JOB, TOKEN, timeout=20, max_in_flight=16, share=2)  # two workers
         one_of_two.stats(0).wait()
         assert one_of_two._calls[0] == 1  # its part of the server's 3 calls

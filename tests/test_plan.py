@@ -14,7 +14,7 @@ from cardinal.embedding.hashing import init_rows
 from cardinal.memory_config import AdmissionConfig
 from cardinal.optim import make_optimizer
 from cardinal.ps import PSClient, ShardStore, StoreConfig, connect
-from cardinal.ps.server.worker_steps import Origin
+from cardinal.ps.transport.requests import Origin
 from cardinal.sharding.plan import Piece, ShardingPlan
 from cardinal.sharding.routing import route
 from checkpoint_edit import reseal

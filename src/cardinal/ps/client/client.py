@@ -35,8 +35,8 @@ from cardinal.checkpoint.write import commit
 from cardinal.embedding import combine_digests
 from cardinal.ps import validate
 from cardinal.ps.client.traffic import Traffic
-from cardinal.ps.server.worker_steps import Origin
 from cardinal.ps.transport.base import DEFAULT_TIMEOUT, Handle, TransientError, Transport
+from cardinal.ps.transport.requests import Origin, PullRequest, PushRequest
 from cardinal.sharding.plan import ShardingPlan
 from cardinal.sharding.routing import group
 
@@ -143,9 +143,8 @@ class PSClient:
             validate.check_step(step)  # checked before a refresh: a refused pull changes nothing
             self._refresh(table, step)
         parts = self._parts(table, ids, copies=copies)
-        codec = self.pull_codec.name
-        handles = [self._resending(lambda s=s, name=name, pos=pos, rid=self._request_id(): self.transport.pull(
-            s, name, ids[pos], create=create, step=step, request_id=rid, codec=codec)) for name, _, s, pos in parts]
+        request = PullRequest(table, ids, create, step, codec=self.pull_codec.name)
+        handles = [self._pull(s, request.part(name, pos, self._request_id())) for name, _, s, pos in parts]
         kind = "pull" if create else "lookup"  # training pulls apart from evaluation's
         self.traffic.add(**{f"{kind}_ids": len(ids)})
         counted, again = [], {}  # traffic counted once, ids past their copies' bound pulled once
@@ -179,10 +178,9 @@ class PSClient:
     def _pull_rows(self, table: str, ids: np.ndarray, step: int) -> np.ndarray:
         """A training pull of a table of one piece from the rows' own servers, waited on."""
         parts = self._parts(table, ids)
-        handles = [self._resending(lambda s=s, pos=pos, rid=self._request_id(): self.transport.pull(
-            s, table, ids[pos], create=True, step=step, request_id=rid, codec=self.pull_codec.name))
-            for _, _, s, pos in parts]
-        results = [h.wait() for h in handles]
+        request = PullRequest(table, ids, create=True, step=step, codec=self.pull_codec.name)
+        results = [h.wait() for h in [self._pull(s, request.part(name, pos, self._request_id()))
+                                      for name, _, s, pos in parts]]
         out = np.empty((len(ids), results[0].shape[1]), np.float32)
         for (_, _, _, pos), rows in zip(parts, results):
             out[pos] = rows
@@ -201,9 +199,9 @@ class PSClient:
             own = self.plan.route(table, spec.array)
             readers = [s for s in self._readers[table] if (own != s).any()]  # servers some worker reads copies from
             rows = self._pull_rows(table, spec.array, step) if readers else None
-            handles = [self._resending(lambda s=s, rid=self._request_id(): self.transport.push(
-                s, self.plan.replica_name(table), spec.array, rows, step=step, kind="replica", request_id=rid,
-                codec=self.pull_codec.name)) for s in readers]
+            copies = PushRequest(self.plan.replica_name(table), spec.array, rows, step, kind="replica",
+                                 codec=self.pull_codec.name)
+            handles = [self._push(s, replace(copies, request_id=self._request_id())) for s in readers]
             for h in handles:
                 h.wait()
             self._refreshed[table] = step
@@ -234,12 +232,9 @@ class PSClient:
         if since is not None and (origin is None or len(since) != self.n_shards):
             raise ValueError(f"since needs an origin and one position per shard ({self.n_shards}), got {since!r}")
         origins = [origin if since is None else replace(origin, since=since[s]) for s in range(self.n_shards)]
-        codec = self.push_codec.name
-        handles = [self._resending(lambda s=s, name=name, pos=pos, cols=slice(*(columns or (None,))),
-                                   rid=self._request_id(): self.transport.push(
-            s, name, ids[pos], grads[pos, cols], step=step, kind=kind, request_id=rid, origin=origins[s], codec=codec,
-            counts=None if counts is None else counts[pos]))
-            for name, columns, s, pos in parts]
+        request = PushRequest(table, ids, grads, step, kind, origin=origin, codec=self.push_codec.name, counts=counts)
+        handles = [self._push(s, request.part(name, pos, columns, self._request_id(), origins[s]))
+                   for name, columns, s, pos in parts]
         self.traffic.add(push_ids=len(ids), push_row_bytes=len(ids) * self.push_codec.row_bytes(grads.shape[1]))
         if origin is None:
             return Gathered(handles, lambda _: {})
@@ -268,8 +263,11 @@ class PSClient:
                     out[table] = (c, w, s)
         return out
 
-    def _resending(self, send) -> Handle:
-        return Resending(send, self.retries)
+    def _pull(self, shard: int, request: PullRequest) -> Handle:
+        return Resending(lambda: self.transport.pull(shard, request), self.retries)
+
+    def _push(self, shard: int, request: PushRequest) -> Handle:
+        return Resending(lambda: self.transport.push(shard, request), self.retries)
 
     def save(self, root: str, step: int, *, keep: int = 1, extra: dict | None = None,
              before_commit=None, timeout: float | None = None, protect: Iterable[int] = (),

@@ -36,8 +36,8 @@ import numpy as np
 from cardinal.ps.limits import StoreFull
 from cardinal.ps.server.request_log import FirstAttemptFailed
 from cardinal.ps.server.store import ShardStore
-from cardinal.ps.server.worker_steps import Origin
 from cardinal.ps.transport import heap, wire
+from cardinal.ps.transport.requests import Origin
 from cardinal.ps.validate import quote
 
 MAX_DETAILS = 1024

@@ -45,7 +45,8 @@ from cardinal.ps.server.replicas import CopiedRows
 from cardinal.ps.server.request_log import RequestLog
 from cardinal.ps.server.step_clock import StepClock
 from cardinal.ps.server.update_log import UpdateLog
-from cardinal.ps.server.worker_steps import Origin, WorkerSteps, combined_counts
+from cardinal.ps.server.worker_steps import WorkerSteps, combined_counts
+from cardinal.ps.transport.requests import Origin
 from cardinal.ps.validate import quote
 from cardinal.sharding.plan import ShardingPlan
 

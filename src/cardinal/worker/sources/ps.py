@@ -28,8 +28,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import numpy as np
 
 from cardinal.ps.client.client import PSClient
-from cardinal.ps.server.worker_steps import Origin
 from cardinal.ps.transport.base import DEFAULT_TIMEOUT, Handle
+from cardinal.ps.transport.requests import Origin
 from cardinal.worker.sources.base import RowSource
 
 POLL_S = (0.0005, 0.01)  # first and longest pause between two looks at the servers' clocks
