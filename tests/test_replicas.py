@@ -233,7 +233,7 @@ def test_each_table_is_refreshed_by_one_worker_and_each_refresh_goes_where_copie
         for c in clients:
             for t, d in (("user", 6), ("item", 3)):
                 c.pull(t, IDS, step=step).wait()
-    assert [c._refreshes for c in clients] == [{"item"}, {"user"}, set()]
+    assert [c.reader.refreshes for c in clients] == [{"item"}, {"user"}, set()]
     assert [s["refreshed"] for s in copies(stores, "user")] == [0, 0, 40, 40]  # readers 1, 2, 3; 1 holds the rows
     own = plan.route("item", np.array([1, 2, 3], np.int64))  # readers 0, 1, 2: each that lacks one of the rows
     assert [s["refreshed"] for s in copies(stores, "item")] == [3 * int(s < 3 and (own != s).any()) for s in range(N)]
