@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from cardinal.embedding import TableConfig
-from cardinal.ps import StoreConfig, embedded
-from cardinal.ps.update_log import UpdateLog
-from cardinal.ps.worker_steps import Origin
+from cardinal.ps import StoreConfig, connect
+from cardinal.ps.server.update_log import UpdateLog
+from cardinal.ps.transport.requests import Origin
 from cardinal.worker.sources import PSSource
 from cardinal.worker.sources.cache import CachedSource
 from cardinal.worker.sources.cache_slots import META_BYTES, slots_for
@@ -34,7 +34,7 @@ class Counting:
 
 
 def cache(client=None, rows=16, s=100, **kw):
-    client = client or embedded(CONFIG, 2)
+    client = client or connect(CONFIG, 2)
     return CachedSource(PSSource(client, 4, 20), {"a": DIM}, rows * ONE_ROW, s, **kw), client
 
 
@@ -52,7 +52,7 @@ def cached_ids(src):
 
 
 def test_hits_make_no_request_and_are_the_rows_as_fetched():
-    counting = Counting(embedded(CONFIG, 2))
+    counting = Counting(connect(CONFIG, 2))
     src, _ = cache(counting)
     first = src.pull("a", ids(1, 2, 3), create=True, step=1).wait()
     assert len(counting.pulls) == 1
@@ -66,7 +66,7 @@ def test_hits_make_no_request_and_are_the_rows_as_fetched():
 
 def test_any_int64_is_an_id_the_cache_keeps_negative_ones_too():
     """-1 once marked a free slot: a cached -1 was overwritten by the next insert while still mapped."""
-    counting = Counting(embedded(CONFIG, 2))
+    counting = Counting(connect(CONFIG, 2))
     src, _ = cache(counting, rows=4)
     edge = ids(-1, -2**63, 2**63 - 1, 0)
     first = src.pull("a", edge, create=True, step=1).wait()
@@ -114,7 +114,7 @@ def test_rows_used_by_the_step_are_not_evicted_and_a_full_cache_admits_fewer():
 
 
 def test_rows_are_cached_after_admit_after_pulls():
-    counting = Counting(embedded(CONFIG, 2))
+    counting = Counting(connect(CONFIG, 2))
     src, _ = cache(counting, admit_after=3)
     for step in (1, 2, 3):
         src.pull("a", ids(5), create=True, step=step).wait()
@@ -130,7 +130,7 @@ def test_the_cache_holds_as_many_rows_as_its_bytes_pay_for():
     m = src.metrics()
     assert m["cache_a_rows"] == 3 and m["cache_a_bytes"] == 3 * 2 * 4 * DIM
     with pytest.raises(ValueError, match="holds no row"):
-        CachedSource(PSSource(embedded(CONFIG, 1)), {"a": DIM}, ONE_ROW - 1, 1)
+        CachedSource(PSSource(connect(CONFIG, 1)), {"a": DIM}, ONE_ROW - 1, 1)
 
 
 def test_flush_pushes_every_pending_gradient_and_drops_the_cache():
@@ -151,7 +151,7 @@ def test_flush_pushes_every_pending_gradient_and_drops_the_cache():
 
 def two_workers(n_shards=2, s=4):
     """Worker 0 behind a cache, in this thread; worker 1's pushes are sent by hand."""
-    client = embedded(CONFIG, n_shards)
+    client = connect(CONFIG, n_shards)
     src = CachedSource(PSSource(client, 4, 20, worker=0, workers=2, combine=True), {"a": DIM}, 64 * ONE_ROW, s)
     return src, client
 
@@ -222,7 +222,7 @@ class Deferred:
 
 
 def test_a_row_fetched_while_an_own_push_of_it_is_in_flight_counts_that_push():
-    client = embedded(CONFIG, 2)
+    client = connect(CONFIG, 2)
     src = CachedSource(PSSource(Deferred(client), 4, 20), {"a": DIM}, 16 * ONE_ROW, 0)
     first = src.pull("a", ids(4), create=True, step=1).wait()
     src.push("a", ids(4), np.ones((1, DIM), np.float32), step=1)  # s = 0: goes out with the next pull
@@ -253,7 +253,7 @@ def test_each_shard_is_asked_from_its_own_cursor_and_rows_nobody_else_changed_st
 
 
 def test_a_fetched_row_counts_every_step_of_an_own_sum_still_in_flight():
-    client = embedded(CONFIG, 2)
+    client = connect(CONFIG, 2)
     src = CachedSource(PSSource(Deferred(client), 4, 20), {"a": DIM}, 16 * ONE_ROW, 1)
     one = np.ones((1, DIM), np.float32)
     start = src.pull("a", ids(4), create=True, step=1).wait()

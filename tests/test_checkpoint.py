@@ -11,14 +11,14 @@ import pytest
 from cardinal import failpoints
 from cardinal.checkpoint import layout
 from cardinal.embedding import TableConfig
-from cardinal.ps import ShardStore, StoreConfig, embedded
+from cardinal.ps import ShardStore, StoreConfig, connect
 from checkpoint_edit import reseal
 
 CONFIG = StoreConfig((TableConfig("user", 4), TableConfig("item", 3)), {"name": "adagrad"})
 
 
 def trained(n_shards, rng, steps=3):
-    client = embedded(CONFIG, n_shards)
+    client = connect(CONFIG, n_shards)
     client.seen = {"user": set(), "item": set()}  # every id trained, to pull back after a load
     for step in range(1, steps + 1):
         for table, dim in (("user", 4), ("item", 3)):
@@ -50,7 +50,7 @@ def test_round_trip_into_any_shard_count(tmp_path, rng, saved, loaded):
     source = trained(saved, rng)
     before = values(source, source.seen)
     path = source.save(tmp_path, step=3, extra={"note": "hi"})
-    target = embedded(CONFIG, loaded)
+    target = connect(CONFIG, loaded)
     info = target.load(tmp_path)
     assert info["step"] == 3 and info["extra"] == {"note": "hi"} and info["path"] == str(path)
     assert_same_values(values(target, source.seen), before)  # every row, on the shard that serves it
@@ -126,7 +126,7 @@ def test_uncommitted_checkpoint_is_never_loaded(tmp_path, rng):
     client.transport.save(0, str(tmp_path), 2).wait()  # shard files, but no commit marker
     assert layout.latest(tmp_path) == layout.step_dir(tmp_path, 1)
     with pytest.raises(ValueError, match="not a committed checkpoint"):
-        embedded(CONFIG, 2).load(layout.step_dir(tmp_path, 2))
+        connect(CONFIG, 2).load(layout.step_dir(tmp_path, 2))
 
 
 def test_raise_failpoint_keeps_previous_checkpoint(tmp_path, rng, monkeypatch):
@@ -138,7 +138,7 @@ def test_raise_failpoint_keeps_previous_checkpoint(tmp_path, rng, monkeypatch):
     with pytest.raises(failpoints.FailpointError):
         client.save(tmp_path, 2)
     monkeypatch.delenv(failpoints.ENV)
-    fresh = embedded(CONFIG, 2)
+    fresh = connect(CONFIG, 2)
     assert fresh.load(tmp_path)["step"] == 1 and digests(fresh) == saved
 
 
@@ -163,7 +163,7 @@ def test_crash_at_each_step_of_a_save_leaves_a_loadable_checkpoint(tmp_path, poi
     assert "saved" not in proc.stdout
     printed = {d["step"]: d for d in map(json.loads, proc.stdout.splitlines())}
     assert layout.latest(tmp_path) == layout.step_dir(tmp_path, survivor)
-    client = embedded(CONFIG, 3)
+    client = connect(CONFIG, 3)
     assert client.load(tmp_path)["step"] == survivor
     assert digests(client) == {t: printed[survivor][t] for t in ("user", "item")}
 
@@ -192,7 +192,7 @@ def test_load_phases_stage_off_to_the_side_until_committed(tmp_path, rng):
     assert store.load(step_path, "commit", newer)["step"] == 3
     with pytest.raises(ValueError, match="phase must be"):
         store.load(step_path, "swap")
-    target = embedded(CONFIG, 1)
+    target = connect(CONFIG, 1)
     target.transport.stores[0] = store
     assert_same_values(values(target, source.seen), saved)
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from cardinal.checkpoint import layout
-from cardinal.ps import embedded
+from cardinal.ps import connect
 from checkpoint_edit import edit_json, reseal, rewrite_columns
 from test_checkpoint import CONFIG, assert_same_values, digests, trained, values
 

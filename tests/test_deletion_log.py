@@ -8,7 +8,7 @@ from test_delta_checkpoints import TABLES, everything, save, step
 
 from cardinal.embedding.deletion_log import COMPACT_AT, DeletionLog
 from cardinal.ps import ShardStore, StoreConfig, StoreLimits
-from cardinal.ps.process_memory import deletion_log_bytes
+from cardinal.ps.server.process_memory import deletion_log_bytes
 
 
 def test_the_log_keeps_each_id_once_and_lets_go_past_its_cap():

@@ -206,10 +206,9 @@ def test_a_worker_killed_mid_training_leaves_the_servers_running_and_whole(tmp_p
         assert worker.poll() is None, "the worker ended before it could be killed"
         worker.kill()  # in the middle of its pulls and pushes
         worker.wait()
-        from cardinal.ps import PSClient
-        from cardinal.ps.transport.grpc_transport import GrpcTransport
+        from cardinal.ps import connect
 
-        client = PSClient(GrpcTransport(addresses, JOB, TOKEN, timeout=20))
+        client = connect(servers=addresses, job=JOB, token=TOKEN, timeout=20)
         stats = client.stats(check=True)  # every shard's invariants hold
         assert sum(s["tables"]["emb"]["rows"] for s in stats) > 0
         before = client.digest("emb")
@@ -273,10 +272,10 @@ def final_state(run_dir: Path, recipe_obj):
     """Table digest and dense tensors of a run's newest checkpoint, read back in this process."""
     from cardinal.checkpoint import layout
     from cardinal.checkpoint.reader import Reader
-    from cardinal.ps import embedded
+    from cardinal.ps import connect
 
     found = layout.latest(run_dir / "checkpoints")
-    client = embedded(tables.store_config(recipe_obj), 1)
+    client = connect(tables.store_config(recipe_obj), 1)
     client.load(found)
     return found.name, client.digest("emb"), Reader(found).dense_state()["model"]
 

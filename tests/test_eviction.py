@@ -62,7 +62,7 @@ def test_ttl_in_steps_deletes_the_rows_unseen_for_that_long():
 
 def test_ttl_in_seconds_uses_the_time_each_step_was_first_seen(monkeypatch):
     clock = [1000.0]
-    monkeypatch.setattr("cardinal.ps.memory.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("cardinal.ps.server.memory.time.monotonic", lambda: clock[0])
     s = store(ttl_seconds=60, every=1)
     s.pull("user", np.arange(10, dtype=np.int64), step=1)
     clock[0] += 30

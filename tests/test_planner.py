@@ -615,7 +615,7 @@ def test_a_hash_plan_run_resumes_in_a_table_wise_plan(tmp_path):
 def test_a_worker_refuses_servers_started_with_another_plan(tmp_path, monkeypatch):
     """Servers built as ``cardinal server`` builds them (its recipe's ps.plan), in this process."""
     from cardinal.ps import ShardStore
-    from cardinal.ps.server import ServerOptions, ShardServer
+    from cardinal.ps.server.process import ServerOptions, ShardServer
     from cluster import JOB, TOKEN
 
     monkeypatch.setenv("CARDINAL_TOKEN", TOKEN)

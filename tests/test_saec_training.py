@@ -331,13 +331,13 @@ def test_a_resume_cannot_change_the_clustering(tmp_path):
 
 
 def test_over_grpc_the_clustered_tables_are_bitwise_the_embedded_ones(tmp_path):
-    from cardinal.ps import embedded
+    from cardinal.ps import connect
     from cluster import Cluster
 
     cfg = StoreConfig((TableConfig("emb", DIM),), OPT, saec={"emb": SaecSpec(5.0, 3, 32)})
     remote = Cluster(cfg, 2, tmp_path / "ps")
     try:
-        local = embedded(cfg, 2)
+        local = connect(cfg, 2)
         ids = ids_of()
         later = np.array([(1 << 32) | 999_999, (3 << 32) | 5], np.int64)
         for client in (remote.client, local):

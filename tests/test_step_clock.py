@@ -1,6 +1,6 @@
 """A request from the future: one push of step 2**32 - 1 from a second client once aged every
 row at once, and the next time-to-live sweep deleted 999 of 1,000 trained rows. A shard now
-judges each step against its own clock (``ps/step_clock.py``)."""
+judges each step against its own clock (``ps/server/step_clock.py``)."""
 
 import grpc
 import numpy as np

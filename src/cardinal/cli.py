@@ -310,7 +310,7 @@ def sweep(args) -> int:
 def server(args) -> int:
     from cardinal import planner
     from cardinal.ps import ShardStore
-    from cardinal.ps.server import ServerOptions, run
+    from cardinal.ps.server.process import ServerOptions, run
     from cardinal.train import config, tables
 
     shard, sep, n = args.shard.partition("/")

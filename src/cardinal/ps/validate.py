@@ -6,9 +6,12 @@ leaves the store exactly as it was (tests compare digests before and after).
 
 import numpy as np
 
-from cardinal.ps.request_log import quote
-
 MAX_STEP = 2**32 - 1
+
+
+def quote(text: str, n: int = 64) -> str:
+    """A user string for an error message: at most ``n`` characters of it."""
+    return repr(text) if len(text) <= n else f"{text[:n]!r}... ({len(text)} characters)"
 
 
 def check_table(name, tables: dict) -> None:

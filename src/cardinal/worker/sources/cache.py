@@ -21,7 +21,7 @@ row's lag is:
     its pending gradients (steps not pushed yet) + the steps of its own pushes since it was
     fetched (k for a sum of k), and, with several workers, the others' updates (one each):
     each push reply carries the shard's update log since this worker's cursor
-    (``ps/update_log.py``): (id, step) of each update by other workers; those of steps the
+    (``ps/server/update_log.py``): (id, step) of each update by other workers; those of steps the
     fetched row surely reflected (the servers' clock at the pull) are not counted;
     + updates applied after the last reply, not known yet, bounded by steps: with combined
     steps a row gets at most one update per step, and only steps in (max(reply clock, the

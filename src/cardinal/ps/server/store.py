@@ -2,9 +2,9 @@
 
 The store is pure: no sockets, no threads of its own. The in-process transport calls it
 directly; the gRPC servicer decodes a request, calls the same methods, encodes the reply.
-Every request is checked in full before anything changes (``validate.py``), so a rejected
+Every request is checked in full before anything changes (``ps/validate.py``), so a rejected
 request leaves the store as it was. The row limits live here too, so they hold for every
-transport (``limits.py``): rows per server and per request (``StoreFull``: nothing created, no
+transport (``ps/limits.py``): rows per server and per request (``StoreFull``: nothing created, no
 sighting counted), the byte budget with eviction and time-to-live (``memory.py``), a push whose result would not be finite (refused whole, by the table), and
 exactly-once request ids with a bounded window per client (``request_log.py``). A table is used
 through ``embedding/protocol.py`` only: after each push it runs what its schedule has due
@@ -37,15 +37,17 @@ from cardinal.embedding.tiers.claim import TierDir
 from cardinal.memory_config import AdmissionConfig, EvictionConfig
 from cardinal.optim import make_optimizer
 from cardinal.ps import validate
-from cardinal.ps.budget import Budget, NeedRoom
 from cardinal.ps.limits import StoreFull, StoreLimits
-from cardinal.ps.memory import Memory
-from cardinal.ps.process_memory import SAVE_CHUNK_BYTES, deletion_log_bytes, rocks_memory
-from cardinal.ps.replicas import CopiedRows
-from cardinal.ps.request_log import RequestLog, quote
-from cardinal.ps.step_clock import StepClock
-from cardinal.ps.update_log import UpdateLog
-from cardinal.ps.worker_steps import Origin, WorkerSteps, combined_counts
+from cardinal.ps.server.budget import Budget, NeedRoom
+from cardinal.ps.server.memory import Memory
+from cardinal.ps.server.process_memory import SAVE_CHUNK_BYTES, deletion_log_bytes, rocks_memory
+from cardinal.ps.server.replicas import CopiedRows
+from cardinal.ps.server.request_log import RequestLog
+from cardinal.ps.server.step_clock import StepClock
+from cardinal.ps.server.update_log import UpdateLog
+from cardinal.ps.server.worker_steps import WorkerSteps, combined_counts
+from cardinal.ps.transport.requests import Origin
+from cardinal.ps.validate import quote
 from cardinal.sharding.plan import ShardingPlan
 
 
