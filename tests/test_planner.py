@@ -634,7 +634,8 @@ def test_a_worker_refuses_servers_started_with_another_plan(tmp_path, monkeypatc
             plan = f'ps.plan="{wrong}"'
             with pytest.raises(ValueError, match=r"server 0 was started with another sharding plan \(it holds tables "
                                                  r"\[.*\], this worker's plan puts \[.*'C1'.*\] there\): start every "
-                                                 r"server and worker with the same ps.plan"):
+                                                 r"server and worker with the same recipe \(.*where they live, "
+                                                 r"ps.plan\)"):
                 Trainer(recipe(tmp_path, *worker, plan), tmp_path / f"bad-{Path(wrong).stem}", progress=False)
         good = Trainer(recipe(tmp_path, *worker, f'ps.plan="{served}"'), tmp_path / "good", progress=False)
         assert good.fit()["steps"] == 2
