@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import jobs  # noqa: E402
 from report import write  # noqa: E402
 
-from cardinal.ps.checkpoint_load import read_commit  # noqa: E402
+from cardinal.checkpoint.reader import Reader  # noqa: E402
 from cardinal.train import config  # noqa: E402
 from cardinal.worker.sources.cache_slots import META_BYTES  # noqa: E402
 
@@ -32,7 +32,7 @@ TIMEOUT_S = 3 * 3600.0
 
 def rows_created(summary: dict) -> int:
     """Rows on the servers at the run's last checkpoint (every table, every shard)."""
-    info = read_commit(Path(summary["checkpoint"]))
+    info = Reader(Path(summary["checkpoint"])).info
     return sum(t["rows"] for m in info["manifests"].values() for t in m["tables"].values())
 
 

@@ -20,8 +20,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 from report import write  # noqa: E402
 
+from cardinal.checkpoint import layout  # noqa: E402
+from cardinal.checkpoint.write import commit  # noqa: E402
 from cardinal.embedding import TableConfig  # noqa: E402
-from cardinal.ps import ShardStore, StoreConfig, checkpoint  # noqa: E402
+from cardinal.ps import ShardStore, StoreConfig  # noqa: E402
 
 CONFIG = StoreConfig((TableConfig("t", 16),), {"name": "rowwise_adagrad"})
 
@@ -33,8 +35,8 @@ def files_bytes(path: Path) -> int:
 def timed_save(store: ShardStore, root: Path, step: int, base: int | None) -> tuple[float, int]:
     start = time.perf_counter()
     store.save(str(root), step, base)
-    checkpoint.commit(checkpoint.step_dir(root, step), step, 1, base=base)
-    return time.perf_counter() - start, files_bytes(checkpoint.step_dir(root, step))
+    commit(layout.step_dir(root, step), step, 1, base=base)
+    return time.perf_counter() - start, files_bytes(layout.step_dir(root, step))
 
 
 def main():
@@ -54,7 +56,7 @@ def main():
         delta_s, delta_b = timed_save(store, root, 2, 1)
         back = ShardStore(CONFIG)
         start = time.perf_counter()
-        back.load(str(checkpoint.step_dir(root, 2)))
+        back.load(str(layout.step_dir(root, 2)))
         load_s = time.perf_counter() - start
         same = back.tables["t"].digest() == store.tables["t"].digest()
     payload = len(ids) * (8 + 4 * (16 + 1) + 4 + 4)

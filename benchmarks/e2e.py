@@ -38,9 +38,9 @@ from torchmetrics.functional.classification import binary_auroc
 sys.path.insert(0, str(Path(__file__).parent))
 from report import write  # noqa: E402
 
+from cardinal.checkpoint.reader import Reader  # noqa: E402
 from cardinal.data import CriteoReader  # noqa: E402
 from cardinal.models import DeepFM  # noqa: E402
-from cardinal.ps.checkpoint_load import read_commit  # noqa: E402
 from cardinal.train import Trainer, config  # noqa: E402
 from cardinal.train.readers import synthetic_dir  # noqa: E402
 from cardinal.worker.sources.cache_slots import META_BYTES  # noqa: E402
@@ -164,7 +164,7 @@ def run_cardinal(recipe, lr: float, tmp: Path, train, halves):
 
 def rows_created(summary: dict) -> int:
     """Rows on the servers at the run's last checkpoint (every table, every shard)."""
-    info = read_commit(Path(summary["checkpoint"]))
+    info = Reader(Path(summary["checkpoint"])).info
     return sum(t["rows"] for m in info["manifests"].values() for t in m["tables"].values())
 
 

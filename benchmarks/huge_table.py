@@ -26,8 +26,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 from report import write  # noqa: E402
 
+from cardinal.checkpoint import layout  # noqa: E402
+from cardinal.checkpoint.write import commit  # noqa: E402
 from cardinal.embedding import TableConfig  # noqa: E402
-from cardinal.ps import ShardStore, StoreConfig, StoreLimits, checkpoint  # noqa: E402
+from cardinal.ps import ShardStore, StoreConfig, StoreLimits  # noqa: E402
 
 CONFIG = StoreConfig((TableConfig("t", 16),), {"name": "rowwise_adagrad"})
 BLOCK = 1 << 20
@@ -103,15 +105,15 @@ def run(args, budget: int, work: Path) -> list[dict]:
     step = first + args.steps
     start = time.perf_counter()
     s.save(str(work / "ckpt"), step)
-    checkpoint.commit(checkpoint.step_dir(work / "ckpt", step), step, 1)
+    commit(layout.step_dir(work / "ckpt", step), step, 1)
     save_s = time.perf_counter() - start
-    saved = sum(f.stat().st_size for f in checkpoint.step_dir(work / "ckpt", step).rglob("*") if f.is_file())
+    saved = sum(f.stat().st_size for f in layout.step_dir(work / "ckpt", step).rglob("*") if f.is_file())
     table = st["tables"]["t"]
     s.close()
     del s
     start = time.perf_counter()
     back = store(budget, work / "tiers-b")
-    back.load(str(checkpoint.step_dir(work / "ckpt", step)))
+    back.load(str(layout.step_dir(work / "ckpt", step)))
     load_s = time.perf_counter() - start
     loaded = back.stats()
     same = back.tables["t"].digest() == digest

@@ -27,9 +27,8 @@ from report import write  # noqa: E402
 
 from cardinal import codecs  # noqa: E402
 from cardinal.embedding import unique_inverse  # noqa: E402
-from cardinal.ps import PSClient, embedded  # noqa: E402
-from cardinal.ps.server import READY  # noqa: E402
-from cardinal.ps.transport.grpc_transport import GrpcTransport  # noqa: E402
+from cardinal.ps import PSClient, connect  # noqa: E402
+from cardinal.ps.server.process import READY  # noqa: E402
 from cardinal.train import config, tables  # noqa: E402
 
 BATCH = 65_536
@@ -84,11 +83,11 @@ def main():
         with tempfile.TemporaryDirectory() as tmp:
             proc, port = server(tmp, sets)
             try:
-                transport = GrpcTransport([f"127.0.0.1:{port}"], "cardinal", "bench", timeout=120)
-                local = embedded(tables.store_config(recipe), 1)
+                local = connect(tables.store_config(recipe), 1)
                 clients = {"in-process fp32": local}
                 for name in names:
-                    clients[f"loopback {name}"] = PSClient(transport, pull_codec=name, push_codec=name)
+                    clients[f"loopback {name}"] = connect(servers=[f"127.0.0.1:{port}"], job="cardinal", token="bench",
+                                                          timeout=120, pull_codec=name, push_codec=name)
                     if name != "fp32":
                         clients[f"in-process {name}"] = PSClient(local.transport, pull_codec=name, push_codec=name)
                 for b in ids:  # create every row first: the figures are for existing rows
@@ -102,7 +101,8 @@ def main():
                     for name in names:
                         rows.append(_row(op, dim, name, moved, 8 + codecs.get(name).row_bytes(dim),
                                          t[f"loopback {name}"], t["in-process fp32"], t[f"in-process {name}"]))
-                transport.close()
+                for name in names:
+                    clients[f"loopback {name}"].transport.close()
             finally:
                 proc.terminate()
                 proc.wait(30)

@@ -53,15 +53,15 @@ def launch(sets: list[str], servers: int, workers: int = 1) -> Path:
 
 def measured(recipe, plan, run_dir: Path, batches: int = 100) -> dict[str, np.ndarray]:
     """Per server: bytes of its rows in the run's last checkpoint, ids and requests a step."""
+    from cardinal.checkpoint import layout
+    from cardinal.checkpoint.reader import Reader
     from cardinal.planner.stats import _batch_ids, _widths
-    from cardinal.ps import checkpoint
-    from cardinal.ps.checkpoint_load import read_commit
     from cardinal.train import tables
     from cardinal.train.readers import make_readers
 
     inputs = tables.plan_inputs(recipe)
     n, words = plan.n_shards, _widths(inputs)
-    info = read_commit(checkpoint.latest(run_dir / "checkpoints"))
+    info = Reader(layout.latest(run_dir / "checkpoints")).info
     out = {k: np.zeros(n) for k in ("bytes", "ids", "requests")}
     for m in info["manifests"].values():
         for name, t in m["tables"].items():
@@ -85,7 +85,7 @@ def main() -> None:
     from cardinal import planner
     from cardinal.planner.propose import balance, describe, loads, propose
     from cardinal.planner.stats import from_sample
-    from cardinal.ps.plan import ShardingPlan
+    from cardinal.sharding.plan import ShardingPlan
     from cardinal.train import config, tables
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

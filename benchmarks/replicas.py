@@ -1,4 +1,4 @@
-"""Copies of hot rows on every server (``ps/plan.py``, ``Replicas``): each server's load with
+"""Copies of hot rows on every server (``sharding/plan.py``, ``Replicas``): each server's load with
 several workers, and training speed with `cardinal launch`, against the plans without copies.
 
     python benchmarks/replicas.py [--servers 4] [--workers 4] [--copies 2000] [--staleness 4]
@@ -77,7 +77,7 @@ def main() -> None:
     from cardinal.planner.hot import hot_ids
     from cardinal.planner.propose import balance, propose
     from cardinal.planner.stats import from_sample
-    from cardinal.ps.plan import Piece, Replicas, ShardingPlan
+    from cardinal.sharding.plan import Piece, Replicas, ShardingPlan
     from cardinal.train import config, tables
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from report import write  # noqa: E402
 
 from cardinal.compression import cluster  # noqa: E402
-from cardinal.embedding import parallel  # noqa: E402
+from cardinal import parallel  # noqa: E402
 
 BLOBS = 2000
 SUBSAMPLE = 1_000_000

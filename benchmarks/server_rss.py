@@ -8,7 +8,7 @@ tier (``ps.disk_budget``). The server's resident memory (VmRSS from /proc/PID/st
 every 0.5 s from its start to its exit, and its accounted bytes (the ``cardinal_ps_bytes`` gauges
 of its metrics endpoint) with it. The floor is the RSS of the idle server (the first sample taken
 once it listens, before any row); the target is peak RSS <= 1.1 x budget + the documented floor
-(``cardinal.ps.process_memory.FLOOR``). Every run has a deadline and leaves no process behind.
+(``cardinal.ps.server.process_memory.FLOOR``). Every run has a deadline and leaves no process behind.
 """
 
 import argparse
@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 from jobs import launch  # noqa: E402
 from report import write  # noqa: E402
 
-from cardinal.ps.process_memory import FLOOR  # noqa: E402
+from cardinal.ps.server.process_memory import FLOOR  # noqa: E402
 
 MIB = 1 << 20
 
@@ -173,7 +173,7 @@ def main() -> None:
         f"{args.dim}, "
         f"generated data (vocab {args.vocab:,}, skew 1.01: ids outgrow every budget), a full checkpoint at the end",
         "RSS: VmRSS of the server process every 0.5 s from the moment it listens to its exit; idle: the first sample",
-        f"bound: 1.1 x budget + the documented floor ({FLOOR / 1e6:.0f} MB, cardinal/ps/process_memory.py)",
+        f"bound: 1.1 x budget + the documented floor ({FLOOR / 1e6:.0f} MB, cardinal/ps/server/process_memory.py)",
         "accounted: the server's cardinal_ps_bytes gauges (rows, index, filters) against the budget",
         "at peak: the peak's resident bytes by mapping (/proc/PID/smaps): files (libraries' code and data), the main "
         "heap, anonymous maps (the tables' arenas, glibc's thread arenas, large arrays)",

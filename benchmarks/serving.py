@@ -33,7 +33,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 from report import write  # noqa: E402
 
-from cardinal.ps import checkpoint  # noqa: E402
+from cardinal.checkpoint import layout  # noqa: E402
 from cardinal.train import Trainer, config  # noqa: E402
 
 
@@ -136,12 +136,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="cardinal-serving-") as tmp:
         tmp = Path(tmp)
         run = train(tmp, args.steps, args.every)
-        steps = checkpoint.committed_steps(run / "checkpoints")
+        steps = layout.committed_steps(run / "checkpoints")
         if len(steps) < args.reloads + 1:
             raise SystemExit(f"only {len(steps)} checkpoints: raise --steps or lower --every")
         first = steps[-(args.reloads + 1)]
         subprocess.run([sys.executable, "-m", "cardinal.cli", "export", str(run), "--out", str(tmp / "x"),
-                        "--checkpoint", str(checkpoint.step_dir(run / "checkpoints", first))], check=True)
+                        "--checkpoint", str(layout.step_dir(run / "checkpoints", first))], check=True)
         manifest = json.loads((tmp / "x" / "manifest.json").read_text())
         lines = [ln.split("\t", 1)[1] for ln in next(Path(config.load().data.cache_dir).glob("synthetic-*/eval.tsv"))
                  .read_text().splitlines()[:20000]]
@@ -151,7 +151,7 @@ def main() -> None:
         aside.mkdir()
         shutil.copy(run / "recipe.json", followed)
         for s in steps:
-            src = checkpoint.step_dir(run / "checkpoints", s)
+            src = layout.step_dir(run / "checkpoints", s)
             shutil.move(str(src), str((followed / "checkpoints" if s <= first else aside) / src.name))
         later = [s for s in steps if s > first][: args.reloads]
         gc.collect()
@@ -170,7 +170,7 @@ def main() -> None:
                 sizes = []
                 for k, s in enumerate(later):
                     time.sleep(max(0.0, t0 + (k + 0.5) * args.reload_every - time.perf_counter()))
-                    name = checkpoint.step_dir(aside, s).name
+                    name = layout.step_dir(aside, s).name
                     shutil.move(str(aside / name), str(followed / "checkpoints" / name))  # appears committed
                     deadline = time.monotonic() + 30
                     while time.monotonic() < deadline:

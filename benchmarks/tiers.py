@@ -106,7 +106,7 @@ def main():
            "first step at 98% of the budget on; RSS growth: the process's resident memory from then on, past what it "
            "held beside the store at that moment, against the budget (numpy's temporaries, RocksDB's memtable and "
            "cache count too)",
-           "an eviction frees down to 99% of the budget (ps/memory.py LOW_WATER)", reproduce])
+           "an eviction frees down to 99% of the budget (ps/server/memory.py LOW_WATER)", reproduce])
     write("tiers", "25% of the rows in RAM, the rest on disk, against all in RAM", training(args.rows),
           [f"the default recipe (DeepFM, dim 16) on {args.rows:,} generated rows, one epoch, sync, no lr baseline; "
            "the second run's ps.memory_budget is 25% of the first run's bytes at its end",

@@ -19,7 +19,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 from report import write  # noqa: E402
 
-from cardinal.embedding import dedup, parallel  # noqa: E402
+from cardinal import parallel  # noqa: E402
+from cardinal.embedding import dedup  # noqa: E402
 from cardinal.worker.pooling import compiled  # noqa: E402
 
 B, FIELDS, DIM = 4096, 26, 16

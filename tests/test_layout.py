@@ -17,23 +17,13 @@ import import_graph  # noqa: E402
 MAX_LINES = 400
 
 # modules that may import each other, for now: any cycle among them alone is allowed
-ALLOWED_CYCLES = {
-    ("cardinal.ps.checkpoint", "cardinal.ps.checkpoint_chain"):
-        "issue 26 item 2: the checkpoint/ package holds the commit and the chain in one place",
-}
+ALLOWED_CYCLES: dict[tuple[str, ...], str] = {}
 # top-level parts that may import each other, for now
-ALLOWED_PART_CYCLES = {
-    ("cardinal.compression", "cardinal.embedding"):
-        "the clustered table (embedding/) calls Saec's clustering (compression/), which runs on embedding's kernel "
-        "threads (embedding/parallel.py): issue 26 moves the kernel threads below both",
-}
+ALLOWED_PART_CYCLES = {}
 
 # files under src/cardinal/ over MAX_LINES, for now
 LONG_FILES = {
-    "embedding/table.py": "issue 26: to split (its disk tier and deletion apart from pull and push)",
-    "ps/store.py": "issue 26: to split (loading and staging apart from requests)",
     "train/config.py": "issue 26: to split (the recipe's sections apart from loading and checking them)",
-    "worker/sources/cache.py": "issue 26: to split (the cache's bookkeeping apart from its RowSource)",
 }
 
 

@@ -251,8 +251,8 @@ def evaluate(args) -> int:
             raise ValueError(f"--set {text}: `cardinal eval` changes only the eval data (data.eval, "
                              f"data.eval_batch_size); the model is the run's recipe.json")
     recipe = config.from_dict(_apply(raw, args.set))
+    from cardinal.checkpoint.best import best_checkpoint
     from cardinal.train import Trainer
-    from cardinal.train.best import best_checkpoint
 
     root = run_dir / "checkpoints"
     best = None if args.checkpoint else best_checkpoint(root)
@@ -310,7 +310,7 @@ def sweep(args) -> int:
 def server(args) -> int:
     from cardinal import planner
     from cardinal.ps import ShardStore
-    from cardinal.ps.server import ServerOptions, run
+    from cardinal.ps.server.process import ServerOptions, run
     from cardinal.train import config, tables
 
     shard, sep, n = args.shard.partition("/")

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from cardinal.compression import Clustering, cluster, saec
-from cardinal.embedding import parallel
+from cardinal import parallel
 
 
 def reference(values, counts, k, head=None, rounds=3):

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from cardinal import cli
-from cardinal.ps import checkpoint
+from cardinal.checkpoint import layout
 from cardinal.train import Callback, Trainer
 from helpers.recipes import tiny_recipe
 
@@ -56,7 +56,7 @@ class Record(Callback):
         self.evals.append((step, result["eval_auc"], trainer.best.step))
 
     def on_checkpoint(self, trainer, step, path, best):
-        self.checkpoints.append((step, path.name, best, (path / checkpoint.COMMIT).is_file()))
+        self.checkpoints.append((step, path.name, best, (path / layout.COMMIT).is_file()))
 
 
 def evals(run) -> list[tuple[int, float]]:
@@ -75,7 +75,7 @@ def test_the_kept_model_is_the_best_evaluation_not_the_newest(tmp_path, capsys):
     assert (summary["best_step"], summary["eval_auc"]) == (best_step, best_auc)
     assert summary["last_eval_auc"] == seen[-1][1] and summary["steps"] == 36
     # kept beside the newest although keep_checkpoints = 1; best.json names it
-    assert checkpoint.committed_steps(run / "checkpoints") == [best_step, 36]
+    assert layout.committed_steps(run / "checkpoints") == [best_step, 36]
     assert json.loads((run / "checkpoints" / "best.json").read_text())["step"] == best_step
     assert summary["best_checkpoint"].endswith(f"step-{best_step:010d}")
     # the model on disk is the best one: evaluated again from the checkpoint, it scores the same
@@ -179,9 +179,9 @@ def test_evaluating_an_older_checkpoint_leaves_best_json_naming_the_best(tmp_pat
     Trainer(recipe, run, progress=False, callbacks=[Noise()]).fit()
     root = run / "checkpoints"
     before = json.loads((root / "best.json").read_text())
-    older = [s for s in checkpoint.committed_steps(root) if s < before["step"]]
+    older = [s for s in layout.committed_steps(root) if s < before["step"]]
     assert older, before
-    Trainer(recipe, run, progress=False).load(checkpoint.step_dir(root, older[0]))
+    Trainer(recipe, run, progress=False).load(layout.step_dir(root, older[0]))
     assert json.loads((root / "best.json").read_text()) == before
 
 

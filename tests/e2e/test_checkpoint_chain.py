@@ -1,4 +1,4 @@
-"""Delta chains that cannot be fooled (``ps/checkpoint_chain.py``): the step directories of real tiny
+"""Delta chains that cannot be fooled (``checkpoint/chain.py``): the step directories of real tiny
 runs copied from another run, edited and resealed, renamed onto their own base or swapped with a
 neighbour. `cardinal eval` refuses each within a bounded time, naming the file; a trainer that refuses
 one keeps every row and weight; `cardinal serve --follow` counts each as a failed reload, keeps serving
@@ -17,8 +17,8 @@ import pytest
 import torch
 
 from cardinal import cli
-from cardinal.ps import checkpoint
-from cardinal.ps.checkpoint_chain import digest
+from cardinal.checkpoint import layout
+from cardinal.checkpoint.chain import digest
 from cardinal.serve.export import export_run, run_recipe
 from cardinal.serve.follow import Follower
 from cardinal.serve.model import ServingModel
@@ -54,7 +54,7 @@ def run(runs, tmp_path):
 
 
 def at(run_dir, step):
-    return checkpoint.step_dir(run_dir / "checkpoints", step)
+    return layout.step_dir(run_dir / "checkpoints", step)
 
 
 def base_from_another_run(a, b):  # run b's step 8, a delta base, copied over run a's

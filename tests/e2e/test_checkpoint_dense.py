@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from cardinal import cli
-from cardinal.ps import checkpoint
+from cardinal.checkpoint import layout
 from cardinal.train import Trainer, config
 from helpers.checkpoint_edit import edit_json, reseal
 from helpers.recipes import tiny_recipe
@@ -72,7 +72,7 @@ CASES = [unlisted_tensor, tensor_outside, state_edited_unsealed, nan_tensor, wro
 def _tampered_copy(saved_run, tmp_path, edit):
     run = tmp_path / "run"
     shutil.copytree(saved_run, run)
-    edit(checkpoint.latest(run / "checkpoints") / "dense")
+    edit(layout.latest(run / "checkpoints") / "dense")
     return run
 
 

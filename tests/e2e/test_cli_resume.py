@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from cardinal import cli
-from cardinal.ps import checkpoint
+from cardinal.checkpoint import layout
 
 pytestmark = pytest.mark.slow  # processes or whole runs: outside `pytest -m "not slow"`
 
@@ -84,7 +84,7 @@ def test_a_checkpoint_that_does_not_load_leaves_the_run_as_it_was(tmp_path, smal
     """An allowed override (train.steps) and a damaged checkpoint: the load fails before
     recipe.json is rewritten with the new steps, so RUN and `cardinal eval RUN` stay as they were."""
     run = train(tmp_path, small_tsv, "train.steps=2", "train.keep_checkpoints=2", "train.checkpoint_every=1")
-    newest = checkpoint.latest(run / "checkpoints")
+    newest = layout.latest(run / "checkpoints")
     shard = next(p for p in sorted(newest.rglob("*")) if p.is_file() and "shard" in str(p.relative_to(newest))
                  and p.name != "manifest.json")
     shard.write_bytes(b"\0" + shard.read_bytes()[1:])  # one byte: the checksum no longer matches
@@ -148,7 +148,7 @@ def test_a_run_stopped_by_a_signal_at_its_last_step_is_finished_by_its_resume(tm
     assert resume(run) == 0
     summary = json.loads((run / "summary.json").read_text())
     assert summary["steps"] == 3 and summary["eval_auc"] > 0
-    assert checkpoint.committed_steps(run / "checkpoints") == [3]
+    assert layout.committed_steps(run / "checkpoints") == [3]
     assert resume(run) == 2  # now it is done
     assert f"run {run} is at step 3 (epoch 0) already" in capsys.readouterr().err
 

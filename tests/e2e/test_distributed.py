@@ -152,9 +152,9 @@ def test_a_crash_at_each_step_of_a_save_leaves_a_loadable_checkpoint_and_the_job
 
 
 def config_steps(run_dir: Path) -> list[int]:
-    from cardinal.ps import checkpoint
+    from cardinal.checkpoint import layout
 
-    return checkpoint.committed_steps(run_dir / "checkpoints")
+    return layout.committed_steps(run_dir / "checkpoints")
 
 
 @pytest.mark.timeout(240)
@@ -182,10 +182,9 @@ def test_a_worker_killed_mid_training_leaves_the_servers_running_and_whole(tmp_p
         assert worker.poll() is None, "the worker ended before it could be killed"
         worker.kill()  # in the middle of its pulls and pushes
         worker.wait()
-        from cardinal.ps import PSClient
-        from cardinal.ps.transport.grpc_transport import GrpcTransport
+        from cardinal.ps import connect
 
-        client = PSClient(GrpcTransport(addresses, JOB, TOKEN, timeout=20))
+        client = connect(servers=addresses, job=JOB, token=TOKEN, timeout=20)
         stats = client.stats(check=True)  # every shard's invariants hold
         assert sum(s["tables"]["emb"]["rows"] for s in stats) > 0
         before = client.digest("emb")
@@ -247,14 +246,14 @@ def test_every_worker_whose_server_dies_exits_2_naming_it_on_one_line(tmp_path):
 
 def final_state(run_dir: Path, recipe_obj):
     """Table digest and dense tensors of a run's newest checkpoint, read back in this process."""
-    from cardinal.ps import checkpoint, checkpoint_load, embedded
-    from cardinal.train.state_io import load_tree
+    from cardinal.checkpoint import layout
+    from cardinal.checkpoint.reader import Reader
+    from cardinal.ps import connect
 
-    found = checkpoint.latest(run_dir / "checkpoints")
-    client = embedded(tables.store_config(recipe_obj), 1)
+    found = layout.latest(run_dir / "checkpoints")
+    client = connect(tables.store_config(recipe_obj), 1)
     client.load(found)
-    dense_entry = checkpoint_load.read_commit(found)["files"]["dense/state.json"]
-    return found.name, client.digest("emb"), load_tree(found / "dense", dense_entry)["model"]
+    return found.name, client.digest("emb"), Reader(found).dense_state()["model"]
 
 
 SYNC = ['embedding.consistency="sync"', "train.checkpoint_every=3", "train.epochs=5"]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cardinal.ps import checkpoint
+from cardinal.checkpoint import layout
 from helpers.launch import launch_cmd, leftovers
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -68,13 +68,13 @@ def test_a_signal_saves_the_step_prints_one_line_and_the_run_resumes_from_it(tmp
     assert len(lines) == 1, out[-3000:]
     step, run_dir = int(lines[0][0]), Path(lines[0][1])
     assert step >= 3
-    assert checkpoint.committed_steps(run_dir / "checkpoints") == [step]  # the step it stopped at, committed
+    assert layout.committed_steps(run_dir / "checkpoints") == [step]  # the step it stopped at, committed
     done = subprocess.run(train_cmd(tmp_path, f"train.steps={step + 2}", resume=run_dir), env=ENV,
                           capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
     steps = [int(s) for s in re.findall(r"training: step (\d+)/", done.stderr)]
     assert steps == [step + 1, step + 2], done.stderr[-3000:]  # it went on from that step, not from 0
-    assert checkpoint.committed_steps(run_dir / "checkpoints") == [step + 2]
+    assert layout.committed_steps(run_dir / "checkpoints") == [step + 2]
 
 
 def worker_pid(launcher: subprocess.Popen, rank: int) -> int:
@@ -104,7 +104,7 @@ def test_ctrl_c_under_launch_lets_the_workers_save_before_the_servers_stop(tmp_p
     assert code == 130, out[-4000:]
     assert "Traceback" not in out and "while stopping" not in out, out[-4000:]
     step, run_dir = launched_line(out)
-    assert checkpoint.committed_steps(run_dir / "checkpoints") == [step]
+    assert layout.committed_steps(run_dir / "checkpoints") == [step]
     assert re.search(r"cardinal launch: interrupted; resume with: cardinal launch --servers 1 --workers 2 -- .*"
                      rf"--resume {re.escape(str(run_dir))}", out), out[-3000:]
     # off a terminal the workers print plain lines, one per log interval (train.log_every=2) and one
@@ -125,7 +125,7 @@ def test_a_signal_to_one_worker_stops_every_worker_at_the_same_step(tmp_path):
     assert code == 143, out[-4000:]  # the launcher exits with the first failing worker's code
     assert "Traceback" not in out, out[-4000:]
     step, run_dir = launched_line(out)
-    assert checkpoint.committed_steps(run_dir / "checkpoints") == [step]
+    assert layout.committed_steps(run_dir / "checkpoints") == [step]
     assert re.search(r"worker \d exited with code 143", out), out[-3000:]
     assert leaked == []
 
@@ -133,7 +133,7 @@ def test_a_signal_to_one_worker_stops_every_worker_at_the_same_step(tmp_path):
 @pytest.mark.slow
 def test_a_second_signal_is_told_to_wait_and_a_third_aborts(capsys):
     """While the step is finished and saved, Ctrl-C again says so and goes on; a third aborts at once
-    (a checkpoint being written is then never committed: durable.py)."""
+    (a checkpoint being written is then never committed: checkpoint/write.py)."""
     from cardinal.train.interrupt import StopFlag
 
     stop = StopFlag()

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from cardinal import cli
+from cardinal.checkpoint import layout
 from cardinal.models.projection import Projected
-from cardinal.ps import checkpoint
 from cardinal.serve.export import export_run
 from cardinal.serve.follow import Follower
 from cardinal.serve.model import ServingModel
@@ -79,7 +79,7 @@ def test_a_resume_may_not_change_the_dims(tmp_path):
 def test_export_serves_what_eval_predicts_and_follows_new_checkpoints(run, tmp_path):
     _, _, _, run_dir, r = run
     root = run_dir / "checkpoints"
-    m = export_run(run_dir, tmp_path / "x", checkpoint=checkpoint.step_dir(root, 36))
+    m = export_run(run_dir, tmp_path / "x", checkpoint=layout.step_dir(root, 36))
     assert m["dims"] == tables.table_dims(r) and m["dims"]["C5"] == 32 and m["dims"]["C6"] == 16
     assert m["tables"]["C5"]["width"] == 33 and m["tables"]["C6"]["width"] == 17 and "lr_C5" not in m["tables"]
     model = ServingModel.load(tmp_path / "x")
@@ -87,7 +87,7 @@ def test_export_serves_what_eval_predicts_and_follows_new_checkpoints(run, tmp_p
     got = np.concatenate([model.predict(b) for b in batches])
     assert np.abs(got - expected).max() <= 1e-5
     # a served model following the run: the new dense weights (projection included) swap into the graph
-    export_run(run_dir, tmp_path / "at12", checkpoint=checkpoint.step_dir(root, 12))
+    export_run(run_dir, tmp_path / "at12", checkpoint=layout.step_dir(root, 12))
     old = ServingModel.load(tmp_path / "at12")
     new = Follower(run_dir).next_model(old)
     assert new.step == 36

@@ -3,7 +3,7 @@ clock here: no test waits for wall-clock time)."""
 
 import pytest
 
-from cardinal.ps import checkpoint
+from cardinal.checkpoint import layout
 from cardinal.train import Trainer, config
 from cardinal.train.checkpoint_clock import CheckpointClock
 from helpers.recipes import tiny_recipe
@@ -37,7 +37,7 @@ def test_checkpoints_follow_the_clock(tmp_path, minutes, expected):
     # at the 3rd look after a restart; a save restarts the clock (one more look)
     trainer.clock = CheckpointClock(minutes, leader=True, now=FakeClock(10.0))
     trainer.fit()
-    assert checkpoint.committed_steps(tmp_path / "run" / "checkpoints") == expected
+    assert layout.committed_steps(tmp_path / "run" / "checkpoints") == expected
 
 
 def test_only_worker_0s_clock_decides():

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from cardinal.ps import checkpoint
+from cardinal.checkpoint import layout
 from cardinal.train import Trainer
 from cardinal.train.summary import summary_line
 from helpers.recipes import tiny_recipe
@@ -50,8 +50,8 @@ def consistency_checks(straight, resumed, tmp_path):
 
 def delta_bases(run_dir):
     root = run_dir / "checkpoints"
-    bases = {k: json.loads((checkpoint.step_dir(root, k) / "commit.json").read_text()).get("base")
-             for k in checkpoint.committed_steps(root)}
+    bases = {k: json.loads((layout.step_dir(root, k) / "commit.json").read_text()).get("base")
+             for k in layout.committed_steps(root)}
     assert bases == {3: None, 6: 3, 9: 6, 10: None}  # the end of a run saves in full after two deltas
 
 

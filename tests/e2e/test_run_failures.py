@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from cardinal import cli
+from cardinal.checkpoint import layout
 from cardinal.data import SyntheticConfig, generate
-from cardinal.ps import checkpoint
 from cardinal.train import Trainer
 from helpers.recipes import tiny_recipe
 
@@ -43,7 +43,7 @@ def train(tmp_path, data, *sets, train_file="train.tsv", eval_file="eval.tsv"):
 
 
 def committed(run_dir) -> list[int]:
-    return checkpoint.committed_steps(run_dir / "checkpoints") if run_dir else []
+    return layout.committed_steps(run_dir / "checkpoints") if run_dir else []
 
 
 def test_a_good_run_exits_0(tmp_path, data):
@@ -123,15 +123,14 @@ def test_bad_lines_count_when_train_steps_ends_the_run_early(tmp_path, data, cap
 
 
 def test_a_resume_takes_the_recipes_dense_learning_rate(tmp_path, data):
-    from cardinal.ps.checkpoint_load import read_commit
-    from cardinal.train.state_io import load_tree
+    from cardinal.checkpoint.reader import Reader
 
     code, run = train(tmp_path, data, "train.steps=2", "dense_optimizer.lr=0.05")
     assert code == 0
     assert cli.main(["train", "--resume", str(run), "--set", "dense_optimizer.lr=0.0001",
                      "--set", "train.steps=3"]) == 0
-    step = checkpoint.latest(run / "checkpoints")
-    dense = load_tree(step / "dense", read_commit(step)["files"]["dense/state.json"])
+    step = layout.latest(run / "checkpoints")
+    dense = Reader(step).dense_state()
     assert [g["lr"] for g in dense["optimizer"]["param_groups"]] == [0.0001]
 
 

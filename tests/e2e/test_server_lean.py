@@ -1,5 +1,5 @@
 """A server process imports what a server needs and no more (issue 25, item 5): no torch, and an
-idle ``cardinal server`` holds little of its own (``cardinal.ps.process_memory.FLOOR`` says the rest)."""
+idle ``cardinal server`` holds little of its own (``cardinal.ps.server.process_memory.FLOOR`` says the rest)."""
 
 import inspect
 import os
@@ -12,9 +12,8 @@ import numpy as np
 import pytest
 
 from cardinal import model_traits
-from cardinal.ps import PSClient
-from cardinal.ps.server import READY
-from cardinal.ps.transport.grpc_transport import GrpcTransport
+from cardinal.ps import connect
+from cardinal.ps.server.process import READY
 from helpers.processes import reaped
 
 JOB, TOKEN = "lean-job", "s3cret"
@@ -45,7 +44,7 @@ IDLE_PRIVATE = 60_000_000  # an idle server's own memory (heap and anonymous map
 def private(pid: int) -> int:
     """Resident bytes of a process's heap and anonymous maps: its own memory. Its RSS adds the pages of
     the libraries it maps, which vary with the page cache (libllvmlite alone: 40 MB in a long-lived
-    environment, 99 MB right after a fresh install; ps/process_memory.py), so they are not asserted."""
+    environment, 99 MB right after a fresh install; ps/server/process_memory.py), so they are not asserted."""
     total, own = 0, False
     for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
         head = line.split()
@@ -68,7 +67,7 @@ def test_a_server_process_holds_no_torch_and_stays_within_its_floor(tmp_path):
         assert line.startswith(READY), line + proc.stderr.read()
         idle = private(proc.pid)
         port = dict(part.split("=", 1) for part in line.split()[1:])["port"]
-        client = PSClient(GrpcTransport([f"127.0.0.1:{port}"], JOB, TOKEN, timeout=30))
+        client = connect(servers=[f"127.0.0.1:{port}"], job=JOB, token=TOKEN, timeout=30)
         ids = np.arange(100, dtype=np.int64)
         rows = client.pull("emb", ids, step=1).wait()  # every kernel of a step loaded
         client.push("emb", ids, np.ones_like(rows), step=1).wait()

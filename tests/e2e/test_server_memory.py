@@ -12,7 +12,7 @@ import pytest
 
 from cardinal.embedding import TableConfig
 from cardinal.ps import ShardStore, StoreConfig, StoreLimits
-from cardinal.ps.process_memory import SAVE_CHUNK_BYTES
+from cardinal.ps.server.process_memory import SAVE_CHUNK_BYTES
 
 pytestmark = pytest.mark.slow  # processes or whole runs: outside `pytest -m "not slow"`
 
@@ -87,7 +87,7 @@ import sys, time
 import numpy as np
 from cardinal.embedding import TableConfig
 from cardinal.ps import ShardStore, StoreConfig, StoreLimits
-from cardinal.ps.server import ServerOptions, ShardServer
+from cardinal.ps.server.process import ServerOptions, ShardServer
 def rss():
     return int(next(l for l in open("/proc/self/status") if l.startswith("VmRSS")).split()[1]) << 10
 store = ShardStore(StoreConfig((TableConfig("t", 4),)), limits=StoreLimits(memory_budget=int(sys.argv[1])))

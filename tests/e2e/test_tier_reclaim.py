@@ -11,7 +11,7 @@ import pytest
 
 from cardinal.embedding import TableConfig
 from cardinal.ps import ShardStore, StoreConfig, StoreLimits
-from cardinal.ps.server import READY
+from cardinal.ps.server.process import READY
 from helpers.processes import reaped
 
 JOB, TOKEN = "reclaim-job", "s3cret"

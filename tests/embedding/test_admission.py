@@ -7,12 +7,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from cardinal.checkpoint import layout, write
 from cardinal.embedding import EmbeddingTable, TableConfig
 from cardinal.embedding.admission import make_filter
 from cardinal.memory_config import AdmissionConfig
 from cardinal.optim import make_optimizer
-from cardinal.ps import ShardStore, StoreConfig, StoreFull, StoreLimits, checkpoint
-from cardinal.ps.routing import route
+from cardinal.ps import ShardStore, StoreConfig, StoreFull, StoreLimits
+from cardinal.sharding.routing import route
 
 TABLES = (TableConfig("user", 4, seed=1), TableConfig("item", 3, seed=2))
 
@@ -124,10 +125,10 @@ def test_counters_survive_a_checkpoint_and_a_reshard(tmp_path, policy):
             s.pull("item", mine[:100], step=step)
     for s in saved:
         s.save(str(tmp_path), 2)
-    checkpoint.commit(checkpoint.step_dir(tmp_path, 2), 2, 2)
+    write.commit(layout.step_dir(tmp_path, 2), 2, 2)
     loaded = [store(s, 3, policy=policy, threshold=3, bloom_bytes=32768) for s in range(3)]
     for s in loaded:
-        s.load(str(checkpoint.step_dir(tmp_path, 2)))
+        s.load(str(layout.step_dir(tmp_path, 2)))
         s.check()
     # the third sighting admits exactly what it would have admitted without the checkpoint
     want, got = np.zeros(len(ids), bool), np.zeros(len(ids), bool)
@@ -145,8 +146,8 @@ def saved_store(tmp_path, **admission):
     s = store(**admission)
     s.pull("user", np.arange(50, dtype=np.int64), step=1)
     s.save(str(tmp_path), 1)
-    checkpoint.commit(checkpoint.step_dir(tmp_path, 1), 1, 1)
-    return checkpoint.step_dir(tmp_path, 1)
+    write.commit(layout.step_dir(tmp_path, 1), 1, 1)
+    return layout.step_dir(tmp_path, 1)
 
 
 def test_an_edited_admission_file_is_refused_and_changes_nothing(tmp_path):

@@ -10,13 +10,14 @@ import sys
 import numpy as np
 import pytest
 
+from cardinal.checkpoint import layout, write
 from cardinal.embedding import EmbeddingTable, TableConfig
 from cardinal.embedding.hashing import init_rows
 from cardinal.embedding.table import NonFiniteUpdate
 from cardinal.embedding.tiers import RocksTier
 from cardinal.memory_config import EvictionConfig
 from cardinal.optim import make_optimizer
-from cardinal.ps import ShardStore, StoreConfig, StoreLimits, checkpoint
+from cardinal.ps import ShardStore, StoreConfig, StoreLimits
 from cardinal.train import config, resume
 from cardinal.train.tables import store_config
 from helpers.resharded import pulled_resharded
@@ -181,16 +182,16 @@ def test_the_store_runs_passes_and_a_checkpoint_loads_bitwise_into_any_shard_cou
     st = s.stats()["tables"]["t"]
     assert st["live_chunks"] < 4 * st["rows"]  # passes ran after the pushes of steps 2, 4, 6
     s.save(str(tmp_path / "ck"), 6)
-    checkpoint.commit(checkpoint.step_dir(tmp_path / "ck", 6), 6, 1)
+    write.commit(layout.step_dir(tmp_path / "ck", 6), 6, 1)
     ids = np.arange(300, dtype=np.int64)
     want = s.pull("t", ids, create=False)
     for n in (1, 2):
-        got, shards = pulled_resharded(checkpoint.step_dir(tmp_path / "ck", 6), lambda k, n: chunk_store(4, k, n),
+        got, shards = pulled_resharded(layout.step_dir(tmp_path / "ck", 6), lambda k, n: chunk_store(4, k, n),
                                        ids, n)
         assert got.tobytes() == want.tobytes()
     assert shards[0].tables["t"].format.live + shards[1].tables["t"].format.live == st["live_chunks"]
     one = chunk_store()
-    one.load(str(checkpoint.step_dir(tmp_path / "ck", 6)))
+    one.load(str(layout.step_dir(tmp_path / "ck", 6)))
     one.check()
     assert one.tables["t"].digest() == s.tables["t"].digest()
     train([s, one], range(7, 11), seed=3)  # utilities came back too, and the passes fall on the same steps
@@ -198,7 +199,7 @@ def test_the_store_runs_passes_and_a_checkpoint_loads_bitwise_into_any_shard_cou
     with pytest.raises(ValueError, match="chosen which chunks"):
         s.save(str(tmp_path / "ck"), 10, base=6)
     with pytest.raises(ValueError, match="saved with 4 chunks a row .* the store has 1"):
-        chunk_store(chunks=1).load(str(checkpoint.step_dir(tmp_path / "ck", 6)))
+        chunk_store(chunks=1).load(str(layout.step_dir(tmp_path / "ck", 6)))
 
 
 def test_rows_through_the_disk_tier_come_back_bit_for_bit(tmp_path):

@@ -7,7 +7,8 @@ from helpers.ids import ID_KINDS, adversarial_ids
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cardinal.embedding import EmbeddingTable, TableConfig, parallel
+from cardinal import parallel
+from cardinal.embedding import EmbeddingTable, TableConfig
 from cardinal.embedding.key_counts import KeyCounts
 from cardinal.optim import make_optimizer
 

@@ -4,11 +4,12 @@ flight are never evicted, survivors read back unchanged, and the same run evicts
 import numpy as np
 import pytest
 
+from cardinal.checkpoint import layout, write
 from cardinal.embedding import TableConfig
 from cardinal.embedding.eviction import Decayed, L2, LFU, LRU, lowest
 from cardinal.embedding.storage import Columns
 from cardinal.memory_config import AdmissionConfig, EvictionConfig
-from cardinal.ps import ShardStore, StoreConfig, StoreLimits, checkpoint
+from cardinal.ps import ShardStore, StoreConfig, StoreLimits
 
 TABLES = (TableConfig("user", 8, seed=1), TableConfig("item", 2, seed=2))
 
@@ -61,7 +62,7 @@ def test_ttl_in_steps_deletes_the_rows_unseen_for_that_long():
 
 def test_ttl_in_seconds_uses_the_time_each_step_was_first_seen(monkeypatch):
     clock = [1000.0]
-    monkeypatch.setattr("cardinal.ps.memory.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("cardinal.ps.server.memory.time.monotonic", lambda: clock[0])
     s = store(ttl_seconds=60, every=1)
     s.pull("user", np.arange(10, dtype=np.int64), step=1)
     clock[0] += 30
@@ -130,9 +131,9 @@ def test_the_same_requests_evict_the_same_rows(tmp_path):
     assert a.tables["user"].digest() == b.tables["user"].digest()
     assert a.tables["user"].evicted["budget"] > 0
     a.save(str(tmp_path), 29)  # a checkpoint after evictions loads whole
-    checkpoint.commit(checkpoint.step_dir(tmp_path, 29), 29, 1)
+    write.commit(layout.step_dir(tmp_path, 29), 29, 1)
     c = store(500_000)
-    c.load(str(checkpoint.step_dir(tmp_path, 29)))
+    c.load(str(layout.step_dir(tmp_path, 29)))
     c.check()
     assert values(c, "user") == values(a, "user")
 

@@ -10,13 +10,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cardinal.checkpoint import layout, write
 from cardinal.embedding import EmbeddingTable, TableConfig, formats, segment_sum, unique_inverse
 from cardinal.embedding.formats.rounding import INIT_STEP, bits
 from cardinal.embedding.hashing import init_rows
 from cardinal.embedding.table import NonFiniteUpdate
 from cardinal.optim import make_optimizer
 from cardinal.memory_config import EvictionConfig
-from cardinal.ps import ShardStore, StoreConfig, StoreLimits, checkpoint
+from cardinal.ps import ShardStore, StoreConfig, StoreLimits
 from cardinal.train import config
 from helpers.resharded import pulled_resharded
 
@@ -239,17 +240,17 @@ def test_a_checkpoint_keeps_the_stored_form_reshards_and_refuses_another_format(
         rows = s.pull("t", ids, step=step)
         s.push("t", ids, 0.3 * rows + rng.normal(size=rows.shape).astype(np.float32), step=step)
     s.save(str(tmp_path / "ck"), 5)
-    checkpoint.commit(checkpoint.step_dir(tmp_path / "ck", 5), 5, 1)
+    write.commit(layout.step_dir(tmp_path / "ck", 5), 5, 1)
     ids = np.arange(300, dtype=np.int64)
     want = s.pull("t", ids, create=False)
     for n in (1, 2):
-        got, shards = pulled_resharded(checkpoint.step_dir(tmp_path / "ck", 5), lambda k, n: store(name, k, n), ids, n)
+        got, shards = pulled_resharded(layout.step_dir(tmp_path / "ck", 5), lambda k, n: store(name, k, n), ids, n)
         assert got.tobytes() == want.tobytes()
         if n == 1:
             assert shards[0].tables["t"].digest() == s.tables["t"].digest()
     other = store("fp32" if name != "fp32" else "bf16")
     with pytest.raises(ValueError, match=f"stores its values as {name}, the store as fp32"):
-        other.load(str(checkpoint.step_dir(tmp_path / "ck", 5)))
+        other.load(str(layout.step_dir(tmp_path / "ck", 5)))
 
 
 @pytest.mark.parametrize("name", ["bf16", "int8"])

@@ -10,7 +10,7 @@ from cardinal.embedding import dedup, reference
 from cardinal.embedding.arena import Arena
 from cardinal.embedding.hashing import init_rows
 from cardinal.embedding.index import IdIndex
-from cardinal.ps.routing import route, split
+from cardinal.sharding.routing import route, split
 from helpers.ids import ID_KINDS, INT64_MAX, INT64_MIN, adversarial_ids
 
 int64s = st.integers(INT64_MIN, INT64_MAX)

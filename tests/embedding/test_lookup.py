@@ -3,7 +3,7 @@ against a dict.
 
 Every key here shares one sub-table and one 7-bit tag, so nearly every probe walks past
 other keys' matching tags (false hits the ids confirm must reject); other keys fall in other
-sub-tables, so a thread's range [lo, hi) skips some, as ``parallel.over_subs`` splits work.
+sub-tables, so a thread's range [lo, hi) skips some, as ``parallel.over_slots`` splits work.
 """
 
 import numpy as np
@@ -72,7 +72,7 @@ def test_lookup_in_sub_table_ranges_matches_dict(colliding, split):
     cols, ix = table.storage.columns(), table.index
     rows = np.full(len(probes), -7, np.int64)
     out = np.full((len(probes), table.dim), np.nan, np.float32)
-    for p in range(split):  # as parallel.over_subs hands ranges to threads
+    for p in range(split):  # as parallel.over_slots hands ranges to threads
         lo, hi = N_SUB * p // split, N_SUB * (p + 1) // split
         RK.lookup(ix.tags.array, ix.slots.array, ix.sub_off, ix.sub_cap, cols.ids, cols.data, cols.count,
                   cols.last_step, probes, rows, out, table.dim, np.uint32(9), True, lo, hi)

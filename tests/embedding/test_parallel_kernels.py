@@ -1,6 +1,6 @@
 """The worker's kernels on the kernel threads give the same bits for any thread count.
 
-Dedup and pooling split work over ``embedding.parallel``'s threads; the split must never
+Dedup and pooling split work over ``cardinal/parallel.py``'s threads; the split must never
 show in the result: every thread count gives what one thread gives, and one thread gives
 today's order (a numpy reference that adds in increasing position). The size cut-offs
 (``PARALLEL_MIN``) are lowered so that small hypothesis inputs take the threaded paths.
@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cardinal.embedding import dedup, parallel, reference
+from cardinal import parallel
+from cardinal.embedding import dedup, reference
 from cardinal.worker.pooling import compiled
 
 THREADS = (1, 2, 3, 8)

@@ -6,6 +6,7 @@ import json
 import numpy as np
 import pytest
 
+from cardinal.checkpoint import layout, write
 from cardinal.compression.clustered import cluster_fields
 from cardinal.embedding.clustered_table import SaecTable
 from cardinal.embedding.table_config import SaecSpec
@@ -13,7 +14,7 @@ from cardinal.embedding import TableConfig
 from cardinal.embedding.hashing import init_rows
 from cardinal.memory_config import AdmissionConfig
 from cardinal.optim import make_optimizer, reference
-from cardinal.ps import ShardStore, StoreConfig, checkpoint
+from cardinal.ps import ShardStore, StoreConfig
 from cardinal.train import Trainer, config
 from helpers.recipes import tiny_recipe
 
@@ -191,8 +192,8 @@ def test_with_an_admission_filter_new_ids_join_only_when_admitted():
 
 def save(s, root, step):
     s.save(root, step)
-    checkpoint.commit(checkpoint.step_dir(root, step), step, s.n_shards)
-    return checkpoint.step_dir(root, step)
+    write.commit(layout.step_dir(root, step), step, s.n_shards)
+    return layout.step_dir(root, step)
 
 
 @pytest.mark.parametrize("storage", ["fp32", "int8"])
@@ -314,13 +315,13 @@ def test_a_resume_cannot_change_the_clustering(tmp_path):
 
 
 def test_over_grpc_the_clustered_tables_are_bitwise_the_embedded_ones(tmp_path):
-    from cardinal.ps import embedded
+    from cardinal.ps import connect
     from helpers.cluster import Cluster
 
     cfg = StoreConfig((TableConfig("emb", DIM),), OPT, saec={"emb": SaecSpec(5.0, 3, 32)})
     remote = Cluster(cfg, 2, tmp_path / "ps")
     try:
-        local = embedded(cfg, 2)
+        local = connect(cfg, 2)
         ids = ids_of()
         later = np.array([(1 << 32) | 999_999, (3 << 32) | 5], np.int64)
         for client in (remote.client, local):

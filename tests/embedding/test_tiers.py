@@ -6,12 +6,13 @@ import numpy as np
 import pytest
 
 from cardinal import failpoints
+from cardinal.checkpoint import layout, write
 from cardinal.embedding import TableConfig
 from cardinal.embedding.storage import Columns
 from cardinal.embedding.tiers import RocksTier
 from cardinal.memory_config import EvictionConfig
-from cardinal.ps import ShardStore, StoreConfig, StoreLimits, checkpoint
-from cardinal.ps.routing import route
+from cardinal.ps import ShardStore, StoreConfig, StoreLimits
+from cardinal.sharding.routing import route
 
 TABLES = (TableConfig("user", 8, seed=1), TableConfig("item", 3, seed=2))
 CONFIG = StoreConfig(TABLES, {"name": "adagrad", "lr": 0.05})
@@ -178,11 +179,11 @@ def test_a_checkpoint_holds_every_tier_and_reshards(stores, tmp_path, tiers_afte
     saved = train(stores(30_000, 10**9), steps=15)
     assert saved.stats()["disk_bytes"] > 0
     saved.save(str(tmp_path / "ck"), 15)
-    checkpoint.commit(checkpoint.step_dir(tmp_path / "ck", 15), 15, 1)
+    write.commit(layout.step_dir(tmp_path / "ck", 15), 15, 1)
     budget = (240_000, 10**9) if tiers_after else (0, 0)  # 180 KB of it: the indexes and key filters
     loaded = [stores(*budget, shard=s, n=2) for s in range(2)]
     for s in loaded:
-        s.load(str(checkpoint.step_dir(tmp_path / "ck", 15)))
+        s.load(str(layout.step_dir(tmp_path / "ck", 15)))
         s.check()
         if tiers_after:  # the load held the budget as the rows arrived: the rest went to disk
             assert s.stats()["bytes"] <= 240_000 * 1.02 and s.stats()["disk_bytes"] > 0

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cardinal.durable import crc32_file, crc32_json, file_entry, write_json
+from cardinal.checkpoint.durable import crc32_file, crc32_json, file_entry, write_json
 
 
 def read(path: Path) -> dict:

@@ -1,8 +1,7 @@
 """In-process gRPC servers for tests: 127.0.0.1, ports picked by the OS, always stopped."""
 
-from cardinal.ps import PSClient, ShardStore, StoreConfig, StoreLimits
-from cardinal.ps.server import ServerOptions, ShardServer
-from cardinal.ps.transport.grpc_transport import GrpcTransport
+from cardinal.ps import ShardStore, StoreConfig, StoreLimits, connect
+from cardinal.ps.server.process import ServerOptions, ShardServer
 
 JOB, TOKEN = "test-job", "s3cret"
 
@@ -21,7 +20,7 @@ class Cluster:
             self.stop()
             raise
         self.addresses = [f"127.0.0.1:{s.port}" for s in self.servers]
-        self.client = PSClient(GrpcTransport(self.addresses, JOB, TOKEN, timeout=20, max_message_mb=max_message_mb))
+        self.client = connect(servers=self.addresses, job=JOB, token=TOKEN, timeout=20, max_message_mb=max_message_mb)
 
     def stop(self):
         for s in self.servers:

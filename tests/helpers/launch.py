@@ -12,11 +12,10 @@ from pathlib import Path
 
 import numpy as np
 
+from cardinal.checkpoint.reader import Reader
 from cardinal.ps import ShardStore
-from cardinal.ps.checkpoint_load import load_shard_rows, read_commit
-from cardinal.ps.plan import ShardingPlan
+from cardinal.sharding.plan import ShardingPlan
 from cardinal.train import Trainer, config, tables
-from cardinal.train.state_io import load_tree
 
 def launch_cmd(tmp_path, servers, workers, *sets, resume=None):
     base = [f'data.cache_dir="{tmp_path / "data"}"', f'train.run_dir="{tmp_path / "runs"}"',
@@ -51,12 +50,12 @@ def model_of(tmp_path, run_dir: Path) -> tuple[dict, dict, dict]:
     """(summary, dense weights, {id: row values}) of a finished run."""
     summary = json.loads((run_dir / "summary.json").read_text())
     step = Path(summary["checkpoint"])
-    info = read_commit(step)
-    dense = load_tree(step / "dense", info["files"]["dense/state.json"])["model"]
+    saved = Reader(step)
+    dense = saved.dense_state()["model"]
     recipe = config.from_dict(json.loads((run_dir / "recipe.json").read_text()))
     fresh = ShardStore(tables.store_config(recipe))._fresh_tables()
     rows = {}
-    for name, cols in load_shard_rows(step, info, ShardingPlan(1), 0, fresh).items():
+    for name, cols in saved.shard_rows(ShardingPlan(1), 0, fresh).items():
         dim = fresh[name].dim
         rows.update({(name, int(i)): d[:dim] for i, d in zip(cols["ids"], cols["data"])})
     return summary, dense, rows

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from cardinal.ps.routing import route
+from cardinal.sharding.routing import route
 
 
 def pulled_resharded(step_path, make_store, ids: np.ndarray, n: int, table: str = "t"):

@@ -14,13 +14,13 @@ import numpy as np
 
 from cardinal.embedding import TableConfig
 from cardinal.memory_config import EvictionConfig
-from cardinal.ps import StoreConfig, StoreLimits, embedded
+from cardinal.ps import StoreConfig, StoreLimits, connect
 
 root, n_shards, tiers = sys.argv[1], int(sys.argv[2]), sys.argv[3:] == ["tiers"]
 limits = StoreLimits(memory_budget=180_000, disk_budget=1 << 30) if tiers else None  # 164 KB: the indexes
 config = StoreConfig((TableConfig("user", 4), TableConfig("item", 3)), {"name": "adagrad"},
                      eviction=EvictionConfig(protect_steps=0))
-client = embedded(config, n_shards, limits=limits, tier_dir=f"{root}/tiers")
+client = connect(config, n_shards, limits=limits, tier_dir=f"{root}/tiers")
 rng = np.random.default_rng(0)
 for step in (1, 2):
     if step == 2:

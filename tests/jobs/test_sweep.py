@@ -9,7 +9,7 @@ import pytest
 
 from cardinal import cli
 from cardinal.jobs import sweep
-from cardinal.embedding.parallel import available_cores
+from cardinal.parallel import available_cores
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -9,7 +9,7 @@ from torchmetrics.functional.classification import binary_auroc
 from cardinal.data.batch import single_hot
 from cardinal.embedding import TableConfig
 from cardinal.models import MODELS
-from cardinal.ps import StoreConfig, embedded
+from cardinal.ps import StoreConfig, connect
 from cardinal.worker import EmbeddingCollection
 
 
@@ -34,7 +34,7 @@ def test_learns_a_planted_signal_through_the_parameter_server(name):
     model = MODELS[name](2, fields, dim, **({"hidden": [32]} if name != "dlrm" else {"top": [32]}))
     if model.uses_wide:
         tables.append(TableConfig("wide", 1, init_scale=0.0))
-    client = embedded(StoreConfig(tuple(tables), {"name": "adagrad", "lr": 0.1}), 2)
+    client = connect(StoreConfig(tuple(tables), {"name": "adagrad", "lr": 0.1}), 2)
     names = [f"f{i}" for i in range(fields)]
     deep = EmbeddingCollection(client, {f: "emb" for f in names})
     wide = EmbeddingCollection(client, {f: "wide" for f in names}) if model.uses_wide else None

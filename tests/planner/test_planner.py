@@ -27,7 +27,7 @@ from cardinal.optim import make_optimizer
 from cardinal.planner.propose import balance, describe, loads, propose
 from cardinal.planner.report import report
 from cardinal.planner.stats import ROW_OVERHEAD, TableStats, from_run, from_sample, heaps
-from cardinal.ps.plan import Piece, ShardingPlan
+from cardinal.sharding.plan import Piece, ShardingPlan
 from cardinal.train import Trainer, tables
 from cardinal.train.readers import make_readers
 from helpers.recipes import plan_args, tiny_recipe
@@ -612,7 +612,7 @@ def test_a_hash_plan_run_resumes_in_a_table_wise_plan(tmp_path):
 def test_a_worker_refuses_servers_started_with_another_plan(tmp_path, monkeypatch):
     """Servers built as ``cardinal server`` builds them (its recipe's ps.plan), in this process."""
     from cardinal.ps import ShardStore
-    from cardinal.ps.server import ServerOptions, ShardServer
+    from cardinal.ps.server.process import ServerOptions, ShardServer
     from helpers.cluster import JOB, TOKEN
 
     monkeypatch.setenv("CARDINAL_TOKEN", TOKEN)
@@ -631,7 +631,8 @@ def test_a_worker_refuses_servers_started_with_another_plan(tmp_path, monkeypatc
             plan = f'ps.plan="{wrong}"'
             with pytest.raises(ValueError, match=r"server 0 was started with another sharding plan \(it holds tables "
                                                  r"\[.*\], this worker's plan puts \[.*'C1'.*\] there\): start every "
-                                                 r"server and worker with the same ps.plan"):
+                                                 r"server and worker with the same recipe \(.*where they live, "
+                                                 r"ps.plan\)"):
                 Trainer(recipe(tmp_path, *worker, plan), tmp_path / f"bad-{Path(wrong).stem}", progress=False)
         good = Trainer(recipe(tmp_path, *worker, f'ps.plan="{served}"'), tmp_path / "good", progress=False)
         assert good.fit()["steps"] == 2

@@ -14,6 +14,7 @@ from cardinal.embedding.admission.bloom import MAX_FILL
 from cardinal.memory_config import AdmissionConfig, EvictionConfig
 from cardinal.ps import ShardStore, StoreConfig, StoreFull, StoreLimits
 from cardinal.ps.transport.grpc_transport import GrpcTransport, ShardRequestError
+from cardinal.ps.transport.requests import PullRequest, PushRequest
 from helpers.cluster import JOB, TOKEN, Cluster
 from test_grpc import server_process
 
@@ -40,19 +41,19 @@ def test_a_flood_of_new_ids_at_one_step_is_refused_at_the_budget_over_grpc(tmp_p
     try:
         trained = np.arange(1000, dtype=np.int64)
         for step in (1, 2, 3):
-            raw.pull(0, "emb", trained, create=True, step=step).wait()
-            raw.push(0, "emb", trained, np.full((1000, 8), 0.1, np.float32), step=step).wait()
+            raw.pull(0, PullRequest("emb", trained, True, step)).wait()
+            raw.push(0, PushRequest("emb", trained, np.full((1000, 8), 0.1, np.float32), step)).wait()
         refusals = []
         for k, ids in enumerate(flood(400_000, 0, 5_000)):  # all at step 5: every row made is protected
             before = raw.stats(0, digest=True).wait()
             try:
-                raw.pull(0, "emb", ids, create=True, step=5).wait()
+                raw.pull(0, PullRequest("emb", ids, True, 5)).wait()
             except ShardRequestError as e:
                 refusals.append(str(e))
                 after = raw.stats(0, digest=True).wait()
                 assert after["tables"] == before["tables"]  # rows, bytes, digests: the refused pull changed nothing
                 with pytest.raises(ShardRequestError, match="RESOURCE_EXHAUSTED.*ps.memory_budget"):
-                    raw.push(0, "emb", ids, np.ones((len(ids), 8), np.float32), step=5).wait()
+                    raw.push(0, PushRequest("emb", ids, np.ones((len(ids), 8), np.float32), 5)).wait()
                 assert raw.stats(0, digest=True).wait()["tables"] == before["tables"]
             assert raw.stats(0).wait()["bytes"] <= BUDGET * 1.02
             if len(refusals) == 3:
@@ -60,7 +61,7 @@ def test_a_flood_of_new_ids_at_one_step_is_refused_at_the_budget_over_grpc(tmp_p
         assert len(refusals) == 3 and all("RESOURCE_EXHAUSTED" in r and "ps.memory_budget" in r for r in refusals)
         assert k < 48  # the first refusals came once the budget was full, not after the whole flood
         # three steps on the flood's rows are no longer protected: new rows evict them again
-        raw.pull(0, "emb", flood(5_000, 1)[0], create=True, step=8).wait()
+        raw.pull(0, PullRequest("emb", flood(5_000, 1)[0], True, 8)).wait()
         stats = raw.stats(0, check=True).wait()
         assert stats["bytes"] <= BUDGET and stats["tables"]["emb"]["evicted"]["budget"] > 0
     finally:
@@ -76,7 +77,7 @@ def test_a_real_server_refuses_a_flood_past_its_budget_from_the_recipe(tmp_path)
         try:
             with pytest.raises(ShardRequestError, match="RESOURCE_EXHAUSTED.*ps.memory_budget is full"):
                 for ids in flood(400_000, 9):  # rows of dim 5 (DeepFM's 4 + 1), all at step 1
-                    raw.pull(0, "emb", ids, create=True, step=1).wait()
+                    raw.pull(0, PullRequest("emb", ids, True, 1)).wait()
                     assert raw.stats(0).wait()["bytes"] <= BUDGET * 1.02
             assert raw.stats(0, check=True).wait()["bytes"] <= BUDGET
         finally:

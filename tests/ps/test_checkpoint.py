@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from cardinal import failpoints
+from cardinal.checkpoint import layout
 from cardinal.embedding import TableConfig
-from cardinal.ps import ShardStore, StoreConfig, checkpoint, embedded
+from cardinal.ps import ShardStore, StoreConfig, connect
 import helpers
 from helpers.checkpoint_edit import reseal
 
@@ -18,7 +19,7 @@ CONFIG = StoreConfig((TableConfig("user", 4), TableConfig("item", 3)), {"name": 
 
 
 def trained(n_shards, rng, steps=3):
-    client = embedded(CONFIG, n_shards)
+    client = connect(CONFIG, n_shards)
     client.seen = {"user": set(), "item": set()}  # every id trained, to pull back after a load
     for step in range(1, steps + 1):
         for table, dim in (("user", 4), ("item", 3)):
@@ -50,7 +51,7 @@ def test_round_trip_into_any_shard_count(tmp_path, rng, saved, loaded):
     source = trained(saved, rng)
     before = values(source, source.seen)
     path = source.save(tmp_path, step=3, extra={"note": "hi"})
-    target = embedded(CONFIG, loaded)
+    target = connect(CONFIG, loaded)
     info = target.load(tmp_path)
     assert info["step"] == 3 and info["extra"] == {"note": "hi"} and info["path"] == str(path)
     assert_same_values(values(target, source.seen), before)  # every row, on the shard that serves it
@@ -61,9 +62,9 @@ def test_round_trip_into_any_shard_count(tmp_path, rng, saved, loaded):
 
 def test_manifest_records_what_a_reader_needs(tmp_path, rng):
     trained(2, rng).save(tmp_path, step=3)
-    manifest = json.loads((checkpoint.step_dir(tmp_path, 3) / "shard-00001-of-00002" / "manifest.json").read_text())
+    manifest = json.loads((layout.step_dir(tmp_path, 3) / "shard-00001-of-00002" / "manifest.json").read_text())
     assert manifest["shard"] == 1 and manifest["n_shards"] == 2 and manifest["step"] == 3
-    assert "murmur3" in manifest["routing"] and manifest["format_version"] == checkpoint.FORMAT_VERSION
+    assert "murmur3" in manifest["routing"] and manifest["format_version"] == layout.FORMAT_VERSION
     user = manifest["tables"]["user"]
     assert user["dim"] == 4 and user["optimizer"]["name"] == "adagrad" and user["optimizer"]["lr"] == 0.05
     assert set(user["files"]) == {"ids", "data", "count", "last_step"}
@@ -75,13 +76,13 @@ def test_newer_save_removes_older_only_after_commit(tmp_path, rng):
     client.save(tmp_path, 1)
     client.save(tmp_path, 2, keep=2)
     client.save(tmp_path, 3, keep=2)
-    assert checkpoint.committed_steps(tmp_path) == [2, 3]
+    assert layout.committed_steps(tmp_path) == [2, 3]
     with pytest.raises(ValueError, match="already exists"):
         client.save(tmp_path, 3)
 
 
 def _files(tmp_path, step=3):
-    return sorted((checkpoint.step_dir(tmp_path, step)).glob("shard-*/user.data.npy"))
+    return sorted((layout.step_dir(tmp_path, step)).glob("shard-*/user.data.npy"))
 
 
 @pytest.mark.parametrize("damage", ["flip", "truncate", "remove", "manifest", "pickle"])
@@ -114,19 +115,19 @@ def test_load_refuses_a_different_table_layout(tmp_path, rng):
     trained(2, rng).save(tmp_path, 3)
     other = StoreConfig((TableConfig("user", 8), TableConfig("item", 3)), {"name": "adagrad"})
     with pytest.raises(ValueError, match="table 'user' has dim 4, the store expects 8"):
-        ShardStore(other).load(str(checkpoint.step_dir(tmp_path, 3)))
+        ShardStore(other).load(str(layout.step_dir(tmp_path, 3)))
     sgd = StoreConfig(CONFIG.tables, {"name": "sgd"})
     with pytest.raises(ValueError, match="trained with 'adagrad'"):
-        ShardStore(sgd).load(str(checkpoint.step_dir(tmp_path, 3)))
+        ShardStore(sgd).load(str(layout.step_dir(tmp_path, 3)))
 
 
 def test_uncommitted_checkpoint_is_never_loaded(tmp_path, rng):
     client = trained(2, rng)
     client.save(tmp_path, 1)
     client.transport.save(0, str(tmp_path), 2).wait()  # shard files, but no commit marker
-    assert checkpoint.latest(tmp_path) == checkpoint.step_dir(tmp_path, 1)
+    assert layout.latest(tmp_path) == layout.step_dir(tmp_path, 1)
     with pytest.raises(ValueError, match="not a committed checkpoint"):
-        embedded(CONFIG, 2).load(checkpoint.step_dir(tmp_path, 2))
+        connect(CONFIG, 2).load(layout.step_dir(tmp_path, 2))
 
 
 def test_raise_failpoint_keeps_previous_checkpoint(tmp_path, rng, monkeypatch):
@@ -138,7 +139,7 @@ def test_raise_failpoint_keeps_previous_checkpoint(tmp_path, rng, monkeypatch):
     with pytest.raises(failpoints.FailpointError):
         client.save(tmp_path, 2)
     monkeypatch.delenv(failpoints.ENV)
-    fresh = embedded(CONFIG, 2)
+    fresh = connect(CONFIG, 2)
     assert fresh.load(tmp_path)["step"] == 1 and digests(fresh) == saved
 
 
@@ -163,8 +164,8 @@ def test_crash_at_each_step_of_a_save_leaves_a_loadable_checkpoint(tmp_path, poi
     assert proc.returncode == failpoints.EXIT_CODE, proc.stdout + proc.stderr
     assert "saved" not in proc.stdout
     printed = {d["step"]: d for d in map(json.loads, proc.stdout.splitlines())}
-    assert checkpoint.latest(tmp_path) == checkpoint.step_dir(tmp_path, survivor)
-    client = embedded(CONFIG, 3)
+    assert layout.latest(tmp_path) == layout.step_dir(tmp_path, survivor)
+    client = connect(CONFIG, 3)
     assert client.load(tmp_path)["step"] == survivor
     assert digests(client) == {t: printed[survivor][t] for t in ("user", "item")}
 
@@ -180,7 +181,7 @@ def test_load_phases_stage_off_to_the_side_until_committed(tmp_path, rng):
     source.save(tmp_path, 3)
     saved = values(source, source.seen)
     store = ShardStore(CONFIG)
-    step_path = str(checkpoint.step_dir(tmp_path, 3))
+    step_path = str(layout.step_dir(tmp_path, 3))
     first = store.load(step_path, "prepare")
     assert len(store.tables["user"]) == 0 and store.step == 0  # prepared, not visible
     assert store.load(step_path, "abort", first["token"]) == {"aborted": True}
@@ -193,7 +194,7 @@ def test_load_phases_stage_off_to_the_side_until_committed(tmp_path, rng):
     assert store.load(step_path, "commit", newer)["step"] == 3
     with pytest.raises(ValueError, match="phase must be"):
         store.load(step_path, "swap")
-    target = embedded(CONFIG, 1)
+    target = connect(CONFIG, 1)
     target.transport.stores[0] = store
     assert_same_values(values(target, source.seen), saved)
 
@@ -203,7 +204,7 @@ def test_array_headers_are_parsed_one_thread_at_a_time(tmp_path, monkeypatch):
     at once (python/cpython#106905): the shards' threads load their arrays under one lock."""
     import ast
 
-    from cardinal import durable
+    from cardinal.checkpoint import durable
 
     durable.write_array(tmp_path / "a.npy", np.arange(3))
     seen, parse = [], ast.literal_eval

@@ -9,7 +9,8 @@ shards one by one would already have replaced the first.
 import numpy as np
 import pytest
 
-from cardinal.ps import checkpoint, embedded
+from cardinal.checkpoint import layout
+from cardinal.ps import connect
 from helpers.checkpoint_edit import edit_json, reseal, rewrite_columns
 from test_checkpoint import CONFIG, assert_same_values, digests, trained, values
 
@@ -48,7 +49,7 @@ def broadcast_data(step):
 
 
 def swap_shards(step):
-    for column in checkpoint.COLUMNS:
+    for column in layout.COLUMNS:
         a, b = step / SHARD0 / f"user.{column}.npy", step / SHARD1 / f"user.{column}.npy"
         tmp = a.with_suffix(".tmp")
         a.rename(tmp)
@@ -123,7 +124,7 @@ CASES = {  # edit -> what the error names
 @pytest.mark.parametrize("edit", list(CASES), ids=[f.__name__ for f in CASES])
 def test_a_tampered_checkpoint_is_refused_and_changes_nothing(tmp_path, rng, edit, loaded):
     trained(2, rng).save(tmp_path / "ckpt", step=3)
-    edit(checkpoint.step_dir(tmp_path / "ckpt", 3))
+    edit(layout.step_dir(tmp_path / "ckpt", 3))
     target = trained(loaded, np.random.default_rng(7), steps=2)
     ids = {t: target.seen[t] | set(range(-3000, 3000, 7)) for t in target.seen}
     before, rows = digests(target), values(target, ids)

@@ -1,6 +1,6 @@
 """A flood of made-up client names over gRPC, sent by a token holder as raw requests: it once
 filled ps.max_clients in under two seconds and shut every restarted worker out for ten minutes.
-Now the least recently heard quiet client makes room (``ps/request_log.py``): real workers
+Now the least recently heard quiet client makes room (``ps/server/request_log.py``): real workers
 train on, a restarted one gets in, and nothing is applied twice."""
 
 import os
@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 
 from cardinal.embedding import TableConfig
-from cardinal.ps import PSClient, StoreConfig, StoreLimits
-from cardinal.ps.transport.grpc_transport import GrpcTransport
+from cardinal.ps import StoreConfig, StoreLimits, connect
 from helpers.cluster import JOB, TOKEN, Cluster
 from test_wire_corpus import GRADS, IDS, push, raw
 
@@ -34,7 +33,7 @@ def test_a_flood_of_client_names_cannot_shut_workers_out(tmp_path):
             raw(c.addresses[0], "Push", push(IDS, GRADS, step=40, request_id=rid))
             if k % 8 == 0:
                 step(c.client, 41 + k // 8)  # the worker trains on through the flood
-        restarted = PSClient(GrpcTransport(c.addresses, JOB, TOKEN, timeout=20, max_message_mb=64))
+        restarted = connect(servers=c.addresses, job=JOB, token=TOKEN, timeout=20, max_message_mb=64)
         for s in range(50, 53):
             step(restarted, s)  # not refused
         step(c.client, 53)

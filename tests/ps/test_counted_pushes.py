@@ -7,10 +7,10 @@ import pytest
 
 from cardinal.embedding import EmbeddingTable, TableConfig
 from cardinal.optim import make_optimizer
-from cardinal.ps import ShardStore, StoreConfig, embedded
+from cardinal.ps import ShardStore, StoreConfig, connect
 from cardinal.ps.transport import wire
 from cardinal.ps.transport.grpc_transport import GrpcTransport
-from cardinal.ps.worker_steps import Origin
+from cardinal.ps.transport.requests import Origin
 from cardinal.worker.sources import GeoReplica, PSSource
 from helpers.cluster import JOB, TOKEN, Cluster
 from test_wire_corpus import GRADS, IDS, INVALID, assert_refused, push, raw, server  # noqa: F401 - server: a fixture
@@ -63,7 +63,7 @@ def test_bad_counts_are_refused_by_the_store_and_change_nothing(case):
 
 @pytest.mark.parametrize("case", sorted(bad_counts()) + ["with a delta"])
 def test_bad_counts_are_refused_by_the_client_before_any_shard_sees_them(case):
-    client = embedded(CONFIG, 2)
+    client = connect(CONFIG, 2)
     client.pull("user", PROBE, step=1).wait()
     counts, message = bad_counts().get(case, (np.ones(3, np.int32), "only gradient pushes carry counts"))
     kind = "delta" if case == "with a delta" else "grad"
@@ -117,7 +117,7 @@ def counted_training(client, steps=3, unique=False, counted=True):
 
 
 def test_counted_pushes_give_bitwise_equal_tables_over_grpc_and_in_process(tmp_path):
-    local, uncounted = embedded(CONFIG, 1), embedded(CONFIG, 1)
+    local, uncounted = connect(CONFIG, 1), connect(CONFIG, 1)
     counted_training(local)
     counted_training(uncounted, counted=False)
     assert local.digest("user") != uncounted.digest("user")
@@ -131,7 +131,7 @@ def test_counted_pushes_give_bitwise_equal_tables_over_grpc_and_in_process(tmp_p
 
 
 def test_counted_pushes_split_into_many_messages_keep_their_counts(tmp_path):
-    local = embedded(CONFIG, 1)
+    local = connect(CONFIG, 1)
     counted_training(local, unique=True)
     c = Cluster(CONFIG, 2, tmp_path)
     try:
@@ -187,7 +187,7 @@ def test_ps_source_passes_counts_on():
     ids = np.array([4, 5, 6], np.int64)
     g = np.random.default_rng(4).standard_normal((3, 8)).astype(np.float32)
     counts = np.array([3, 1, 2], np.int32)
-    direct, via, plain = embedded(CONFIG, 2), embedded(CONFIG, 2), embedded(CONFIG, 2)
+    direct, via, plain = connect(CONFIG, 2), connect(CONFIG, 2), connect(CONFIG, 2)
     direct.push("user", ids, g, step=1, counts=counts).wait()
     plain.push("user", ids, g, step=1).wait()
     source = PSSource(via, timeout=20)
@@ -197,7 +197,7 @@ def test_ps_source_passes_counts_on():
 
 
 def test_geo_replica_refuses_counts_and_changes_nothing():
-    client = embedded(CONFIG, 1)
+    client = connect(CONFIG, 1)
     geo = GeoReplica(client, {"name": "sgd", "lr": 0.1}, interval=2, timeout=20)
     ids = np.array([4, 5], np.int64)
     rows = geo.pull("user", ids, create=True, step=1).wait()

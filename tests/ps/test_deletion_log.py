@@ -8,7 +8,7 @@ from test_delta_checkpoints import TABLES, everything, save, step
 
 from cardinal.embedding.deletion_log import COMPACT_AT, DeletionLog
 from cardinal.ps import ShardStore, StoreConfig, StoreLimits
-from cardinal.ps.process_memory import deletion_log_bytes
+from cardinal.ps.server.process_memory import deletion_log_bytes
 
 
 def test_the_log_keeps_each_id_once_and_lets_go_past_its_cap():
@@ -63,8 +63,8 @@ def test_a_run_saves_in_full_where_a_shard_can_save_no_delta(tmp_path):
     reshaped its rows) gets a full checkpoint, and the run goes on (it stopped on the refusal)."""
     from helpers.recipes import tiny_recipe
 
-    from cardinal.ps import checkpoint
-    from cardinal.ps.checkpoint_load import read_commit
+    from cardinal.checkpoint import layout
+    from cardinal.checkpoint.reader import Reader
     from cardinal.train import Trainer
     from cardinal.train.callbacks import Callback
 
@@ -78,5 +78,5 @@ def test_a_run_saves_in_full_where_a_shard_can_save_no_delta(tmp_path):
              "train.steps=10", "train.keep_checkpoints=4", "train.keep_best=false"]
     Trainer(tiny_recipe(tmp_path, *flags), tmp_path / "run", progress=False, callbacks=[LogLetGo()]).fit()
     root = tmp_path / "run" / "checkpoints"
-    bases = {k: read_commit(checkpoint.step_dir(root, k)).get("base") for k in checkpoint.committed_steps(root)}
+    bases = {k: Reader(layout.step_dir(root, k)).info.get("base") for k in layout.committed_steps(root)}
     assert bases == {3: None, 6: None, 9: 6, 10: 9}, bases

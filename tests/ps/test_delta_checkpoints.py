@@ -7,10 +7,11 @@ import shutil
 import numpy as np
 import pytest
 
+from cardinal.checkpoint import chain, layout, retention, write
 from cardinal.embedding import TableConfig
 from cardinal.memory_config import AdmissionConfig
-from cardinal.ps import ShardStore, StoreConfig, checkpoint
-from cardinal.ps.routing import route
+from cardinal.ps import ShardStore, StoreConfig
+from cardinal.sharding.routing import route
 
 TABLES = (TableConfig("user", 8, seed=1), TableConfig("item", 3, seed=2))
 
@@ -37,8 +38,8 @@ def step(s, step, ids):
 
 def save(s, root, step, base=None):
     s.save(str(root), step, base)
-    checkpoint.commit(checkpoint.step_dir(root, step), step, s.n_shards, base=base)
-    return checkpoint.step_dir(root, step)
+    write.commit(layout.step_dir(root, step), step, s.n_shards, base=base)
+    return layout.step_dir(root, step)
 
 
 @pytest.mark.parametrize("n_after", [1, 3])
@@ -49,12 +50,12 @@ def test_a_chain_of_deltas_loads_back_every_row_and_deletion(tmp_path, n_after):
     for k in (1, 2):
         step(s, k, everyone)
     save(s, tmp_path, 2)
-    full_bytes = sum(f.stat().st_size for f in checkpoint.step_dir(tmp_path, 2).rglob("*.npy"))
+    full_bytes = sum(f.stat().st_size for f in layout.step_dir(tmp_path, 2).rglob("*.npy"))
     step(s, 3, everyone[:200])                       # 1% of the rows change...
     s.tables["user"].delete(everyone[200:300])       # ...some are deleted...
     step(s, 3, rng.integers(0, 100, 50).astype(np.int64))  # ...and some are new
     save(s, tmp_path, 3, base=2)
-    delta_bytes = sum(f.stat().st_size for f in checkpoint.step_dir(tmp_path, 3).rglob("*.npy"))
+    delta_bytes = sum(f.stat().st_size for f in layout.step_dir(tmp_path, 3).rglob("*.npy"))
     assert delta_bytes < 0.05 * full_bytes
     s.tables["item"].delete(everyone[:10])
     step(s, 4, everyone[5000:5100])
@@ -73,11 +74,11 @@ def test_a_chain_of_deltas_loads_back_every_row_and_deletion(tmp_path, n_after):
         t.save(str(tmp_path / "again"), 5, base=4)
     shutil.copytree(last, tmp_path / "again" / last.name)  # the chain the new delta applies on
     for k in (2, 3):
-        shutil.copytree(checkpoint.step_dir(tmp_path, k), checkpoint.step_dir(tmp_path / "again", k))
-    checkpoint.commit(checkpoint.step_dir(tmp_path / "again", 5), 5, n_after, base=4)
+        shutil.copytree(layout.step_dir(tmp_path, k), layout.step_dir(tmp_path / "again", k))
+    write.commit(layout.step_dir(tmp_path / "again", 5), 5, n_after, base=4)
     again = [store(k, 2) for k in range(2)]
     for t in again:
-        t.load(str(checkpoint.step_dir(tmp_path / "again", 5)))
+        t.load(str(layout.step_dir(tmp_path / "again", 5)))
     for table in ("user", "item"):
         assert everything(again, table) == everything([s], table)
     # the count filter's counters are the newest checkpoint's: the second sighting admits
@@ -113,7 +114,7 @@ def test_a_missing_or_edited_link_is_refused_and_changes_nothing(tmp_path):
     deleted.write_bytes(deleted.read_bytes()[:-8] + np.int64(5).tobytes())
     with pytest.raises(ValueError, match="user.deleted.npy"):
         target.load(str(last))
-    shutil.rmtree(checkpoint.step_dir(tmp_path, 1))
+    shutil.rmtree(layout.step_dir(tmp_path, 1))
     with pytest.raises(ValueError, match="delta on step 1.*missing"):
         target.load(str(last))
     assert everything([target], "user") == before
@@ -127,7 +128,7 @@ def test_kept_deltas_keep_their_chain(tmp_path):
         step(s, k, np.arange(k * 10, dtype=np.int64))
         base = None if k in (1, 4, 7) else k - 1
         save(s, tmp_path, k, base)
-        checkpoint.remove_older(tmp_path, keep=1)
-        steps[k] = checkpoint.committed_steps(tmp_path)
+        retention.remove_older(tmp_path, keep=1)
+        steps[k] = layout.committed_steps(tmp_path)
     assert steps[3] == [1, 2, 3] and steps[4] == [4] and steps[6] == [4, 5, 6] and steps[7] == [7]
-    assert checkpoint.deltas_since_full(tmp_path, 7) == 0
+    assert chain.deltas_since_full(tmp_path, 7) == 0

@@ -16,13 +16,15 @@ import grpc
 import numpy as np
 import pytest
 
+from cardinal.checkpoint import chain
 from cardinal.embedding import TableConfig
-from cardinal.ps import PSClient, ShardStore, StoreConfig, checkpoint, embedded
-from cardinal.ps.server import READY, ServerOptions, ShardServer
-from cardinal.ps.servicer import ShardServicer
-from cardinal.ps.routing import route
+from cardinal.ps import PSClient, ShardStore, StoreConfig, connect
+from cardinal.ps.server.process import READY, ServerOptions, ShardServer
+from cardinal.ps.server.servicer import ShardServicer
 from cardinal.ps.transport import grpc_transport, wire
 from cardinal.ps.transport.grpc_transport import GrpcTransport, ServerRestarted, ShardRequestError
+from cardinal.ps.transport.requests import PullRequest, PushRequest
+from cardinal.sharding.routing import route
 from helpers.checkpoint_edit import reseal
 from helpers.cluster import JOB, TOKEN, Cluster
 
@@ -49,7 +51,7 @@ def train(client, rng, steps=3, n=300):
 
 
 def test_grpc_tables_are_bitwise_equal_to_the_embedded_default(cluster):
-    remote, local = cluster(3).client, embedded(CONFIG, 1)
+    remote, local = cluster(3).client, connect(CONFIG, 1)
     train(remote, np.random.default_rng(4))
     train(local, np.random.default_rng(4))
     for table in ("user", "item"):
@@ -92,7 +94,7 @@ def test_grpc_checkpoint_reshards_into_the_embedded_default(cluster):
     saved = _values(c.client)
     root = c.data_dir / "ckpt"
     c.client.save(str(root), step=3)
-    target = embedded(CONFIG, 3)
+    target = connect(CONFIG, 3)
     assert target.load(root)["step"] == 3
     for t, rows in _values(target).items():
         np.testing.assert_array_equal(rows, saved[t])
@@ -180,7 +182,7 @@ def test_a_pull_whose_reply_would_pass_the_limit_creates_nothing_in_a_table_of_n
     raw._follow = lambda shard, limits: None  # ...not told the server's limit (an old or a hostile client)
     try:
         with pytest.raises(ShardRequestError, match="needs a 1.2 MiB reply, over this server's message limit"):
-            raw.pull(0, "user", np.arange(40_000, dtype=np.int64), create=True, step=1).wait()
+            raw.pull(0, PullRequest("user", np.arange(40_000, dtype=np.int64), True, 1)).wait()
     finally:
         raw.close()
     assert len(c.stores[0].tables["user"]) == 0
@@ -188,14 +190,14 @@ def test_a_pull_whose_reply_would_pass_the_limit_creates_nothing_in_a_table_of_n
 
 def test_a_client_sizes_its_calls_as_the_server_reads_them(cluster):
     """A server says in Stats how large a message it reads and how many calls at once (less under a
-    memory budget: ps/process_memory.py); a client sends its pulls and pushes in such pieces."""
+    memory budget: ps/server/process_memory.py); a client sends its pulls and pushes in such pieces."""
     c = cluster(1, max_message_mb=1, max_concurrency=3)
     client = GrpcTransport(c.addresses, JOB, TOKEN, timeout=20, max_message_mb=64, chunk_mb=4.0, max_in_flight=16)
     try:
         ids = np.arange(40_000, dtype=np.int64)
-        rows = client.pull(0, "user", ids, create=True, step=1).wait()  # 1.2 MiB of rows: two calls
+        rows = client.pull(0, PullRequest("user", ids, True, 1)).wait()  # 1.2 MiB of rows: two calls
         assert rows.shape == (40_000, 8) and (client._message[0], client._calls[0]) == (1 << 20, 3)
-        client.push(0, "user", ids, np.ones_like(rows), step=1).wait()
+        client.push(0, PushRequest("user", ids, np.ones_like(rows), 1)).wait()
         one_of_two = GrpcTransport(c.addresses, JOB, TOKEN, timeout=20, max_in_flight=16, share=2)  # two workers
         one_of_two.stats(0).wait()
         assert one_of_two._calls[0] == 1  # its part of the server's 3 calls
@@ -243,7 +245,7 @@ def server_process(tmp_path, *sets: str):
 @pytest.mark.timeout(60)
 def test_server_process_reports_its_port_and_stops_cleanly_on_sigterm(tmp_path):
     with server_process(tmp_path) as (_, fields):
-        client = PSClient(GrpcTransport([f"127.0.0.1:{fields['port']}"], JOB, TOKEN, timeout=20))
+        client = connect(servers=[f"127.0.0.1:{fields['port']}"], job=JOB, token=TOKEN, timeout=20)
         assert client.pull("emb", np.arange(5, dtype=np.int64)).wait().shape == (5, 5)  # DeepFM: dim + 1
         assert client.health()[0]["incarnation"] == fields["incarnation"]
 
@@ -254,7 +256,7 @@ def test_server_process_takes_its_limits_from_the_recipe(tmp_path):
     with server_process(tmp_path, "ps.max_message_mb=1", "ps.max_rows=100", "ps.max_concurrent_calls=3") \
             as (_, fields):
         address = f"127.0.0.1:{fields['port']}"
-        client = PSClient(GrpcTransport([address], JOB, TOKEN, timeout=20, max_message_mb=1))
+        client = connect(servers=[address], job=JOB, token=TOKEN, timeout=20, max_message_mb=1)
         client.pull("emb", np.arange(100, dtype=np.int64)).wait()
         with pytest.raises(ShardRequestError, match="RESOURCE_EXHAUSTED.*store full.*ps.max_rows = 100"):
             client.pull("emb", np.arange(100, 101, dtype=np.int64)).wait()
@@ -387,9 +389,9 @@ def test_tls_when_certificates_are_given(tmp_path):
     store = ShardStore(CONFIG, 0, 1)
     server = ShardServer(store, tmp_path, JOB, TOKEN, ServerOptions(tls_cert=str(cert), tls_key=str(key))).start()
     try:
-        client = PSClient(GrpcTransport([f"127.0.0.1:{server.port}"], JOB, TOKEN, tls_ca=str(cert), timeout=20))
+        client = connect(servers=[f"127.0.0.1:{server.port}"], job=JOB, token=TOKEN, tls_ca=str(cert), timeout=20)
         assert client.pull("user", np.arange(3, dtype=np.int64)).wait().shape == (3, 8)
-        plain = PSClient(GrpcTransport([f"127.0.0.1:{server.port}"], JOB, TOKEN, timeout=5))
+        plain = connect(servers=[f"127.0.0.1:{server.port}"], job=JOB, token=TOKEN, timeout=5)
         with pytest.raises(Exception, match="shard 0 at 127.0.0.1"):
             plain.pull("user", np.arange(3, dtype=np.int64)).wait()
     finally:
@@ -398,7 +400,7 @@ def test_tls_when_certificates_are_given(tmp_path):
 
 def test_a_frozen_server_is_named_within_the_deadline(cluster):
     c = cluster(2)
-    slow = PSClient(GrpcTransport(c.addresses, JOB, TOKEN, timeout=1.5))
+    slow = connect(servers=c.addresses, job=JOB, token=TOKEN, timeout=1.5)
     ids = np.arange(100, dtype=np.int64)
     slow.pull("user", ids).wait()
     with frozen_pulls(c.stores[1]):  # connected, listening, never answering
@@ -420,7 +422,8 @@ def test_a_call_its_caller_abandons_while_sending_is_not_logged_as_a_server_bug(
         yield _pull_message(np.arange(1, dtype=np.int64), table="t")
 
     try:
-        with grpc.insecure_channel(f"127.0.0.1:{server.port}") as ch, caplog.at_level("DEBUG", "cardinal.ps.servicer"):
+        with grpc.insecure_channel(f"127.0.0.1:{server.port}") as ch, \
+                caplog.at_level("DEBUG", "cardinal.ps.server.servicer"):
             call = ch.stream_unary(f"/{wire.SERVICE}/Pull").future(
                 slow_message(), metadata=(("x-cardinal-job", JOB), ("x-cardinal-token", TOKEN)), timeout=60)
             assert arrived.wait(30), "the handler never started"  # (a deadline raced a loaded machine's scheduler)
@@ -447,8 +450,8 @@ def test_grpc_delta_checkpoint_chains_onto_the_full_one(cluster):
         ids = np.arange(5, dtype=np.int64)
         c.client.push(table, ids, np.ones((5, dim), np.float32), step=4).wait()
     c.client.save(str(root), step=4, base=3)
-    assert checkpoint.base_of(root / "step-0000000004") == 3
-    target = embedded(CONFIG, 3)
+    assert chain.base_of(root / "step-0000000004") == 3
+    target = connect(CONFIG, 3)
     target.load(root / "step-0000000004")
     want, got = _values(c.client), _values(target)
     assert all(np.array_equal(want[t], got[t]) for t in want)

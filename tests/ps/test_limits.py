@@ -11,8 +11,8 @@ import pytest
 from cardinal.embedding import TableConfig
 from cardinal.embedding.table import NonFiniteUpdate
 from cardinal.ps import ShardStore, StoreConfig, StoreFull, StoreLimits
-from cardinal.ps import request_log
-from cardinal.ps.request_log import FirstAttemptFailed, RequestIdError, RequestLog
+from cardinal.ps.server import request_log
+from cardinal.ps.server.request_log import FirstAttemptFailed, RequestIdError, RequestLog
 
 CONFIG = StoreConfig((TableConfig("user", 8, seed=1), TableConfig("item", 4, seed=2)), {"name": "adam", "lr": 0.01})
 KNOWN = np.arange(-50, 50, dtype=np.int64)
@@ -257,9 +257,9 @@ def test_store_limits_take_integers_where_they_count_and_refuse_bools(field, val
 
 
 def test_empty_pulls_and_pushes_work_in_process():
-    from cardinal.ps import embedded
+    from cardinal.ps import connect
 
-    client = embedded(CONFIG, 2, concurrent=True)
+    client = connect(CONFIG, 2, concurrent=True)
     empty = np.zeros(0, np.int64)
     assert client.pull("user", empty).wait().shape == (0, 8)
     client.push("user", empty, np.zeros((0, 8), np.float32)).wait()

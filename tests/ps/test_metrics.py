@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from cardinal.embedding import TableConfig
 from cardinal.ps import StoreConfig
-from cardinal.ps.routing import route
+from cardinal.sharding.routing import route
 from cardinal.ps.transport import wire
 from helpers.cluster import JOB, TOKEN, Cluster
 

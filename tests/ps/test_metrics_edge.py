@@ -7,7 +7,7 @@ import threading
 from cardinal.embedding import TableConfig
 from cardinal.netguard import HttpLimits
 from cardinal.ps import ShardStore, StoreConfig
-from cardinal.ps.metrics import ShardMetrics
+from cardinal.ps.server.metrics import ShardMetrics
 from cardinal.train.live_metrics import WorkerMetrics
 from helpers.raw_http import ask, closed, half_sent, poll_for, sockets
 

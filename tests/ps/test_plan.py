@@ -1,4 +1,4 @@
-"""Sharding plans (``ps/plan.py``): a plan is checked whole, routes each piece to its servers, and
+"""Sharding plans (``sharding/plan.py``): a plan is checked whole, routes each piece to its servers, and
 changes where rows live but not what they are: with an element-wise optimizer every plan trains
 bitwise the same model, and a checkpoint saved in one plan loads into any other (rows, optimizer
 state, admission counters, deltas), read back through the public API."""
@@ -8,15 +8,15 @@ import json
 import numpy as np
 import pytest
 
-from cardinal.durable import crc32_json, write_json
+from cardinal.checkpoint.durable import crc32_json, write_json
 from cardinal.embedding import EmbeddingTable, TableConfig
 from cardinal.embedding.hashing import init_rows
 from cardinal.memory_config import AdmissionConfig
 from cardinal.optim import make_optimizer
-from cardinal.ps import PSClient, ShardStore, StoreConfig, embedded
-from cardinal.ps.plan import Piece, ShardingPlan
-from cardinal.ps.routing import route
-from cardinal.ps.worker_steps import Origin
+from cardinal.ps import PSClient, ShardStore, StoreConfig, connect
+from cardinal.ps.transport.requests import Origin
+from cardinal.sharding.plan import Piece, ShardingPlan
+from cardinal.sharding.routing import route
 from helpers.checkpoint_edit import reseal
 
 DIMS = {"user": 9, "item": 4}  # odd widths: pieces split inside a pair of init_rows' values
@@ -182,7 +182,7 @@ def test_a_plan_for_another_shard_count_is_refused():
     with pytest.raises(ValueError, match="plan is for 3 shards, this store is one of 2"):
         ShardStore(config(), 0, 2, plan=ShardingPlan(3))
     with pytest.raises(ValueError, match="plan is for 3 shards, the transport has 2"):
-        PSClient(embedded(config(), 2).transport, plan=ShardingPlan(3))
+        PSClient(connect(config(), 2).transport, plan=ShardingPlan(3))
 
 
 def test_each_shard_holds_its_pieces_as_tables_of_their_own_width():
@@ -301,8 +301,8 @@ PLANS = ["hash", "table", "subset", "columns", "columns2"]
 
 @pytest.mark.parametrize("opt", ["adagrad", "adam", "sgd"])
 def test_an_element_wise_optimizer_trains_the_same_model_in_every_plan(opt):
-    runs = {k: train(embedded(config(opt), 4, plan=plan(k))) for k in PLANS}
-    runs["hash3"] = train(embedded(config(opt), 3))
+    runs = {k: train(connect(config(opt), 4, plan=plan(k))) for k in PLANS}
+    runs["hash3"] = train(connect(config(opt), 3))
     for k, got in runs.items():
         assert len(got) == len(runs["hash"])
         for step, (a, b) in enumerate(zip(runs["hash"], got)):
@@ -310,7 +310,7 @@ def test_an_element_wise_optimizer_trains_the_same_model_in_every_plan(opt):
 
 
 def test_rowwise_adagrad_keeps_one_accumulator_a_piece_so_column_plans_differ():
-    runs = {k: train(embedded(config("rowwise_adagrad"), 4, plan=plan(k)), steps=[1]) for k in PLANS}
+    runs = {k: train(connect(config("rowwise_adagrad"), 4, plan=plan(k)), steps=[1]) for k in PLANS}
     for k in ("table", "subset"):
         assert all(a.tobytes() == b.tobytes() for a, b in zip(runs["hash"], runs[k]))
     for k in ("columns", "columns2"):
@@ -319,7 +319,7 @@ def test_rowwise_adagrad_keeps_one_accumulator_a_piece_so_column_plans_differ():
 
 
 def test_a_column_plan_sends_each_piece_its_columns_and_counts_bytes_once():
-    client = embedded(config("sgd"), 4, plan=plan("columns"))
+    client = connect(config("sgd"), 4, plan=plan("columns"))
     ids = np.array([5, -3, 5, 99], np.int64)
     rows = client.pull("user", ids, step=1).wait()
     assert rows.shape == (4, 9)
@@ -336,18 +336,18 @@ def test_a_column_plan_sends_each_piece_its_columns_and_counts_bytes_once():
 
 def test_a_client_with_another_plan_than_its_stores_is_caught_on_the_first_pull():
     """Its pieces have other names than the stores': the first pull names the one they lack."""
-    good = embedded(config(), 2, plan=ShardingPlan(2, {"user": (P(0, columns=(0, 4)), P(1, columns=(4, 9)))}))
+    good = connect(config(), 2, plan=ShardingPlan(2, {"user": (P(0, columns=(0, 4)), P(1, columns=(4, 9)))}))
     liar = PSClient(good.transport, plan=ShardingPlan(2, {"user": (P(0, columns=(0, 5)), P(1, columns=(5, 9)))}))
     with pytest.raises(ValueError, match="unknown table 'user-cols0-5'"):
         liar.pull("user", IDS, step=1).wait()
 
 
 def test_digest_of_a_table_is_that_of_its_pieces():
-    a, b = embedded(config(), 4, plan=plan("table")), embedded(config(), 3)
+    a, b = connect(config(), 4, plan=plan("table")), connect(config(), 3)
     train(a, steps=[1])
     train(b, steps=[1])
     assert a.digest("user") == b.digest("user") and a.digest("item") == b.digest("item")
-    c = embedded(config(), 4, plan=plan("columns"))
+    c = connect(config(), 4, plan=plan("columns"))
     train(c, steps=[1])
     assert c.digest("user") != a.digest("user")  # pieces of rows digest otherwise
     with pytest.raises(ValueError, match="unknown table 'nope'"):
@@ -364,11 +364,11 @@ PAIRS = [("hash", 4, "table", 4), ("table", 4, "columns", 4), ("columns", 4, "co
 @pytest.mark.parametrize("opt", ["adagrad", "adam"])
 @pytest.mark.parametrize("a, na, b, nb", PAIRS)
 def test_a_checkpoint_loads_into_any_plan_with_its_rows_and_state(tmp_path, opt, a, na, b, nb):
-    src = embedded(config(opt), na, plan=plan(a, na))
+    src = connect(config(opt), na, plan=plan(a, na))
     train(src)
     before = lookup(src)
     path = src.save(tmp_path, 3)
-    dst = embedded(config(opt), nb, plan=plan(b, nb))
+    dst = connect(config(opt), nb, plan=plan(b, nb))
     info = dst.load(path)
     assert info["rows"] == {t: int((before[t] != 0).any(axis=1).sum()) for t in DIMS}
     assert_same(lookup(dst), before)
@@ -414,7 +414,7 @@ def slow_join(saved: dict, saved_plan: ShardingPlan, table: str, lo: int, hi: in
 @pytest.mark.parametrize("a, b", [("columns", "hash"), ("columns", "columns2"), ("columns2", "columns"),
                                   ("hash", "columns")])
 def test_rowwise_adagrad_joins_per_piece_accumulators_as_their_width_weighted_mean(tmp_path, a, b):
-    src = embedded(config("rowwise_adagrad"), 4, plan=plan(a))
+    src = connect(config("rowwise_adagrad"), 4, plan=plan(a))
     train(src, steps=[1, 2])
     first = plan(a).pieces("user")[0]  # one piece sees more (a request that reached it alone): counts differ
     name = first.name("user")
@@ -423,7 +423,7 @@ def test_rowwise_adagrad_joins_per_piece_accumulators_as_their_width_weighted_me
         if name in s.tables:
             s.pull(name, seen[s.plan.route(name, seen) == s.shard], step=5)
     saved = {n: _by_id(stores(src), n) for n in plan(a).names(DIMS)}
-    dst = embedded(config("rowwise_adagrad"), 4, plan=plan(b))
+    dst = connect(config("rowwise_adagrad"), 4, plan=plan(b))
     dst.load(src.save(tmp_path, 2))
     for t in DIMS:
         for p in plan(b).pieces(t):
@@ -438,15 +438,15 @@ def test_rowwise_adagrad_joins_per_piece_accumulators_as_their_width_weighted_me
 
 
 def test_a_row_one_piece_lacks_is_not_joined_and_starts_afresh(tmp_path):
-    src = embedded(config("adagrad"), 4, plan=plan("columns"))
+    src = connect(config("adagrad"), 4, plan=plan("columns"))
     train(src, steps=[1])
     lone = np.array([500, 501, -777], np.int64)  # a request that reached one piece only (its other server failed)
     stores(src)[0].pull("user-cols0-3", lone, step=1)
-    dst = embedded(config("adagrad"), 3, plan=plan("columns2", 3))
+    dst = connect(config("adagrad"), 3, plan=plan("columns2", 3))
     dst.load(src.save(tmp_path, 1))
     assert not dst.pull("user", lone, create=False).wait().any()
     assert_same(lookup(dst), lookup(src))
-    fresh = embedded(config("adagrad"), 1).pull("user", lone, step=2).wait()
+    fresh = connect(config("adagrad"), 1).pull("user", lone, step=2).wait()
     assert dst.pull("user", lone, step=2).wait().tobytes() == fresh.tobytes()
 
 
@@ -454,10 +454,10 @@ def test_a_row_one_piece_lacks_is_not_joined_and_starts_afresh(tmp_path):
 def test_adam_step_counts_rejoin_exactly(tmp_path, kind):
     """Equal per-row words of the pieces join to that word, bitwise, however the widths divide
     (a float32 sum of t * (3 / 9) + t * (6 / 9) is 7.0000005 for t = 7), and the next push agrees."""
-    src = embedded(config("adam"), 4, plan=plan(kind))
+    src = connect(config("adam"), 4, plan=plan(kind))
     ids = np.arange(60, dtype=np.int64)
     src.push("user", ids, np.ones((60, 9), np.float32), step=1, counts=np.arange(1, 61, dtype=np.int32)).wait()
-    dst = embedded(config("adam"), 2)
+    dst = connect(config("adam"), 2)
     dst.load(src.save(tmp_path, 1))
     steps = {i: d[-1] for i, (d, _, _) in _by_id(stores(dst), "user").items()}
     assert steps == {i: np.float32(i + 1) for i in range(60)}
@@ -469,10 +469,10 @@ def test_adam_step_counts_rejoin_exactly(tmp_path, kind):
 
 @pytest.mark.parametrize("middle, n", [("subset", 3), ("columns2", 4)])
 def test_a_delta_across_plan_changes_loads_back_every_row_and_deletion(tmp_path, middle, n):
-    a = embedded(config("adagrad"), 4, plan=plan("columns"))
+    a = connect(config("adagrad"), 4, plan=plan("columns"))
     train(a, steps=[1, 2])
     a.save(tmp_path, 2)
-    b = embedded(config("adagrad"), n, plan=plan(middle, n))  # the delta's stores load the full one...
+    b = connect(config("adagrad"), n, plan=plan(middle, n))  # the delta's stores load the full one...
     b.load(tmp_path)
     train(b, steps=[3], seed=11, n=40)  # ...change a few rows, make new ones...
     gone = np.array([-100, -7, 0, 42], np.int64)
@@ -484,7 +484,7 @@ def test_a_delta_across_plan_changes_loads_back_every_row_and_deletion(tmp_path,
     want = lookup(b)
     assert not want["user"][np.isin(IDS, gone)].any()
     for kind, k in (("columns2", 4), ("hash", 2), ("columns", 3)):
-        c = embedded(config("adagrad"), k, plan=plan(kind, k))
+        c = connect(config("adagrad"), k, plan=plan(kind, k))
         c.load(delta)
         assert_same(lookup(c), want)
     train(c, steps=[4], seed=3)  # the state came along the chain too
@@ -496,13 +496,13 @@ def test_a_delta_across_plan_changes_loads_back_every_row_and_deletion(tmp_path,
                                   ("columns2", "subset")])
 def test_admission_counters_carry_across_a_plan_change(tmp_path, a, b):
     adm = {t: AdmissionConfig(policy="count", threshold=3) for t in DIMS}
-    src = embedded(config("sgd", adm), 4, plan=plan(a))
+    src = connect(config("sgd", adm), 4, plan=plan(a))
     twice, once = np.arange(-60, 0, dtype=np.int64), np.arange(0, 60, dtype=np.int64)
     for step in (1, 2):
         for t in DIMS:
             src.pull(t, twice if step == 2 else np.concatenate([twice, once]), step=step).wait()
     path = src.save(tmp_path, 2)
-    dst = embedded(config("sgd", adm), 3, plan=plan(b, 3))
+    dst = connect(config("sgd", adm), 3, plan=plan(b, 3))
     dst.load(path)
     everyone = np.concatenate([twice, once])
     for t in DIMS:
@@ -514,24 +514,24 @@ def test_admission_counters_carry_across_a_plan_change(tmp_path, a, b):
 
 def test_a_commit_records_the_plan_unless_it_is_the_hash_plan(tmp_path):
     for k, kind in enumerate(["hash", "columns", "table"]):
-        c = embedded(config(), 4, plan=plan(kind))
+        c = connect(config(), 4, plan=plan(kind))
         train(c, steps=[1])
         marker = json.loads((c.save(tmp_path / kind, 1) / "commit.json").read_text())
         assert marker.get("plan") == (None if kind == "hash" else plan(kind).to_json())
-    explicit = embedded(config(), 2, plan=ShardingPlan(2, {"user": (P(0, 1),)}))
+    explicit = connect(config(), 2, plan=ShardingPlan(2, {"user": (P(0, 1),)}))
     assert "plan" not in json.loads((explicit.save(tmp_path / "x", 1) / "commit.json").read_text())
 
 
 def test_rows_of_another_format_load_only_into_their_saved_columns(tmp_path):
     fp16 = StoreConfig((TableConfig("user", 9, seed=1, storage="fp16"), TableConfig("item", 4, seed=2)),
                        OPTIMIZERS["adagrad"])
-    src = embedded(fp16, 2)
+    src = connect(fp16, 2)
     train(src, steps=[1])
     path = src.save(tmp_path, 1)
-    table = embedded(fp16, 3, plan=plan("table", 3))  # whole rows: any servers
+    table = connect(fp16, 3, plan=plan("table", 3))  # whole rows: any servers
     table.load(path)
     assert_same(lookup(table), lookup(src))
-    cols = embedded(fp16, 4, plan=plan("columns"))
+    cols = connect(fp16, 4, plan=plan("columns"))
     train(cols, steps=[1], seed=3)
     before = lookup(cols)
     with pytest.raises(ValueError, match=r"table 'user' was saved split into other columns .* only from fp32 rows "
@@ -548,11 +548,11 @@ def _edit_plan(path, edit, seal=True):
 
 
 def test_a_checkpoint_whose_plan_does_not_match_its_manifests_is_refused(tmp_path):
-    src = embedded(config(), 4, plan=plan("table"))
+    src = connect(config(), 4, plan=plan("table"))
     train(src, steps=[1])
     before = lookup(src)
     path = src.save(tmp_path, 1)
-    dst = embedded(config(), 4, plan=plan("table"))
+    dst = connect(config(), 4, plan=plan("table"))
     dst.load(path)
     expect = lookup(dst)
     original = (path / "commit.json").read_bytes()
@@ -587,7 +587,7 @@ def test_a_checkpoint_whose_plan_does_not_match_its_manifests_is_refused(tmp_pat
 
 
 def test_a_plan_edited_to_route_otherwise_is_caught_by_the_ids(tmp_path):
-    src = embedded(config(), 4, plan=plan("subset"))  # user over (3, 1)
+    src = connect(config(), 4, plan=plan("subset"))  # user over (3, 1)
     train(src, steps=[1])
     path = src.save(tmp_path, 1)
 
@@ -595,19 +595,19 @@ def test_a_plan_edited_to_route_otherwise_is_caught_by_the_ids(tmp_path):
         p["tables"]["user"] = [{"servers": [1, 3], "columns": None}]
     _edit_plan(path, swapped)
     reseal(path)
-    dst = embedded(config(), 2)
+    dst = connect(config(), 2)
     with pytest.raises(ValueError, match="do not route to shard"):
         dst.load(path)
 
 
 def test_a_checkpoint_without_a_plan_refuses_piece_tables_in_its_manifests(tmp_path):
-    src = embedded(config(), 2, plan=ShardingPlan(2, {"user": (P(0, 1, columns=(0, 4)), P(0, 1, columns=(4, 9)))}))
+    src = connect(config(), 2, plan=ShardingPlan(2, {"user": (P(0, 1, columns=(0, 4)), P(0, 1, columns=(4, 9)))}))
     train(src, steps=[1])
     path = src.save(tmp_path, 1)
     marker = json.loads((path / "commit.json").read_text())
     del marker["plan"], marker["crc32"]
     write_json(path / "commit.json", {**marker, "crc32": crc32_json(marker)})
-    dst = embedded(config(), 2)
+    dst = connect(config(), 2)
     with pytest.raises(ValueError, match=r"has tables \['item', 'user-cols0-4', 'user-cols4-9'\], the store has"):
         dst.load(path)
 
@@ -616,8 +616,7 @@ def test_a_checkpoint_without_a_plan_refuses_piece_tables_in_its_manifests(tmp_p
 
 def test_check_plan_over_grpc_names_the_server_started_with_another_plan(tmp_path):
     """Servers are ``ShardServer``s of stores made with a plan (``cardinal server`` takes none yet)."""
-    from cardinal.ps.server import ServerOptions, ShardServer
-    from cardinal.ps.transport.grpc_transport import GrpcTransport
+    from cardinal.ps.server.process import ServerOptions, ShardServer
     served, servers, clients = plan("columns", 3), [], []
     try:
         for k in range(3):
@@ -626,12 +625,12 @@ def test_check_plan_over_grpc_names_the_server_started_with_another_plan(tmp_pat
         addresses = [f"127.0.0.1:{s.port}" for s in servers]
 
         def client(p):
-            c = PSClient(GrpcTransport(addresses, "job", "tok", timeout=20), plan=p)
+            c = connect(servers=addresses, job="job", token="tok", timeout=20, plan=p)
             clients.append(c)
             return c
         good = client(served)
         good.check_plan(list(DIMS))
-        local = embedded(config(), 2, plan=plan("table", 2))
+        local = connect(config(), 2, plan=plan("table", 2))
         assert all(a.tobytes() == b.tobytes() for a, b in zip(train(good, steps=[1, 2]), train(local, steps=[1, 2])))
         user = served.tables["user"]
         others = [(plan("hash", 3), 0), (plan("columns2", 3), 0), (plan("table", 3), 0),
@@ -639,11 +638,13 @@ def test_check_plan_over_grpc_names_the_server_started_with_another_plan(tmp_pat
                   (ShardingPlan(3, {**served.tables, "user": (user[0], P(0, 1, 2, columns=(3, 9)))}), 0)]  # holds less
         for other, shard in others:
             with pytest.raises(ValueError, match=rf"server {shard} was started with another sharding plan \(it holds "
-                                                 rf"tables .*, this worker's plan puts .* there\)"):
+                                                 rf"tables .*, this worker's plan puts .* there\): start every "
+                                                 rf"server and worker with the same recipe \(its tables follow "
+                                                 rf"model.name, .* and train.baseline; where they live, ps.plan\)"):
                 client(other).check_plan(list(DIMS))
         routed = ShardingPlan(3, {**served.tables, "user": (user[0], P(2, 1, columns=(3, 9)))})  # servers reordered
         with pytest.raises(ValueError, match=r"server 0 was started with another sharding plan \(the same tables, "
-                                             r"their rows on other servers: "):
+                                             r"their rows on other servers: .*the same ps.plan$"):
             client(routed).check_plan(list(DIMS))
     finally:
         for c in clients:
@@ -656,7 +657,7 @@ def test_check_plan_over_grpc_names_the_server_started_with_another_plan(tmp_pat
 
 @pytest.mark.parametrize("kind", ["table", "columns"])
 def test_clocks_count_a_tables_pieces_for_the_table(kind):
-    client = embedded(config("sgd"), 4, plan=plan(kind))
+    client = connect(config("sgd"), 4, plan=plan(kind))
     ids = np.arange(-20, 20, dtype=np.int64)
     for step in (1, 2):
         for w in (0, 1):
@@ -676,7 +677,7 @@ def test_clocks_count_a_tables_pieces_for_the_table(kind):
 
 
 def test_a_push_with_an_origin_reaches_every_server_of_each_piece_only():
-    client = embedded(config("sgd"), 4, plan=plan("subset"))  # user over (3, 1)
+    client = connect(config("sgd"), 4, plan=plan("subset"))  # user over (3, 1)
     one = np.array([5], np.int64)
     client.push("user", one, np.ones((1, 9), np.float32), step=1, origin=Origin(0, 1)).wait()
     clocks = {s.shard: s.steps.clocks() for s in stores(client)}
@@ -695,14 +696,14 @@ def test_a_push_with_an_origin_reaches_every_server_of_each_piece_only():
 def test_the_hot_row_cache_refuses_a_table_split_by_columns_and_takes_a_table_wise_one():
     from cardinal.worker.sources import PSSource
     from cardinal.worker.sources.cache import CachedSource
-    split = embedded(config("sgd"), 4, plan=plan("columns"))
+    split = connect(config("sgd"), 4, plan=plan("columns"))
     with pytest.raises(ValueError, match=r"splits table 'user' by columns: place it row-wise or table-wise"):
         CachedSource(PSSource(split, 4, 20), {"user": 9}, 1 << 20, 100)
-    whole = embedded(config("sgd"), 4, plan=plan("subset"))
+    whole = connect(config("sgd"), 4, plan=plan("subset"))
     src = CachedSource(PSSource(whole, 4, 20), {"user": 9}, 1 << 20, 100, admit_after=1)
     ids = np.array([3, 9, 3], np.int64)
     rows = src.pull("user", ids, create=True, step=1).wait()
-    assert np.asarray(rows).tobytes() == embedded(config("sgd"), 1).pull("user", ids, step=1).wait().tobytes()
+    assert np.asarray(rows).tobytes() == connect(config("sgd"), 1).pull("user", ids, step=1).wait().tobytes()
 
 
 # --- what a review found ---------------------------------------------------------------------------
@@ -712,7 +713,7 @@ def test_numpy_integers_become_plain_ints_that_a_checkpoint_can_record(tmp_path)
                                              P(np.int64(1), columns=(4, 9)))})
     assert json.loads(json.dumps(p.to_json())) == p.to_json()
     assert all(type(s) is int for pieces in p.tables.values() for piece in pieces for s in piece.servers)
-    client = embedded(config(), 2, plan=p)
+    client = connect(config(), 2, plan=p)
     train(client, steps=[1])
     client.save(tmp_path, 1)  # a TypeError in the commit marker before
 

@@ -1,4 +1,4 @@
-"""Copies of hot rows (``ps/plan.py`` ``Replicas``, ``ps/replicas.py``): a worker reads a
+"""Copies of hot rows (``sharding/plan.py`` ``Replicas``, ``ps/server/replicas.py``): a worker reads a
 table's hot rows from its own server of copies, never a copy older than the bound; gradients go
 to the rows' own servers alone; refreshes, bad requests and checkpoint loads leave nothing stale
 to be served."""
@@ -11,12 +11,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cardinal import cli, planner
-from cardinal.planner import hot
 from cardinal.embedding import TableConfig
+from cardinal.planner import hot
 from cardinal.ps import PSClient, ShardStore, StoreConfig
-from cardinal.ps.plan import Piece, Replicas, ShardingPlan
-from cardinal.ps.replicas import CopiedRows
+from cardinal.ps.server.replicas import CopiedRows
 from cardinal.ps.transport.inprocess import InProcessTransport
+from cardinal.sharding.plan import Piece, Replicas, ShardingPlan
 from cardinal.train import tables
 from cardinal.train.readers import make_readers
 from helpers.recipes import tiny_recipe
@@ -183,7 +183,7 @@ def test_a_copy_read_is_the_row_as_of_the_last_refresh_never_older_than_the_boun
     assert [s["refreshed"] for s in stats] == [0, 0, 0, 4 * len(HOT)]  # steps 1, 4, 7, 10; server 2 holds the rows
     from prometheus_client import generate_latest
 
-    from cardinal.ps.metrics import ShardMetrics
+    from cardinal.ps.server.metrics import ShardMetrics
     scraped = generate_latest(ShardMetrics(stores[3]).registry).decode()
     assert f'cardinal_ps_copied_reads_total{{shard="3",table="user"}} {11 * len(HOT)}.0' in scraped
     assert f'cardinal_ps_copies_refreshed_total{{shard="3",table="user"}} {4 * len(HOT)}.0' in scraped
@@ -233,7 +233,7 @@ def test_each_table_is_refreshed_by_one_worker_and_each_refresh_goes_where_copie
         for c in clients:
             for t, d in (("user", 6), ("item", 3)):
                 c.pull(t, IDS, step=step).wait()
-    assert [c._refreshes for c in clients] == [{"item"}, {"user"}, set()]
+    assert [c.reader.refreshes for c in clients] == [{"item"}, {"user"}, set()]
     assert [s["refreshed"] for s in copies(stores, "user")] == [0, 0, 40, 40]  # readers 1, 2, 3; 1 holds the rows
     own = plan.route("item", np.array([1, 2, 3], np.int64))  # readers 0, 1, 2: each that lacks one of the rows
     assert [s["refreshed"] for s in copies(stores, "item")] == [3 * int(s < 3 and (own != s).any()) for s in range(N)]
@@ -305,8 +305,8 @@ def test_copies_take_their_bytes_from_the_memory_budget():
 
 
 def test_a_checkpoint_records_the_copies_and_loads_into_plans_with_or_without_them(tmp_path):
-    from cardinal.ps import checkpoint
-    from cardinal.ps.checkpoint_load import read_commit
+    from cardinal.checkpoint import layout
+    from cardinal.checkpoint.reader import Reader
 
     stores, (w0, w1), truth = job()
     for step in (1, 2):
@@ -314,12 +314,12 @@ def test_a_checkpoint_records_the_copies_and_loads_into_plans_with_or_without_th
             w.pull("user", IDS, step=step).wait()
             w.push("user", IDS, np.ones((len(IDS), 6), np.float32), step=step).wait()
     path = w0.save(tmp_path / "ckpt", 2)
-    assert read_commit(path)["plan"] == copied_plan()
+    assert Reader(path).plan == copied_plan()
     want = truth.pull("user", IDS, create=False).wait()
     for plan in (ShardingPlan(N), copied_plan((0, 3)), ShardingPlan(N, copied_plan().tables)):
         other = [ShardStore(config(), s, N, plan=plan) for s in range(N)]
         client = PSClient(InProcessTransport(other), plan=plan)
-        client.load(checkpoint.latest(tmp_path / "ckpt"))
+        client.load(layout.latest(tmp_path / "ckpt"))
         assert client.pull("user", IDS, create=False).wait().tobytes() == want.tobytes()
     hashed = PSClient(InProcessTransport([ShardStore(config(), s, N) for s in range(N)]))
     hashed.pull("user", IDS, step=1).wait()
@@ -339,7 +339,7 @@ def test_a_servers_plan_in_its_stats_names_copied_ids_by_count_and_checksum():
 
 
 def test_copies_over_grpc(tmp_path):
-    from cardinal.ps.server import ServerOptions, ShardServer
+    from cardinal.ps.server.process import ServerOptions, ShardServer
     from cardinal.ps.transport.grpc_transport import GrpcTransport
     plan, servers, clients = copied_plan(hot=HOT + tuple(range(10**6, 10**6 + 3000))), [], []  # 3,040 ids
     try:

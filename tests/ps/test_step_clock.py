@@ -1,6 +1,6 @@
 """A request from the future: one push of step 2**32 - 1 from a second client once aged every
 row at once, and the next time-to-live sweep deleted 999 of 1,000 trained rows. A shard now
-judges each step against its own clock (``ps/step_clock.py``)."""
+judges each step against its own clock (``ps/server/step_clock.py``)."""
 
 import grpc
 import numpy as np
@@ -63,16 +63,16 @@ def test_a_step_within_the_window_is_taken_and_moves_the_clock_by_at_most_the_wi
 
 
 def test_a_loaded_checkpoint_sets_the_clock(tmp_path):
-    from cardinal.ps import checkpoint
+    from cardinal.checkpoint import layout, write
 
     s = ShardStore(TTL)
     ids = np.arange(5, dtype=np.int64)
     for step in range(1, 41):
         s.push("user", ids, np.ones((5, 8), np.float32), step=step)
     s.save(str(tmp_path), 40)
-    checkpoint.commit(checkpoint.step_dir(tmp_path, 40), 40, 1)
+    write.commit(layout.step_dir(tmp_path, 40), 40, 1)
     fresh = ShardStore(TTL)
-    fresh.load(str(checkpoint.step_dir(tmp_path, 40)))
+    fresh.load(str(layout.step_dir(tmp_path, 40)))
     assert fresh.step == 40
     fresh.push("user", ids, np.ones((5, 8), np.float32), step=41 + 63)  # the window counts from the loaded step
 

@@ -5,8 +5,8 @@ import pytest
 
 from cardinal.embedding import EmbeddingTable, TableConfig
 from cardinal.optim import make_optimizer
-from cardinal.ps import ShardStore, StoreConfig, embedded
-from cardinal.ps.routing import route
+from cardinal.ps import ShardStore, StoreConfig, connect
+from cardinal.sharding.routing import route
 from helpers.ids import ID_KINDS, adversarial_ids
 
 CONFIG = StoreConfig((TableConfig("user", 8, seed=1), TableConfig("item", 4, seed=2)), {"name": "adam", "lr": 0.01})
@@ -28,7 +28,7 @@ def test_rows_depend_only_on_seed_and_id(kind, rng):
     rows_a = a.pull(ids)
     rows_b = b.pull(ids[::-1].copy())[::-1]  # other arrival order
     np.testing.assert_array_equal(rows_a, rows_b)
-    sharded = embedded(StoreConfig((TableConfig("t", 6, seed=9),), {"name": "sgd"}), 3).pull("t", ids).wait()
+    sharded = connect(StoreConfig((TableConfig("t", 6, seed=9),), {"name": "sgd"}), 3).pull("t", ids).wait()
     np.testing.assert_array_equal(rows_a, sharded)
     a.check()
 
@@ -53,7 +53,7 @@ def test_metadata_counts_sightings_and_last_step():
 
 @pytest.mark.parametrize("concurrent", [False, True])
 def test_tables_are_bitwise_equal_for_one_and_four_shards(rng, concurrent):
-    one, four = embedded(CONFIG, 1), embedded(CONFIG, 4, concurrent=concurrent)
+    one, four = connect(CONFIG, 1), connect(CONFIG, 4, concurrent=concurrent)
     train(one, np.random.default_rng(5))
     train(four, np.random.default_rng(5))
     for table in ("user", "item"):
@@ -119,7 +119,7 @@ def test_a_shard_refuses_ids_of_another_shard():
 
 
 def test_a_push_with_one_bad_row_reaches_no_shard(rng):
-    client = embedded(CONFIG, 4)
+    client = connect(CONFIG, 4)
     ids = np.arange(40, dtype=np.int64)
     client.pull("user", ids, step=1).wait()
     before = client.digest("user")
@@ -131,7 +131,7 @@ def test_a_push_with_one_bad_row_reaches_no_shard(rng):
 
 
 def test_stats_and_health():
-    client = embedded(CONFIG, 2)
+    client = connect(CONFIG, 2)
     client.pull("user", np.arange(100, dtype=np.int64), step=1).wait()
     stats = client.stats()
     assert sum(s["tables"]["user"]["rows"] for s in stats) == 100

@@ -6,9 +6,9 @@ import pytest
 
 from cardinal.embedding import TableConfig
 from cardinal.ps import ShardStore, StoreConfig
+from cardinal.ps.server.update_log import UpdateLog
 from cardinal.ps.transport.grpc_transport import GrpcTransport
-from cardinal.ps.update_log import UpdateLog
-from cardinal.ps.worker_steps import Origin
+from cardinal.ps.transport.requests import Origin, PushRequest
 from helpers.cluster import JOB, TOKEN, Cluster
 
 CONFIG = StoreConfig((TableConfig("a", 4),), {"name": "sgd", "lr": 0.1})
@@ -74,13 +74,14 @@ def test_over_grpc_a_resent_push_gets_the_same_invalidations(cluster):
     transport = GrpcTransport(cluster.addresses, JOB, TOKEN, timeout=20, chunk_mb=0.0001)  # ~100 B: many parts
     try:
         g = np.ones((40, 4), np.float32)
-        transport.push(0, "a", ids(*range(40)), g, step=1, request_id="other-1",
-                       origin=Origin(1, 2, combine=False), counts=np.full(40, 3, np.int32)).wait()
-        push = dict(step=1, request_id="mine-1", origin=Origin(0, 2, combine=False, since=0))
-        first = transport.push(0, "a", ids(*range(30, 70)), g, **push).wait()
+        transport.push(0, PushRequest("a", ids(*range(40)), g, 1, request_id="other-1",
+                                      origin=Origin(1, 2, combine=False), counts=np.full(40, 3, np.int32))).wait()
+        push = PushRequest("a", ids(*range(30, 70)), g, 1, request_id="mine-1",
+                           origin=Origin(0, 2, combine=False, since=0))
+        first = transport.push(0, push).wait()
         digest = cluster.client.digest("a")
         rows = cluster.client.pull("a", ids(*range(70)), create=False).wait()
-        again = transport.push(0, "a", ids(*range(30, 70)), g, **push).wait()
+        again = transport.push(0, push).wait()
         assert cluster.client.digest("a") == digest
         np.testing.assert_array_equal(cluster.client.pull("a", ids(*range(70)), create=False).wait(), rows)
         parts = sum(1 for _ in transport._chunks(40, 8 + 16, 0))

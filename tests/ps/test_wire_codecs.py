@@ -13,8 +13,8 @@ import pytest
 
 from cardinal import codecs
 from cardinal.embedding import TableConfig
-from cardinal.ps import PSClient, StoreConfig, embedded
-from cardinal.ps.routing import route
+from cardinal.ps import PSClient, StoreConfig, connect
+from cardinal.sharding.routing import route
 from cardinal.ps.transport import wire
 from cardinal.ps.transport.grpc_transport import GrpcTransport
 from helpers.cluster import JOB, TOKEN, Cluster
@@ -58,9 +58,9 @@ def test_the_same_codecs_give_bitwise_the_same_numbers_on_both_transports(cluste
     c = cluster(2)
     small_chunks = GrpcTransport(c.addresses, JOB, TOKEN, timeout=20, chunk_mb=0.005)  # ~40 rows a message
     remote = PSClient(small_chunks, pull_codec=pull_codec, push_codec=push_codec)
-    local = embedded(CONFIG, 2, concurrent=True)
+    local = connect(CONFIG, 2, concurrent=True)
     local = PSClient(local.transport, pull_codec=pull_codec, push_codec=push_codec)
-    reference = embedded(CONFIG, 2)  # fp32 both ways: the codec must show
+    reference = connect(CONFIG, 2)  # fp32 both ways: the codec must show
     got, want, plain = train(remote), train(local), train(reference)
     for a, b in zip(got, want):
         assert a.dtype == np.float32 and a.tobytes() == b.tobytes()
@@ -140,14 +140,14 @@ def test_a_pull_reply_is_checked_against_the_codec_asked_for():
 
 def test_an_unknown_codec_is_refused_by_the_client():
     with pytest.raises(ValueError, match=r"unknown codec 'bf17'; the codecs are \['fp32', 'fp16', 'bf16', 'int8'\]"):
-        PSClient(embedded(CONFIG, 1).transport, pull_codec="bf17")
+        PSClient(connect(CONFIG, 1).transport, pull_codec="bf17")
     with pytest.raises(ValueError, match="unknown codec 'raw'"):
-        PSClient(embedded(CONFIG, 1).transport, push_codec="raw")
+        PSClient(connect(CONFIG, 1).transport, push_codec="raw")
 
 
 @pytest.mark.parametrize("remote", [False, True])
 def test_traffic_counts_rows_at_their_codec_size(cluster, remote):
-    transport = cluster(2).client.transport if remote else embedded(CONFIG, 2).transport
+    transport = cluster(2).client.transport if remote else connect(CONFIG, 2).transport
     client = PSClient(transport, pull_codec="bf16", push_codec="int8")
     ids = np.arange(100, dtype=np.int64)
     handle = client.pull("user", ids)
@@ -202,7 +202,7 @@ print(heap._done, out[0])
                     reason="glibc only: elsewhere the heap settings do nothing")
 @pytest.mark.parametrize("make", [
     "from cardinal.ps.transport.grpc_transport import GrpcTransport\nGrpcTransport(['127.0.0.1:1'], 'j', 't').close()",
-    "from cardinal.ps.servicer import ShardServicer; ShardServicer(None, '.', 'j', 't')",
+    "from cardinal.ps.server.servicer import ShardServicer; ShardServicer(None, '.', 'j', 't')",
     "pass"])
 @pytest.mark.slow
 def test_servers_keep_freed_message_buffers(make):
@@ -225,7 +225,7 @@ def test_a_push_the_codec_cannot_carry_is_refused_whole_naming_the_codec(cluster
     """Finite gradients past the codec's range would arrive as inf on one shard only: that shard would
     refuse its part ("NaN or Inf ... lower the learning rate") while the others applied theirs. The
     client refuses the whole push first, naming wire.push, and no shard changes."""
-    transport = cluster(2).client.transport if remote else embedded(CONFIG, 2).transport
+    transport = cluster(2).client.transport if remote else connect(CONFIG, 2).transport
     client = PSClient(transport, push_codec=codec)
     ids = np.arange(-500, 500, dtype=np.int64)
     client.pull("user", ids).wait()
@@ -250,7 +250,7 @@ def test_fp32_in_process_pays_no_codec_work(monkeypatch):
     """The default (fp32, embedded) must cost what it did before codecs: rows and gradients go to
     and from the stores as they are, without a pass through the codec (measured: about 5% of a
     small batch's pull when each shard's rows took fp32's checked round trip)."""
-    client = embedded(CONFIG, 2)
+    client = connect(CONFIG, 2)
     ids = np.arange(-50, 50, dtype=np.int64)
 
     def touched(*args, **kwargs):
@@ -333,7 +333,7 @@ def test_rows_the_pull_codec_cannot_carry_are_an_error_naming_it(tmp_path, remot
     sgd = StoreConfig(CONFIG.tables, {"name": "sgd", "lr": 1.0})
     made = Cluster(sgd, 2, tmp_path) if remote else None
     try:
-        transport = made.client.transport if remote else embedded(sgd, 2).transport
+        transport = made.client.transport if remote else connect(sgd, 2).transport
         ids = np.arange(-20, 20, dtype=np.int64)
         plain = PSClient(transport)
         plain.pull("user", ids).wait()

@@ -14,7 +14,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from cardinal.embedding import TableConfig
 from cardinal.ps import ShardStore, StoreConfig, StoreLimits
-from cardinal.ps.servicer import MAX_DETAILS
+from cardinal.ps.server.servicer import MAX_DETAILS
 from cardinal.ps.transport import wire
 from helpers.cluster import JOB, TOKEN, Cluster
 
@@ -257,6 +257,6 @@ def test_empty_pulls_and_pushes_work(server):
 
 
 def test_error_details_are_cut_to_fit_grpc_metadata():
-    from cardinal.ps.servicer import _cut
+    from cardinal.ps.server.servicer import _cut
 
     assert len(_cut("x" * 100_000)) <= MAX_DETAILS and _cut("short") == "short"

@@ -8,7 +8,7 @@ import pytest
 from cardinal.embedding import TableConfig
 from cardinal.ps import PSClient, ShardStore, StoreConfig, StoreLimits
 from cardinal.ps.transport.inprocess import InProcessTransport
-from cardinal.ps.worker_steps import Origin
+from cardinal.ps.transport.requests import Origin
 from cardinal.worker.sources import PSSource
 from helpers.cluster import Cluster
 

@@ -14,9 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cardinal import cli
+from cardinal.checkpoint import layout
 from cardinal.compression.clustered import ClusteredTable
 from cardinal.data import CriteoReader
-from cardinal.ps import checkpoint
 from cardinal.serve.export import export_run
 from cardinal.serve.follow import Follower
 from cardinal.serve.guard import ServeLimits
@@ -105,7 +105,7 @@ def test_export_refuses_a_used_directory_and_a_bad_form_writing_nothing(run, tmp
     other.fit()
     other.close()
     with pytest.raises(ValueError, match="not this run's 'deepfm' model"):
-        export_run(run[0], tmp_path / "z", checkpoint=checkpoint.latest(tmp_path / "dlrm" / "checkpoints"))
+        export_run(run[0], tmp_path / "z", checkpoint=layout.latest(tmp_path / "dlrm" / "checkpoints"))
     assert not (tmp_path / "z").exists()
 
 
@@ -275,9 +275,9 @@ def test_a_bad_tsv_value_is_named(run):
 def test_follower_applies_deltas_and_predicts_as_a_fresh_export(run, tmp_path, monkeypatch):
     run_dir, recipe = run
     root = run_dir / "checkpoints"
-    assert checkpoint.committed_steps(root)[-3:] == [4, 8, 12]
-    export_run(run_dir, tmp_path / "at4", checkpoint=checkpoint.step_dir(root, 4))
-    export_run(run_dir, tmp_path / "at12", checkpoint=checkpoint.step_dir(root, 12))
+    assert layout.committed_steps(root)[-3:] == [4, 8, 12]
+    export_run(run_dir, tmp_path / "at4", checkpoint=layout.step_dir(root, 4))
+    export_run(run_dir, tmp_path / "at12", checkpoint=layout.step_dir(root, 12))
     old = ServingModel.load(tmp_path / "at4")
     whole = []
     monkeypatch.setattr(Follower, "_whole", lambda *a: whole.append(a))
@@ -288,7 +288,7 @@ def test_follower_applies_deltas_and_predicts_as_a_fresh_export(run, tmp_path, m
     fresh = ServingModel.load(tmp_path / "at12")
     np.testing.assert_array_equal(new.tables["emb"].ids, fresh.tables["emb"].ids)
     np.testing.assert_array_equal(new.tables["emb"].arrays["values"], fresh.tables["emb"].arrays["values"])
-    _, batches = eval_probabilities(recipe, checkpoint.step_dir(root, 12), tmp_path)
+    _, batches = eval_probabilities(recipe, layout.step_dir(root, 12), tmp_path)
     np.testing.assert_array_equal(predict_all(new, batches), predict_all(fresh, batches))
     assert np.abs(predict_all(old, batches) - predict_all(fresh, batches)).max() > 1e-4  # it did change
 
@@ -310,7 +310,7 @@ def test_two_deltas_merge_as_applied_one_after_the_other():
 def test_follower_reads_whole_what_is_not_a_delta_on_the_served_checkpoint(run, tmp_path, monkeypatch):
     """The same step of another run (or a step no chain holds) is no base for this run's deltas."""
     run_dir, _ = run
-    export_run(run_dir, tmp_path / "x", checkpoint=checkpoint.step_dir(run_dir / "checkpoints", 4))
+    export_run(run_dir, tmp_path / "x", checkpoint=layout.step_dir(run_dir / "checkpoints", 4))
     old = ServingModel.load(tmp_path / "x")
     elsewhere = ServingModel({**old.manifest, "checkpoint": str(tmp_path / "other-run" / "step-0000000004")},
                              old.tables, old.runner, 4)
@@ -337,7 +337,7 @@ def with_client(server, fn):
 
 @pytest.fixture
 def exported(run, tmp_path):
-    export_run(run[0], tmp_path / "x", checkpoint=checkpoint.step_dir(run[0] / "checkpoints", 4))
+    export_run(run[0], tmp_path / "x", checkpoint=layout.step_dir(run[0] / "checkpoints", 4))
     return ServingModel.load(tmp_path / "x")
 
 
@@ -469,9 +469,9 @@ def test_a_failed_reload_keeps_the_served_model(exported, tmp_path):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "recipe.json").write_text(json.dumps(exported.manifest["recipe"]))
     follower = Follower(tmp_path / "run")
-    bad = checkpoint.step_dir(tmp_path / "run" / "checkpoints", 20)
+    bad = layout.step_dir(tmp_path / "run" / "checkpoints", 20)
     bad.mkdir(parents=True)
-    (bad / checkpoint.COMMIT).write_text("{torn")
+    (bad / layout.COMMIT).write_text("{torn")
     server = PredictionServer(exported, follower=follower)
     assert server.reload() is False and server.model is exported
     assert metric(generate(server), 'cardinal_serve_reloads_total{result="failed"}') == 1

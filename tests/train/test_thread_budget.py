@@ -7,7 +7,7 @@ import numba
 import pytest
 import torch
 
-from cardinal.embedding import parallel
+from cardinal import parallel
 from cardinal.train import Trainer, config, threads
 from helpers.recipes import tiny_recipe
 

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from cardinal.embedding import TableConfig
-from cardinal.ps import StoreConfig, embedded
-from cardinal.ps.update_log import UpdateLog
-from cardinal.ps.worker_steps import Origin
+from cardinal.ps import StoreConfig, connect
+from cardinal.ps.server.update_log import UpdateLog
+from cardinal.ps.transport.requests import Origin
 from cardinal.worker.sources import PSSource
 from cardinal.worker.sources.cache import CachedSource
 from cardinal.worker.sources.cache_slots import META_BYTES, slots_for
@@ -34,7 +34,7 @@ class Counting:
 
 
 def cache(client=None, rows=16, s=100, **kw):
-    client = client or embedded(CONFIG, 2)
+    client = client or connect(CONFIG, 2)
     return CachedSource(PSSource(client, 4, 20), {"a": DIM}, rows * ONE_ROW, s, **kw), client
 
 
@@ -42,12 +42,17 @@ def ids(*values):
     return np.array(values, np.int64)
 
 
+def slot(slots, id_):
+    return int(slots.lookup(ids(id_))[0])
+
+
 def cached_ids(src):
-    return sorted(src.slots["a"].slot_of)
+    sl = src.slots["a"]
+    return sorted(sl.ids[sl.occupied()].tolist())
 
 
 def test_hits_make_no_request_and_are_the_rows_as_fetched():
-    counting = Counting(embedded(CONFIG, 2))
+    counting = Counting(connect(CONFIG, 2))
     src, _ = cache(counting)
     first = src.pull("a", ids(1, 2, 3), create=True, step=1).wait()
     assert len(counting.pulls) == 1
@@ -57,6 +62,20 @@ def test_hits_make_no_request_and_are_the_rows_as_fetched():
     mixed = src.pull("a", ids(2, 9, 1), create=True, step=3).wait()
     assert len(counting.pulls) == 2 and counting.pulls[1].tolist() == [9]  # only the miss, in one request
     np.testing.assert_array_equal(mixed[[0, 2]], first[[1, 0]])
+
+
+def test_any_int64_is_an_id_the_cache_keeps_negative_ones_too():
+    """-1 once marked a free slot: a cached -1 was overwritten by the next insert while still mapped."""
+    counting = Counting(connect(CONFIG, 2))
+    src, _ = cache(counting, rows=4)
+    edge = ids(-1, -2**63, 2**63 - 1, 0)
+    first = src.pull("a", edge, create=True, step=1).wait()
+    src.pull("a", ids(7), create=True, step=2).wait()  # a full cache: one of the four is evicted, not overwritten
+    again = src.pull("a", edge, create=True, step=3).wait()
+    np.testing.assert_array_equal(again, first)
+    assert len(cached_ids(src)) == 4 and len(src.slots["a"]) == 4
+    src.slots["a"].clear()
+    assert len(src.slots["a"]) == 0 and cached_ids(src) == []
 
 
 def test_lookups_read_the_servers_and_a_row_lags_by_its_pending_and_pushed_steps():
@@ -95,7 +114,7 @@ def test_rows_used_by_the_step_are_not_evicted_and_a_full_cache_admits_fewer():
 
 
 def test_rows_are_cached_after_admit_after_pulls():
-    counting = Counting(embedded(CONFIG, 2))
+    counting = Counting(connect(CONFIG, 2))
     src, _ = cache(counting, admit_after=3)
     for step in (1, 2, 3):
         src.pull("a", ids(5), create=True, step=step).wait()
@@ -111,7 +130,7 @@ def test_the_cache_holds_as_many_rows_as_its_bytes_pay_for():
     m = src.metrics()
     assert m["cache_a_rows"] == 3 and m["cache_a_bytes"] == 3 * 2 * 4 * DIM
     with pytest.raises(ValueError, match="holds no row"):
-        CachedSource(PSSource(embedded(CONFIG, 1)), {"a": DIM}, ONE_ROW - 1, 1)
+        CachedSource(PSSource(connect(CONFIG, 1)), {"a": DIM}, ONE_ROW - 1, 1)
 
 
 def test_flush_pushes_every_pending_gradient_and_drops_the_cache():
@@ -132,7 +151,7 @@ def test_flush_pushes_every_pending_gradient_and_drops_the_cache():
 
 def two_workers(n_shards=2, s=4):
     """Worker 0 behind a cache, in this thread; worker 1's pushes are sent by hand."""
-    client = embedded(CONFIG, n_shards)
+    client = connect(CONFIG, n_shards)
     src = CachedSource(PSSource(client, 4, 20, worker=0, workers=2, combine=True), {"a": DIM}, 64 * ONE_ROW, s)
     return src, client
 
@@ -155,11 +174,11 @@ def test_another_workers_updates_come_back_with_the_push_replies():
         src.push("a", ids(2), np.zeros((1, DIM), np.float32), step=step)
         src.settle(None)
     slots = src.slots["a"]
-    assert slots.behind[slots.slot_of[1]] == 5 and slots.behind[slots.slot_of[3]] == 0
+    assert slots.behind[slot(slots, 1)] == 5 and slots.behind[slot(slots, 3)] == 0
     before = src.counters["a.unique_hits"]
     src.pull("a", ids(1, 3), create=True, step=7).wait()
     assert src.counters["a.unique_hits"] - before == 1  # row 1: 5 behind > s, fetched again; row 3 hits
-    assert slots.behind[slots.slot_of[1]] == 0
+    assert slots.behind[slot(slots, 1)] == 0
 
 
 def test_a_cursor_that_fell_out_of_the_log_drops_that_shards_rows():
@@ -177,7 +196,7 @@ def test_a_cursor_that_fell_out_of_the_log_drops_that_shards_rows():
     other(client, 2, ids(100))
     src.push("a", pulled[:1], np.zeros((1, DIM), np.float32), step=2)
     src.settle(None)
-    from cardinal.ps.routing import route
+    from cardinal.sharding.routing import route
     kept = set(cached_ids(src))
     shards = dict(zip(pulled.tolist(), route(pulled, 2).tolist()))
     assert src.metrics()["cache_a_resets"] == 1
@@ -203,7 +222,7 @@ class Deferred:
 
 
 def test_a_row_fetched_while_an_own_push_of_it_is_in_flight_counts_that_push():
-    client = embedded(CONFIG, 2)
+    client = connect(CONFIG, 2)
     src = CachedSource(PSSource(Deferred(client), 4, 20), {"a": DIM}, 16 * ONE_ROW, 0)
     first = src.pull("a", ids(4), create=True, step=1).wait()
     src.push("a", ids(4), np.ones((1, DIM), np.float32), step=1)  # s = 0: goes out with the next pull
@@ -217,7 +236,7 @@ def test_a_row_fetched_while_an_own_push_of_it_is_in_flight_counts_that_push():
 def test_each_shard_is_asked_from_its_own_cursor_and_rows_nobody_else_changed_stay_fresh():
     src, client = two_workers(n_shards=2)
     stores = client.transport.stores
-    from cardinal.ps.routing import route
+    from cardinal.sharding.routing import route
     pulled = ids(*range(12))
     on = dict(zip(pulled.tolist(), route(pulled, 2).tolist()))
     mine = [i for i in pulled.tolist() if on[i] == 1][:2]  # two rows of shard 1
@@ -230,11 +249,11 @@ def test_each_shard_is_asked_from_its_own_cursor_and_rows_nobody_else_changed_st
         src.settle(None)
     assert src.cursor["a"][0] == src.cursor["a"][1] + 5 and src.metrics()["cache_a_resets"] == 0
     slots = src.slots["a"]
-    assert slots.behind[slots.slot_of[mine[0]]] == 6 and slots.behind[slots.slot_of[mine[1]]] == 0
+    assert slots.behind[slot(slots, mine[0])] == 6 and slots.behind[slot(slots, mine[1])] == 0
 
 
 def test_a_fetched_row_counts_every_step_of_an_own_sum_still_in_flight():
-    client = embedded(CONFIG, 2)
+    client = connect(CONFIG, 2)
     src = CachedSource(PSSource(Deferred(client), 4, 20), {"a": DIM}, 16 * ONE_ROW, 1)
     one = np.ones((1, DIM), np.float32)
     start = src.pull("a", ids(4), create=True, step=1).wait()

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from cardinal.embedding import TableConfig
-from cardinal.ps import StoreConfig, embedded
+from cardinal.ps import StoreConfig, connect
 from cardinal.worker.sources import PSSource
 from cardinal.worker.sources.cache import CachedSource
 
@@ -71,7 +71,7 @@ def train(workers: int, s: int | None, steps: int = 40, ids_space: int = 30, see
     """``workers`` threads, one CachedSource each (None: no cache), sync, combined steps; returns
     (the servers' rows of every id, the sources). ``prefetch``: async as the trainer runs it with
     staleness 1 (the next step's pull is sent before this step's push)."""
-    client = embedded(CONFIG, 2)
+    client = connect(CONFIG, 2)
     versions = Versions(client) if check else None
     sources = []
     for w in range(workers):

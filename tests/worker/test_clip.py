@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from cardinal.embedding import TableConfig
-from cardinal.ps import StoreConfig, embedded
+from cardinal.ps import StoreConfig, connect
 from cardinal.train import config
 from cardinal.worker import EmbeddingCollection
 from cardinal.worker.clip import CowClip
@@ -46,7 +46,7 @@ SPARSE = {"x": bag([[1, 2], [], [2, 2, 3], [7]]), "y": bag([[3], [4], [], [1]])}
 
 def pushed(clip):
     """(ids, grads) the collection pushes for one backward, and the rows it pulled."""
-    client = embedded(CONFIG, 2)
+    client = connect(CONFIG, 2)
     emb = EmbeddingCollection(client, {"x": "a", "y": "a"}, "sum", clip=clip)
     seen = []
     push = emb.source.push
@@ -78,7 +78,7 @@ def test_clipping_is_off_by_default():
     recipe = config.load(None, [])
     assert recipe.embedding.clip_ratio == 0 and CowClip.from_config(recipe.embedding) is None
     assert CowClip.from_config(config.load(None, ["embedding.clip_ratio=1.0"]).embedding) == CowClip(1.0, 1e-5)
-    client = embedded(CONFIG, 2)
+    client = connect(CONFIG, 2)
     assert EmbeddingCollection(client, {"x": "a", "y": "a"}, "sum").clip is None
 
 

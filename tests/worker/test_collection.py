@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from cardinal.embedding import TableConfig
-from cardinal.ps import StoreConfig, embedded
+from cardinal.ps import StoreConfig, connect
 from cardinal.worker import EmbeddingCollection
 from cardinal.worker.sources import GeoReplica
 from helpers.bags import bag
@@ -23,7 +23,7 @@ def rows_of(client, table, ids):
 
 @pytest.mark.parametrize("pooling", ["sum", "mean", "none"])
 def test_pooling_matches_a_manual_lookup(pooling):
-    client = embedded(CONFIG, 3)
+    client = connect(CONFIG, 3)
     out = EmbeddingCollection(client, FEATURES, pooling)(SPARSE)
     for field, table in FEATURES.items():
         b = SPARSE[field]
@@ -38,7 +38,7 @@ def test_pooling_matches_a_manual_lookup(pooling):
 
 
 def test_backward_pushes_one_summed_gradient_row_per_unique_id():
-    client = embedded(CONFIG, 2)
+    client = connect(CONFIG, 2)
     emb = EmbeddingCollection(client, FEATURES, "sum")
     out = emb(SPARSE)
     before = {t: rows_of(client, t, ids) for t, ids in (("a", [1, 2, 3, 4]), ("b", [9, 10]))}
@@ -60,7 +60,7 @@ def test_prefetched_pulls_lag_by_one_push_and_match_otherwise():
            {"x": bag([[1]]), "y": bag([[6]]), "z": bag([[8]])}]
 
     def run(prefetch: bool):
-        client = embedded(CONFIG, 2)
+        client = connect(CONFIG, 2)
         emb = EmbeddingCollection(client, FEATURES, "sum")
         outs = []
         for k, sparse in enumerate(seq):
@@ -80,7 +80,7 @@ def test_prefetched_pulls_lag_by_one_push_and_match_otherwise():
 
 
 def test_eval_mode_creates_nothing_and_pushes_nothing():
-    client = embedded(CONFIG, 2)
+    client = connect(CONFIG, 2)
     trained = EmbeddingCollection(client, FEATURES, "sum")
     sum(v.sum() for v in trained({"x": bag([[1]]), "y": bag([[4]]), "z": bag([[9]])}).values()).backward()
     trained.flush()  # rows a:1, a:4, b:9 exist and were trained once
@@ -104,7 +104,7 @@ def test_eval_mode_creates_nothing_and_pushes_nothing():
 
 
 def test_configuration_errors_are_named():
-    client = embedded(CONFIG, 1)
+    client = connect(CONFIG, 1)
     with pytest.raises(ValueError, match="pooling"):
         EmbeddingCollection(client, FEATURES, "max")
     with pytest.raises(ValueError, match="no sparse field 'z'"):
@@ -135,7 +135,7 @@ def test_geo_with_interval_one_and_sgd_matches_sync_sgd():
            {"x": bag([[1]]), "y": bag([[3]]), "z": bag([[8]])}]
 
     def run(geo: bool):
-        client = embedded(CONFIG, 2)
+        client = connect(CONFIG, 2)
         rows = GeoReplica(client, {"name": "sgd", "lr": 1.0}, 1, 20) if geo else client
         emb = EmbeddingCollection(rows, FEATURES, "sum", None)
         for step, sparse in enumerate(seq, 1):
@@ -151,7 +151,7 @@ def test_geo_with_interval_one_and_sgd_matches_sync_sgd():
 
 
 def test_geo_pushes_changes_only_at_the_end_of_each_interval():
-    client = embedded(CONFIG, 2)
+    client = connect(CONFIG, 2)
     emb = EmbeddingCollection(GeoReplica(client, {"name": "sgd", "lr": 1.0}, 3, 20), FEATURES, "sum", None)
     sparse = {"x": bag([[1]]), "y": bag([[2]]), "z": bag([[7]])}
     start = client.pull("a", np.array([1], np.int64)).wait()  # the row as the servers create it
@@ -171,7 +171,7 @@ def test_hash_buckets_fold_ids_into_shared_rows():
     buckets = np.empty_like(ids)
     fold(ids, 7, buckets)
     assert buckets.min() >= 0 and buckets.max() < 7 and np.bincount(buckets).min() > 1300  # spread evenly
-    client = embedded(CONFIG, 2)
+    client = connect(CONFIG, 2)
     emb = EmbeddingCollection(client, FEATURES, "none", buckets=3)
     out = emb(SPARSE)
     for field, table in FEATURES.items():  # each id reads the row of its bucket

@@ -16,7 +16,7 @@ import torch.distributed as dist
 
 from cardinal.embedding import TableConfig
 from cardinal.models.global_norm import GlobalBatchNorm
-from cardinal.ps import StoreConfig, embedded
+from cardinal.ps import StoreConfig, connect
 from cardinal.train import Trainer, config, trainer as trainer_module, workers as workers_module
 from cardinal.train.input_meter import InputMeter
 from cardinal.worker import EmbeddingCollection
@@ -140,7 +140,7 @@ class TensorRows(PSSource):
 
 def train_two_steps(pooling: str, staging: DeviceRows | None, source=None):
     """Two async steps with a prefetch (and the next rows staged ahead): pooled outputs, rows after."""
-    client = embedded(CONFIG, 2)
+    client = connect(CONFIG, 2)
     rows = source(client) if source else client
     emb = EmbeddingCollection(rows, FEATURES, pooling, staging=staging)
     outs = []
@@ -177,7 +177,7 @@ def test_the_staged_bytes_are_the_unique_rows_the_inverse_and_the_offsets():
     """The inverse index and the offsets cross as int32 (half of int64's bytes; both one type, as
     embedding_bag wants); the pooled outputs and gradients are checked against the CPU path above."""
     staging = DeviceRows(torch.device("cpu"), staged=True)
-    emb = EmbeddingCollection(embedded(CONFIG, 2), FEATURES, "sum", staging=staging)
+    emb = EmbeddingCollection(connect(CONFIG, 2), FEATURES, "sum", staging=staging)
     emb(BATCHES[0])
     unique = {"a": 4, "b": 2}  # a: 1 2 3 4; b: 9 10
     nnz = {"a": 7, "b": 3}
@@ -202,7 +202,7 @@ def test_rows_already_on_the_device_are_not_copied():
 
 def test_stage_ahead_copies_the_next_rows_before_the_next_forward():
     staging = DeviceRows(torch.device("cpu"), staged=True)
-    emb = EmbeddingCollection(embedded(CONFIG, 2), FEATURES, "sum", staging=staging)
+    emb = EmbeddingCollection(connect(CONFIG, 2), FEATURES, "sum", staging=staging)
     emb(BATCHES[0])
     emb.prefetch(BATCHES[1], 1)  # its inverse and offsets are staged at once
     before = staging.h2d_bytes
@@ -217,7 +217,7 @@ def test_staging_needs_torch_pooling():
     from cardinal.worker.pooling import CompiledPooling
 
     with pytest.raises(ValueError, match="pooled by torch ops"):
-        EmbeddingCollection(embedded(CONFIG, 1), FEATURES, staging=DeviceRows(torch.device("cpu"), staged=True),
+        EmbeddingCollection(connect(CONFIG, 1), FEATURES, staging=DeviceRows(torch.device("cpu"), staged=True),
                             pooler=CompiledPooling())
 
 

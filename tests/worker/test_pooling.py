@@ -6,7 +6,7 @@ import torch
 
 from cardinal.data import Bag
 from cardinal.embedding import TableConfig
-from cardinal.ps import StoreConfig, embedded
+from cardinal.ps import StoreConfig, connect
 from cardinal.worker import EmbeddingCollection
 from cardinal.worker.pooling import CompiledPooling, TorchPooling
 
@@ -34,7 +34,7 @@ def test_the_module_trains_the_same_with_either_strategy():
               "y": Bag(np.array([3, 4], np.int64), np.array([0, 1, 2, 2], np.int64))}
     result = []
     for pooler in (CompiledPooling(), TorchPooling()):
-        client = embedded(config, 2)
+        client = connect(config, 2)
         emb = EmbeddingCollection(client, {"x": "a", "y": "a"}, "mean", pooler=pooler)
         out = emb.stacked(sparse)
         (out * torch.arange(out.numel(), dtype=torch.float32).view(out.shape)).sum().backward()
@@ -53,6 +53,6 @@ def test_the_module_pools_with_the_strategy_it_is_given():
             return super().pool(*args)
 
     config = StoreConfig((TableConfig("a", 4),), {"name": "sgd", "lr": 1.0})
-    emb = EmbeddingCollection(embedded(config, 1), {"x": "a"}, pooler=Counting())
+    emb = EmbeddingCollection(connect(config, 1), {"x": "a"}, pooler=Counting())
     emb({"x": Bag(np.array([1, 2], np.int64), np.array([0, 1, 2], np.int64))})
     assert Counting.calls == 1

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from cardinal.embedding import TableConfig
-from cardinal.ps import StoreConfig, embedded
+from cardinal.ps import StoreConfig, connect
 from cardinal.ps.transport.base import Completed, Handle
 from cardinal.worker import EmbeddingCollection
 from cardinal.worker.sources import GeoReplica, PSSource, RowSource
@@ -90,7 +90,7 @@ def server_rows(client, ids=IDS):
 
 
 def test_geo_replica_trains_locally_and_pushes_deltas_at_each_interval():
-    client = embedded(CONFIG, 2)
+    client = connect(CONFIG, 2)
     replica = GeoReplica(client, {"name": "sgd", "lr": 1.0}, interval=2, timeout=20)
     start = replica.pull("a", IDS, create=True, step=1).wait()
     np.testing.assert_array_equal(start, server_rows(client))  # pulled once, created on the servers
@@ -109,7 +109,7 @@ def test_geo_replica_trains_locally_and_pushes_deltas_at_each_interval():
 
 
 def test_geo_replica_lookups_read_the_servers_and_change_nothing():
-    client = embedded(CONFIG, 2)
+    client = connect(CONFIG, 2)
     replica = GeoReplica(client, {"name": "sgd", "lr": 1.0}, interval=4, timeout=20)
     start = replica.pull("a", IDS, create=True, step=1).wait()
     replica.push("a", IDS, grads(), step=1)
@@ -159,7 +159,7 @@ def test_the_module_drives_its_source_through_the_four_calls():
 
 
 def test_the_module_takes_a_client_or_a_source():
-    client = embedded(CONFIG, 1)
+    client = connect(CONFIG, 1)
     assert isinstance(EmbeddingCollection(client, {"x": "a"}).source, PSSource)
     assert EmbeddingCollection(client, {"x": "a"}, max_in_flight=7).source.max_in_flight == 7
     with pytest.raises(TypeError, match="max_in_flight belongs to the row source"):

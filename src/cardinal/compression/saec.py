@@ -35,7 +35,7 @@ from typing import NamedTuple
 import numba as nb
 import numpy as np
 
-from cardinal.embedding import parallel
+from cardinal import parallel
 
 BLOCK = 1024       # rows per task handed to a thread
 GROUP_SIZE = 12    # centroids per group, on average

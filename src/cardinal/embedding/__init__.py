@@ -5,6 +5,7 @@ the clustered ``SaecTable`` (``clustered_table.py``) implement it.
 """
 
 from cardinal.embedding.dedup import segment_sum, unique_inverse
-from cardinal.embedding.table import EmbeddingTable, TableConfig, combine_digests
+from cardinal.embedding.table import EmbeddingTable, TableConfig
+from cardinal.embedding.table_views import combine_digests
 
 __all__ = ["EmbeddingTable", "TableConfig", "combine_digests", "unique_inverse", "segment_sum"]

@@ -44,24 +44,25 @@ from collections.abc import Callable
 import numpy as np
 
 from cardinal.compression.clustered import cluster_fields
-from cardinal.embedding import clustered_checkpoint
 from cardinal.embedding import row_kernels as RK
 from cardinal.embedding.dedup import unique_inverse
 from cardinal.embedding.deletion_log import DeletionLog
 from cardinal.embedding.id_map import IdMap
 from cardinal.embedding.protocol import Admit
 from cardinal.embedding.storage import Columns
-from cardinal.embedding.table import EmbeddingTable, combine_digests
+from cardinal.embedding.table import EmbeddingTable
+from cardinal.embedding.table_views import combine_digests
 from cardinal.embedding.table_config import SaecSpec
 
 MIN_CLUSTERS = 16  # a field keeps at least this many clusters (its rows, if fewer): the savings are in large fields
+CHECKPOINT_KEY = "saec"  # a manifest entry holding it is a clustered table's (checkpoint/clustered.py)
 
 
 class SaecTable:
     """A table after Saec: a ``Table`` (``protocol.py``) over a frozen map and the cluster rows (see
     the module docstring). ``clusters``: slots [0, n_clustered) are the clustering's, the rest each
     field's default (``defaults``: field -> slot). No disk tier: rows leaving RAM are map entries,
-    deleted; and saved only in full checkpoints, in files of its own (``clustered_checkpoint.py``)."""
+    deleted; and saved only in full checkpoints, in files of its own (``checkpoint/clustered.py``)."""
 
     tiered = False
 
@@ -273,19 +274,13 @@ class SaecTable:
                     "default_field": np.array(fields, np.int64)}
 
     def checkpoint_files(self) -> tuple[dict[str, np.ndarray], dict]:
-        """Its own files (``state``, lock held) and its manifest entry's "saec" (``clustered_checkpoint.py``)."""
-        return self.state(), {clustered_checkpoint.KEY: {"shift": self.shift, "clusters": self.n_clustered}}
-
-    @classmethod
-    def from_checkpoint(cls, table, step_path, info: dict, base, shard: int, route) -> "SaecTable":
-        """``table`` (the store's fresh one: its config, optimizer and admission filter carry over) as
-        shard ``shard`` saved it in files of its own, in ``base``, each verified (``clustered_checkpoint.read``)."""
-        state, clusters, shift = clustered_checkpoint.read(step_path, info, base, shard, table.config.name, route)
-        return cls.from_state(table.config, table.optimizer, state, clusters, shift, table.admission)
+        """Its own files (``state``, lock held) and its manifest entry's "saec" (``checkpoint/clustered.py``)."""
+        return self.state(), {CHECKPOINT_KEY: {"shift": self.shift, "clusters": self.n_clustered}}
 
     @classmethod
     def from_state(cls, config, optimizer, state: dict, n_clustered: int, shift: int, admission=None) -> "SaecTable":
-        """The table ``state`` describes (checked by the caller: ``clustered_checkpoint.read``)."""
+        """The table ``state`` describes (checked by the caller: ``checkpoint/clustered.py``'s ``read``); a
+        checkpoint's table as the store loads it: its fresh table's config, optimizer and admission filter."""
         k = len(state["cluster_slot"])
         cluster_rows = EmbeddingTable(config, optimizer, capacity=max(k, 16))
         cluster_rows.import_rows(state["cluster_slot"], state["cluster_data"], state["cluster_count"],

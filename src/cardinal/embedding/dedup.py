@@ -7,7 +7,7 @@
 A worker pulls and pushes one row per unique id; the server sums duplicate gradients in
 a fixed order (``segment_sum``) before its optimizer sees them.
 
-Large inputs are de-duplicated on the kernel threads (``embedding.parallel``), with the same
+Large inputs are de-duplicated on the kernel threads (``cardinal/parallel.py``), with the same
 result as one thread: thread t of T owns the ids whose hash falls in partition t and finds,
 for each of its ids, the position of that id's first occurrence (``first[i]``); then the
 first occurrences, numbered in position order, are the unique ids:
@@ -20,7 +20,7 @@ first occurrences, numbered in position order, are the unique ids:
 import numba as nb
 import numpy as np
 
-from cardinal.embedding import parallel
+from cardinal import parallel
 from cardinal.embedding.hashing import U64, index_hash
 
 PARALLEL_MIN = 1 << 14  # ids per thread below which a thread does not pay for its hop

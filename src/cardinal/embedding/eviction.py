@@ -2,7 +2,7 @@
 
 A policy reads only what every row already carries (``storage.py``): its values, its times
 seen (count) and the last step that pulled or pushed it. Scores are float64 over the live
-rows [0, n); who is evicted, and when, is the store's business (``ps/memory.py``).
+rows [0, n); who is evicted, and when, is the store's business (``ps/server/memory.py``).
 
     lru      last_step                                   least recently used first
     lfu      count                                       least often used first

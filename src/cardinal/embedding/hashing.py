@@ -56,7 +56,7 @@ def init_rows(ids, data, start, stop, dim, seed, scale, first=0):
 
     ids,   # (>= stop,) int64: the id of each row
     data,  # (>= stop, dim + state) float32: values, then optimizer state (left untouched)
-    first  # the row's first value is value ``first`` of the whole row (a column piece, ``ps/plan.py``)
+    first  # the row's first value is value ``first`` of the whole row (a column piece, ``sharding/plan.py``)
     Each value is uniform in [-scale, scale): values 2k and 2k+1 of the row of ``id`` take
     24 bits each of one hash of (seed, id, k), so a row is the same whatever the shard count,
     the column split or the arrival order.

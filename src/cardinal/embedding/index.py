@@ -14,8 +14,8 @@ passed in, so an id is stored once. Row numbers are int32: 2^31 - 1 rows per tab
 
 import numpy as np
 
+from cardinal import parallel
 from cardinal.embedding import index_kernels as K
-from cardinal.embedding import parallel
 from cardinal.embedding.arena import Arena
 from cardinal.embedding.dedup import unique_inverse
 
@@ -47,7 +47,7 @@ class IdIndex:
         """Row of each key, -1 where absent. Never inserts."""
         out = np.empty(len(keys), np.int64)
         tags, slots = self.tags.array, self.slots.array
-        parallel.over_subs(len(keys), lambda lo, hi: K.find(tags, slots, self.sub_off, self.sub_cap,
+        parallel.over_slots(K.N_SUB, len(keys), lambda lo, hi: K.find(tags, slots, self.sub_off, self.sub_cap,
                                                              ids, keys, out, lo, hi))
         return out
 
@@ -75,25 +75,29 @@ class IdIndex:
         if len(missing) == 0:
             return rows, n_rows
         new, inverse = unique_inverse(keys[missing])
-        self.make_room(ids, new)
-        new_rows = np.arange(n_rows, n_rows + len(new), dtype=np.int64)
         ids[n_rows:n_rows + len(new)] = new
-        tags, slots = self.tags.array, self.slots.array
-        parallel.over_subs(len(new), lambda lo, hi: K.insert_new(tags, slots, self.sub_off, self.sub_cap,
-                                                                  self.sub_size, new, new_rows, lo, hi))
+        self.insert(ids, new, np.arange(n_rows, n_rows + len(new), dtype=np.int64))
         rows[missing] = n_rows + inverse
         return rows, n_rows + len(new)
+
+    def insert(self, ids: np.ndarray, keys: np.ndarray, rows: np.ndarray) -> None:
+        """Point absent, unique ``keys`` at ``rows`` (any rows: a worker cache reuses free slots);
+        ``ids[rows]`` already holds them."""
+        self.make_room(ids, keys)
+        tags, slots = self.tags.array, self.slots.array
+        parallel.over_slots(K.N_SUB, len(keys), lambda lo, hi: K.insert_new(tags, slots, self.sub_off, self.sub_cap,
+                                                                   self.sub_size, keys, rows, lo, hi))
 
     def remove(self, ids: np.ndarray, keys: np.ndarray) -> None:
         """Remove ``keys`` (present, unique) before their rows are reused or moved."""
         tags, slots = self.tags.array, self.slots.array
-        parallel.over_subs(len(keys), lambda lo, hi: K.remove(tags, slots, self.sub_off, self.sub_cap, self.sub_size,
+        parallel.over_slots(K.N_SUB, len(keys), lambda lo, hi: K.remove(tags, slots, self.sub_off, self.sub_cap, self.sub_size,
                                                               ids, keys, lo, hi))
 
     def relink(self, ids: np.ndarray, keys: np.ndarray, rows: np.ndarray) -> None:
         """Point present ``keys`` at ``rows``: their rows are about to move there."""
         tags, slots = self.tags.array, self.slots.array
-        parallel.over_subs(len(keys), lambda lo, hi: K.relink(tags, slots, self.sub_off, self.sub_cap,
+        parallel.over_slots(K.N_SUB, len(keys), lambda lo, hi: K.relink(tags, slots, self.sub_off, self.sub_cap,
                                                               ids, keys, rows, lo, hi))
 
     def _grow(self, ids: np.ndarray, p: int, need: int) -> None:

@@ -1,5 +1,5 @@
-"""``Table``: what the store (``ps/store.py``), the memory manager (``ps/memory.py``, ``ps/budget.py``)
-and checkpoints (``ps/checkpoint*.py``) use of a table, whichever kind it is.
+"""``Table``: what the store (``ps/server/store.py``), the memory manager (``ps/server/memory.py``,
+``ps/server/budget.py``) and checkpoints (``checkpoint/``) use of a table, whichever kind it is.
 
 Two kinds implement it: ``EmbeddingTable`` (``table.py``: a row per id, in RAM and a disk tier)
 and ``SaecTable`` (``clustered_table.py``: after Saec, a frozen map of ids to cluster rows). The

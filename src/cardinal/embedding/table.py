@@ -22,26 +22,24 @@ tables (and shards) update in parallel threads. A ``Table`` (``protocol.py``) fo
 clustered one is (``clustered_table.py``); its settings are a ``TableConfig`` (``table_config.py``).
 """
 
-import functools
-import operator
 import threading
-from collections.abc import Callable
 
 import numpy as np
 
-from cardinal.embedding import parallel
+from cardinal import parallel
 from cardinal.embedding import row_kernels as RK
 from cardinal.embedding.admission import AdmissionFilter
-from cardinal.embedding.compaction import delete_rows
 from cardinal.embedding.deletion_log import DeletionLog
 from cardinal.embedding.dedup import segment_max, segment_sum, unique_inverse
-from cardinal.embedding.formats.base import BLOCK
 from cardinal.embedding.formats.rounding import INIT_STEP
+from cardinal.embedding.index_kernels import N_SUB
 from cardinal.embedding.hashing import init_rows
 from cardinal.embedding.index import IdIndex
 from cardinal.embedding.protocol import Admit
-from cardinal.embedding.storage import Columns, MemoryRowStorage, RowStorage
+from cardinal.embedding.storage import MemoryRowStorage, RowStorage
 from cardinal.embedding.table_config import TableConfig, make_format, portable_width, stored_width  # noqa: F401
+from cardinal.embedding.table_removal import RowRemoval
+from cardinal.embedding.table_views import WholeTableViews
 from cardinal.embedding.tiers import ColdTier
 from cardinal.optim import SparseOptimizer
 
@@ -52,9 +50,11 @@ class NonFiniteUpdate(ValueError):
     """A push whose result would hold NaN or Inf: refused whole, nothing changed."""
 
 
-class EmbeddingTable:
-    """A ``Table`` (``protocol.py``) of a row per id. ``schedule``: what it runs after a push
-    (``after_push.py``: a chunked table's passes, a clustering), None for nothing."""
+class EmbeddingTable(RowRemoval, WholeTableViews):
+    """A ``Table`` (``protocol.py``) of a row per id: pull and push here, removing rows in
+    ``table_removal.py``, whole-table views (checkpoints, digests, checks) in ``table_views.py``.
+    ``schedule``: what it runs after a push (``after_push.py``: a chunked table's passes, a
+    clustering), None for nothing."""
 
     def __init__(self, config: TableConfig, optimizer: SparseOptimizer,
                  storage: RowStorage | None = None, capacity: int = 1024, admission: AdmissionFilter | None = None,
@@ -223,7 +223,7 @@ class EmbeddingTable:
             self.format.decode(cols.data, rows, self.dim, out)
             return
         tags, slots = ix.tags.array, ix.slots.array
-        parallel.over_subs(len(ids), lambda lo, hi: RK.lookup(
+        parallel.over_slots(N_SUB, len(ids), lambda lo, hi: RK.lookup(
             tags, slots, ix.sub_off, ix.sub_cap, cols.ids, cols.data, cols.count, cols.last_step,
             ids, rows, out, self.dim, step, seen, lo, hi))
 
@@ -361,194 +361,3 @@ class EmbeddingTable:
             self.format.place(cols.data, np.arange(n, n_new), self._made(cols.ids[n:n_new], INIT_STEP), self.dim)
         self.storage.size = n_new
         return rows
-
-    # --- deletion ----------------------------------------------------------------------------
-
-    def delete(self, ids: np.ndarray, log: bool = True) -> int:
-        """Delete the rows of those unique ``ids`` that have one, in any tier; returns how many.
-        ``log=False``: not a change a delta checkpoint records (a load replacing rows)."""
-        with self.lock:
-            rows = self.index.find(self.storage.columns().ids, ids)
-            n = self._delete(rows[rows >= 0], moved=not log)
-            if self.cold is not None and len(self.cold):
-                cold = self.cold.get(ids[rows < 0])[1].ids
-                self.cold.delete(cold)
-                if log:
-                    self.deleted.add(cold)
-                n += len(cold)
-            return n
-
-    def demote(self, select: Callable[[Columns, int], np.ndarray]) -> int:
-        """Move the RAM rows ``select(columns, size)`` names to the cold tier, ``cold.put_bytes`` of
-        rows at a time (each piece all or nothing, put before RAM lets go of it); returns how many."""
-        with self.lock:
-            ids = self.storage.columns().ids[np.unique(select(self.storage.columns(), self.storage.size))]
-            per = max(1, self.cold.put_bytes // (4 * self.portable_width + 16)) if self.cold.put_bytes else len(ids)
-            moved = 0
-            for lo in range(0, len(ids), per):  # by id: a piece's deletion moves other rows' numbers
-                rows = self.index.find(self.storage.columns().ids, ids[lo:lo + per])
-                self.cold.put(self._ram_rows(rows))
-                self.demoted += len(rows)
-                moved += self._delete(rows, moved=True)
-            return moved
-
-    def evict_cold(self, select: Callable[[Columns], np.ndarray], reason: str) -> int:
-        """Delete the cold rows whose ids ``select`` names, called on every chunk of the tier in
-        turn and once more with None at the end (for selections that need the whole tier)."""
-        with self.lock:
-            dead = [select(chunk) for chunk in self.cold.chunks()] + [select(None)]
-            dead = np.unique(np.concatenate(dead))
-            self.cold.delete(dead)
-            self.deleted.add(dead)
-            self.evicted[reason] = self.evicted.get(reason, 0) + len(dead)
-            return len(dead)
-
-    def evict(self, select: Callable[[Columns, int], np.ndarray], reason: str) -> int:
-        """Delete the rows ``select(columns, size)`` names (row numbers), reading and deleting
-        under one hold of the lock; counted under ``reason``. Returns how many."""
-        with self.lock:
-            n = self._delete(select(self.storage.columns(), self.storage.size))
-            self.evicted[reason] = self.evicted.get(reason, 0) + n
-            return n
-
-    def _delete(self, rows: np.ndarray, moved: bool = False) -> int:
-        """Delete RAM rows; unless they ``moved`` (to the cold tier, or are being replaced), their ids
-        are logged as deleted."""
-        size, rows = self.storage.size, np.unique(np.asarray(rows, np.int64))
-        if not moved and len(rows):
-            self.deleted.add(self.storage.columns().ids[rows])
-        self.format.release(self.storage.columns().data, rows)
-        self.storage.shrink(delete_rows(self.index, self.storage.columns(), size, rows))
-        return size - self.storage.size
-
-    # --- whole-table views: checkpoints, digests, invariants -------------------------------
-
-    def values(self, data: np.ndarray) -> np.ndarray:
-        """(n, dim) float32: the values of stored rows ``data`` (n, width), decoded (``formats/``)."""
-        return self.format.values(data, self.dim)
-
-    def cold_values(self, data: np.ndarray) -> np.ndarray:
-        """(n, dim) float32: the values of portable rows ``data`` (the cold tier's, a checkpoint's)."""
-        return self.format.portable_form.values(data, self.dim)
-
-    def _ram_rows(self, rows: np.ndarray) -> Columns:
-        """Copies of RAM rows ``rows``, their data portable (lock held)."""
-        cols = self.storage.columns()
-        return Columns(cols.ids[rows], self.format.portable(cols.data, rows, self.dim), cols.count[rows],
-                       cols.last_step[rows])
-
-    def after_push(self, step: int, replace) -> bool:
-        """What the schedule has due after a push of ``step`` (``protocol.py``); False without one."""
-        return self.schedule is not None and self.schedule(self, step, replace)
-
-    def adjust_dims(self) -> dict | None:
-        """The format's periodic pass over the RAM rows (``formats/chunked.py``: which chunks each row
-        keeps); None for a format without one."""
-        adjust = getattr(self.format, "adjust", None)
-        if adjust is None:
-            return None
-        with self.lock:
-            return adjust(self.storage.columns().data, self.storage.size, self.dim)
-
-    def export(self, since: int | None = None) -> dict[str, np.ndarray]:
-        """Copies of every row (RAM, then the cold tier): ids, data (values + state), count, last_step;
-        with ``since``, only the rows pulled or pushed at a later step (a delta checkpoint's)."""
-        with self.lock:
-            n, cols = self.storage.size, self.storage.columns()
-            keep = np.arange(n) if since is None else np.flatnonzero(cols.last_step[:n] > since)
-            parts = [[col] for col in self._ram_rows(keep)]
-            for chunk in (self.cold.chunks() if self.cold is not None else ()):
-                keep = slice(None) if since is None else np.flatnonzero(chunk.last_step > since)
-                for part, col in zip(parts, chunk):
-                    part.append(col[keep])
-            return {name: np.concatenate(part) for name, part in zip(cols._fields, parts)}
-
-    def row_chunks(self, size: int = 1 << 20):
-        """Every row, ``size`` at a time (RAM, then the cold tier), as ``Columns`` of copies; the
-        caller holds the lock throughout (a checkpoint streams a table larger than RAM this way)."""
-        n = self.storage.size
-        for lo in range(0, n, size):
-            yield self._ram_rows(np.arange(lo, min(n, lo + size)))
-        yield from (self.cold.chunks() if self.cold is not None else ())
-
-    def snapshot(self, since: int | None = None) -> dict:
-        """What a checkpoint of this table holds besides a full one's rows (``row_chunks``, read under
-        the same hold of the lock): a delta's ``rows`` (``export(since)``; None without ``since``),
-        ``deleted`` (the ids deleted since the previous snapshot, unique, or None where the log let
-        them go: ``DeletionLog``; the log starts again),
-        ``admission`` (the filter's description and state, or None)."""
-        with self.lock:
-            deleted = self.deleted.take()
-            admission = None if self.admission is None else (self.admission.describe(), self.admission.state())
-            rows = None if since is None else self.export(since)
-            return {"rows": rows, "deleted": deleted, "admission": admission}
-
-    def checkpoint_files(self) -> None:
-        """None: saved as rows (``row_chunks``, ``snapshot``)."""
-        return None
-
-    def delta_refused(self) -> str | None:
-        """Why a delta cannot follow: the deletion log let go of its ids (``DeletionLog.cap``)."""
-        if self.deleted.overflowed:
-            return (f"deleted more ids from table {self.config.name!r} than its log keeps under ps.memory_budget "
-                    f"({self.deleted.cap:,} bytes)")
-        return None
-
-    def import_rows(self, ids, data, count, last_step) -> None:
-        """Insert rows as saved (portable), e.g. from a checkpoint; ids must be unique and new to this table
-        (in any tier), else ValueError and nothing is inserted."""
-        if len(ids) == 0:
-            return
-        with self.lock:
-            if len(unique_inverse(ids)[0]) != len(ids) or self.has(ids).any():
-                raise ValueError("holds duplicate ids (an id given twice, or one the table already holds)")
-            self._insert(Columns(ids, data, count, last_step))
-
-    def _insert(self, rows: Columns) -> None:
-        """New RAM rows holding exactly ``rows`` (lock held)."""
-        at = self._rows(rows.ids, init=False)
-        assert at[0] == self.storage.size - len(rows.ids), "inserted ids must be new and unique"
-        cols = self.storage.columns()
-        self._place(cols.data, at, rows.data)
-        cols.count[at] = rows.count
-        cols.last_step[at] = rows.last_step
-
-    def digest_parts(self) -> tuple[int, int]:
-        """(sum, xor) of per-row hashes; combine shards with ``combine_digests``."""
-        with self.lock:
-            parts = [(0, 0)]
-            for c in self.row_chunks(BLOCK):
-                parts.append(RK.digest_rows(c.ids, c.data.view(np.int32), c.count, c.last_step, len(c.ids)))
-        return sum(int(t) for t, _ in parts) % 2**64, functools.reduce(operator.xor, (int(x) for _, x in parts))
-
-    def digest(self) -> str:
-        """Hash of every id, row, optimizer state and metadata; independent of row order."""
-        return combine_digests([self.digest_parts()])
-
-    def check(self) -> None:
-        """Invariants between index, rows and metadata; raises AssertionError naming the broken one."""
-        with self.lock:
-            n, cols = self.storage.size, self.storage.columns()
-            self.index.check(cols.ids, n)
-            self.format.check_rows(cols.data, n)
-            if self.admission is not None:
-                self.admission.check()
-            if self.cold is not None:
-                cold = 0
-                for chunk in self.cold.chunks():
-                    cold += len(chunk.ids)
-                    assert (self.index.find(cols.ids, chunk.ids) < 0).all(), "a row is in RAM and in the cold tier"
-                    assert self.format.portable_form.all_finite(chunk.data, self.dim), \
-                        f"table {self.config.name!r} holds a non-finite cold value"
-                assert cold == len(self.cold), "the cold tier's row count disagrees with its rows"
-            for lo in range(0, n, BLOCK):
-                rows = self.format.portable(cols.data, np.arange(lo, min(n, lo + BLOCK)), self.dim)
-                assert self.format.portable_form.all_finite(rows, self.dim), \
-                    f"table {self.config.name!r} holds a non-finite value"
-
-
-def combine_digests(parts: list[tuple[int, int]]) -> str:
-    total, xored = 0, 0
-    for t, x in parts:
-        total, xored = (total + t) % 2**64, xored ^ x
-    return f"{total:016x}{xored:016x}"

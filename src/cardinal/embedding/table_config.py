@@ -42,7 +42,7 @@ class TableConfig:
     chunks: int = 1           # > 1: values (fp32) in this many chunks a row frees and revives (formats/chunked.py)
     chunk_target: float = 1.0  # ... keeping at most this share of the RAM rows' chunks live
     chunk_tail: int = 0       # ... after the chunks, this many columns never freed (a wide part's weight)
-    first_column: int = 0     # a column piece of a wider row (``ps/plan.py``): where its values start in it
+    first_column: int = 0     # a column piece of a wider row (``sharding/plan.py``): where its values start in it
     chunk_every: int = 100    # steps between the passes over chunked rows that choose which chunks stay (chunks > 1)
     saec: SaecSpec | None = None  # clustered while training (Saec), as this says
 

@@ -31,7 +31,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from cardinal import planner
-from cardinal.ps.server import READY
+from cardinal.ps.server.process import READY
 from cardinal.train import config, tables
 from cardinal.train import resume as resuming
 from cardinal.train.recipe_toml import to_toml

@@ -28,6 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cardinal.parallel import available_cores
 from cardinal.train import config
 
 DEFAULT_TIMEOUT_S = 6 * 3600.0  # one setting's deadline: a hung child becomes an error row
@@ -199,8 +200,6 @@ def run(recipe: str, grids: list[str], base: list[str], parallel: int = 1, out_r
         timeout_s: float = DEFAULT_TIMEOUT_S, echo=print) -> dict:
     """The sweep: every combination, ``parallel`` at a time; returns the table (also written as
     sweep.json and sweep.md in the sweep directory)."""
-    from cardinal.embedding.parallel import available_cores  # numba: only when a sweep runs
-
     if parallel < 1:
         raise ValueError(f"--parallel must be >= 1, got {parallel}")
     if not timeout_s > 0:

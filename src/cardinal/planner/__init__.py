@@ -23,7 +23,7 @@ from cardinal.planner.hot import hot_ids
 from cardinal.planner.inputs import PlanInputs
 from cardinal.planner.propose import propose
 from cardinal.planner.stats import from_sample
-from cardinal.ps.plan import Replicas, ShardingPlan
+from cardinal.sharding.plan import Replicas, ShardingPlan
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""Which of a table's ids to copy to every server (``ps/plan.py``, ``Replicas``): the ids in
+"""Which of a table's ids to copy to every server (``sharding/plan.py``, ``Replicas``): the ids in
 the most batches of a sample of the training data. A batch pulls an id once however many of
 its examples hold it, so an id's load on its server is the batches it is in, not its count.
 """

@@ -17,7 +17,7 @@ balances as well as hashing does: the fallback.
 
 The planner does not split tables by columns: in this cost model a column split moves the same
 bytes as a row split over as many servers, but asks each of them for every id. Column pieces
-are for plans written by hand (``plan.py``), e.g. to keep each server's piece of a very wide
+are for plans written by hand (``sharding/plan.py``), e.g. to keep each server's piece of a very wide
 row small.
 """
 
@@ -27,7 +27,7 @@ import re
 import numpy as np
 
 from cardinal.planner.stats import TableStats
-from cardinal.ps.plan import Piece, ShardingPlan
+from cardinal.sharding.plan import Piece, ShardingPlan
 
 # a table spreads past this share of a server's mean load; first none (inf): a table up to ``tolerance``
 # times the mean may stay whole

@@ -2,7 +2,7 @@
 
 from cardinal.planner.propose import balance, describe, loads
 from cardinal.planner.stats import TableStats
-from cardinal.ps.plan import ShardingPlan
+from cardinal.sharding.plan import ShardingPlan
 
 
 def report(plan: ShardingPlan, stats: list[TableStats]) -> str:

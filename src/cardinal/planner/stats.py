@@ -17,14 +17,13 @@ from pathlib import Path
 
 import numpy as np
 
-from cardinal.durable import load_array
+from cardinal.checkpoint.layout import latest
+from cardinal.checkpoint.reader import Reader
 from cardinal.embedding import formats
 from cardinal.embedding.hashing import fold
 from cardinal.embedding.table import stored_width
 from cardinal.optim import make_optimizer
 from cardinal.planner.inputs import PlanInputs
-from cardinal.ps import checkpoint
-from cardinal.ps.checkpoint_load import read_chain
 
 ROW_OVERHEAD = 32  # bytes a row takes beside its words: id, count, last step, index slot
 
@@ -89,44 +88,18 @@ def from_run(run_dir, inputs: PlanInputs, rows: int = 200_000) -> list[TableStat
     """Rows per table from ``run_dir``'s newest checkpoint (every piece's rows, any plan; a delta
     counted with its chain: a delta's manifests count only the rows touched since its base), ids a
     step from a sample of the recipe's data."""
-    found = checkpoint.latest(Path(run_dir) / "checkpoints")
+    found = latest(Path(run_dir) / "checkpoints")
     if found is None:
         raise ValueError(f"{run_dir} has no committed checkpoint to read table sizes from")
-    chain = read_chain(found)
-    newest = chain[-1][1]
+    newest = Reader(found).chain[-1]  # every link verified first
     counted: dict[str, int] = {}
     for table in _widths(inputs):
-        first = newest["plan"].pieces(table)[0]  # every piece of a table holds the same ids
-        held = [m["tables"][first.name(table)] for m in newest["manifests"].values()
-                if first.name(table) in m["tables"]]
-        if not held:
-            raise ValueError(f"{found} holds no table {table!r} (it has {sorted(_saved_names(newest))}): the "
+        counted[table] = newest.row_count(table)
+        if counted[table] is None:
+            raise ValueError(f"{found} holds no table {table!r} (it has {sorted(newest.tables)}): the "
                              "recipe's tables must be the run's (the same embedding.shared, dims, model)")
-        counted[table] = sum(t["rows"] for t in held) if len(chain) == 1 else len(_chain_ids(chain, table))
     sampled = from_sample(inputs, rows)
     return [replace(s, rows=counted[s.name]) for s in sampled]
-
-
-def _saved_names(info: dict) -> set[str]:
-    return {name for m in info["manifests"].values() for name in m["tables"]}
-
-
-def _chain_ids(chain, table: str) -> np.ndarray:
-    """The ids of ``table`` after loading a delta chain [(step dir, commit info)] (``read_chain``:
-    the full checkpoint first), each delta's deleted ids out, its rows' ids in (the first piece's:
-    every piece holds the same ids)."""
-    ids = np.empty(0, np.int64)
-    for path, info in chain:
-        name = info["plan"].pieces(table)[0].name(table)
-        saved, deleted = [ids[:0]], [ids[:0]]
-        for m in info["manifests"].values():
-            if name in m["tables"]:
-                files, base = m["tables"][name]["files"], checkpoint.shard_dir(path, m["shard"], m["n_shards"])
-                saved.append(np.asarray(load_array(base / files["ids"]["file"])))
-                if checkpoint.DELETED in files:
-                    deleted.append(np.asarray(load_array(base / files[checkpoint.DELETED]["file"])))
-        ids = np.union1d(np.setdiff1d(ids, np.concatenate(deleted)), np.concatenate(saved))
-    return ids
 
 
 def heaps(d_half: int, n_half: int, d: int, n: int, total: int) -> int:

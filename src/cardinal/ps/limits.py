@@ -2,21 +2,21 @@
 
 They hold for every transport (the in-process one too) and are tested without sockets.
 Limits that concern bytes and calls (message size, concurrent calls, header size and depth)
-belong to the server and the wire (``server.py``, ``wire.py``).
+belong to the server and the wire (``server/process.py``, ``transport/wire.py``).
 
     max_rows                   rows of all tables together on this server; a request that
                                would pass it is refused whole (``StoreFull``), nothing created
     memory_budget              bytes of all tables together in RAM (0: none); past it rows
-                               leave RAM (``memory.py``); new rows it has no room for (the
-                               rows held are in flight) are refused (``StoreFull``, ``budget.py``)
+                               leave RAM (``server/memory.py``); new rows it has no room for (the
+                               rows held are in flight) are refused (``StoreFull``, ``server/budget.py``)
     disk_budget                bytes of rows in the disk tier (0: no disk tier); past it the
                                disk tier's rows are evicted
     max_new_rows_per_request   rows one pull or push may create
-    request_window             request ids remembered per client (exactly-once, ``request_log.py``)
+    request_window             request ids remembered per client (exactly-once, ``server/request_log.py``)
     max_clients                clients remembered at once; idle ones are forgotten after
     client_idle_s              seconds without a request (longer than any client's resends)
     max_step_ahead             steps a training request may run past the newest step this
-                               server accepted; past it the request is refused (``step_clock.py``)
+                               server accepted; past it the request is refused (``server/step_clock.py``)
     max_gradient               the largest |gradient| a push may carry; past it the push is
                                refused whole, as a non-finite one is. The default, 1e9, is far
                                past any sane gradient, and its square (1e18) added to a float32
@@ -28,7 +28,7 @@ belong to the server and the wire (``server.py``, ``wire.py``).
 
 from dataclasses import dataclass, fields
 
-from cardinal.ps.step_clock import MAX_STEP_AHEAD
+MAX_STEP_AHEAD = 64  # the default of ps.max_step_ahead: the combined-step window (server/worker_steps.py MAX_AHEAD)
 
 
 class StoreFull(ValueError):

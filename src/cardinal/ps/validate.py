@@ -6,9 +6,12 @@ leaves the store exactly as it was (tests compare digests before and after).
 
 import numpy as np
 
-from cardinal.ps.request_log import quote
-
 MAX_STEP = 2**32 - 1
+
+
+def quote(text: str, n: int = 64) -> str:
+    """A user string for an error message: at most ``n`` characters of it."""
+    return repr(text) if len(text) <= n else f"{text[:n]!r}... ({len(text)} characters)"
 
 
 def check_table(name, tables: dict) -> None:
@@ -103,13 +106,13 @@ def check_step(step) -> None:
 
 
 def check_routing(ids: np.ndarray, shard: int, plan, table: str) -> None:
-    """Every id of a request to stored table ``table`` is shard ``shard``'s by ``plan`` (``plan.py``)."""
+    """Every id of a request to stored table ``table`` is shard ``shard``'s by ``plan`` (``sharding/plan.py``)."""
     if plan.n_shards == 1 or len(ids) == 0:
         return
     wrong = np.flatnonzero(plan.route(table, ids) != shard)
     if len(wrong):
         raise ValueError(f"id {int(ids[wrong[0]])} of table {table!r} belongs to another shard than {shard} of "
-                         f"{plan.n_shards} by the sharding plan; route ids with the client (ps/plan.py)")
+                         f"{plan.n_shards} by the sharding plan; route ids with the client (sharding/plan.py)")
 
 
 def _describe(x) -> str:

@@ -20,7 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
-from cardinal.durable import file_entry, fsync_dir, write_json
+from cardinal.checkpoint.best import best_checkpoint
+from cardinal.checkpoint.durable import file_entry, fsync_dir, write_json
+from cardinal.checkpoint.layout import COMMIT, committed, latest
 from cardinal.serve.tables import FORMS, SnapshotTable
 
 MANIFEST = "manifest.json"
@@ -30,16 +32,13 @@ FIELD_SHIFT = {"movielens": 40}  # where an id's field bits start (the readers p
 
 def find_checkpoint(run_dir: Path, checkpoint: str | Path | None = None) -> Path:
     """``checkpoint``, else the run's best (``best.json``), else its newest committed one."""
-    from cardinal.ps import checkpoint as ckpt
-    from cardinal.train.best import best_checkpoint
-
     if checkpoint is not None:
         path = Path(checkpoint)
-        if not (path / ckpt.COMMIT).is_file():
-            raise ValueError(f"{path} is not a committed checkpoint (no {ckpt.COMMIT})")
+        if not committed(path):
+            raise ValueError(f"{path} is not a committed checkpoint (no {COMMIT})")
         return path
     root = Path(run_dir) / "checkpoints"
-    found = best_checkpoint(root) or ckpt.latest(root)
+    found = best_checkpoint(root) or latest(root)
     if found is None:
         raise ValueError(f"{run_dir} has no committed checkpoint to export")
     return found
@@ -76,18 +75,6 @@ def dense_fields(recipe) -> list[str]:
     return list(movielens.DENSE if recipe.data.format == "movielens" else criteo.DENSE)
 
 
-def dense_state(step_path: Path, info: dict | None = None) -> dict:
-    """The checkpoint's dense model state (verified against its commit marker, ``info`` when read already)."""
-    from cardinal.ps import checkpoint as ckpt
-    from cardinal.ps.checkpoint_load import read_commit
-    from cardinal.train.state_io import load_tree
-
-    entry = (info or read_commit(step_path))["files"].get(f"dense/{ckpt.STATE}")
-    if entry is None:
-        raise ValueError(f"{step_path} holds no dense/{ckpt.STATE}: not a trainer checkpoint")
-    return load_tree(step_path / "dense", entry)["model"]
-
-
 def load_store(recipe, step_path: Path | None = None, shard: int = 0, n_shards: int = 1):
     """A store in this process holding shard ``shard`` of ``n_shards`` of the checkpoint, all in RAM
     (``step_path`` None: empty)."""
@@ -100,16 +87,13 @@ def load_store(recipe, step_path: Path | None = None, shard: int = 0, n_shards: 
     return store
 
 
-def load_stores(recipe, step_path: Path) -> list:
-    """Every shard of the checkpoint, each in a store of its own, as it was saved: a clustered
-    table (Saec) loads only into the shard count that saved it."""
-    from cardinal.ps.checkpoint_load import read_commit
-
-    n = read_commit(step_path)["n_shards"]
+def load_stores(recipe, saved) -> list:
+    """Every shard of the checkpoint ``saved`` (a ``Reader``), each in a store of its own, as it was
+    saved: a clustered table (Saec) loads only into the shard count that saved it."""
     stores = []
     try:
-        for shard in range(n):
-            stores.append(load_store(recipe, step_path, shard, n))
+        for shard in range(saved.n_shards):
+            stores.append(load_store(recipe, saved.path, shard, saved.n_shards))
     except BaseException:
         close_all(stores)
         raise
@@ -149,16 +133,15 @@ def export_run(run_dir: str | Path, out: str | Path, checkpoint: str | Path | No
     if any(p.exists() and not p.is_dir() for p in out.parents):
         raise ValueError(f"{out}: {next(p for p in out.parents if p.exists() and not p.is_dir())} is a file, "
                          "not a directory")
-    from cardinal.ps.checkpoint_load import read_commit
+    from cardinal.checkpoint.reader import Reader
 
     recipe = run_recipe(run_dir)
-    step_path = find_checkpoint(run_dir, checkpoint).resolve()
-    info = read_commit(step_path)
-    model = model_of(recipe, dense_state(step_path, info))
-    stores = load_stores(recipe, step_path)
+    saved = Reader(find_checkpoint(run_dir, checkpoint).resolve())
+    model = model_of(recipe, saved.dense_state()["model"])
+    stores = load_stores(recipe, saved)
     made = not out.exists()
     try:
-        return _write(recipe, model, stores, step_path, out, form, ratio, info)
+        return _write(recipe, model, stores, saved, out, form, ratio)
     except BaseException:
         if made:
             shutil.rmtree(out, ignore_errors=True)
@@ -170,10 +153,9 @@ def export_run(run_dir: str | Path, out: str | Path, checkpoint: str | Path | No
         close_all(stores)
 
 
-def _write(recipe, model, stores: list, step_path: Path, out: Path, form: str, ratio: float, info: dict) -> dict:
+def _write(recipe, model, stores: list, saved, out: Path, form: str, ratio: float) -> dict:
     from cardinal.compression.clustered import ClusteredTable, cluster_table
     from cardinal.models.projection import Projected
-    from cardinal.ps.checkpoint_chain import identity
     from cardinal.serve.onnx_model import export_onnx
     from cardinal.train import tables
 
@@ -192,7 +174,7 @@ def _write(recipe, model, stores: list, step_path: Path, out: Path, form: str, r
     export_onnx(model, len(dense_fields(recipe)), out / "model.onnx")
     files["model.onnx"] = file_entry(out / "model.onnx")
     fsync_dir(out / "tables")
-    manifest = {"kind": KIND, "version": 1, "step": stores[0].step, "checkpoint": str(step_path), **identity(info),
+    manifest = {"kind": KIND, "version": 1, "step": stores[0].step, "checkpoint": str(saved.path), **saved.identity,
                 "data_format": recipe.data.format, "model": recipe.model["name"],
                 "dim": recipe.embedding.dim, "uses_wide": bool(model.uses_wide),
                 "uses_embedding": bool(model.uses_embedding), "pooling": recipe.embedding.pooling,

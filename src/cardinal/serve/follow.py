@@ -3,7 +3,7 @@
     follower = Follower(RUN_DIR)
     new = follower.next_model(current)    # None while the run has nothing newer than current.step
 
-The newest checkpoint's whole chain is verified first (``checkpoint_chain.py``: each link of the
+The newest checkpoint's whole chain is verified first (``checkpoint/chain.py``: each link of the
 run and the very commit its delta was saved on, steps their directories', no loop, no longer
 than train.full_every allows): a chain that fails is a failed reload, and the old model stays.
 A delta chain that passes through the very checkpoint served (its directory, and the digest of
@@ -21,10 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
-from cardinal.ps import checkpoint
-from cardinal.ps.checkpoint_chain import identity
-from cardinal.ps.checkpoint_load import check_compatible, deleted_ids, read_chain, read_commit, table_chunks
-from cardinal.serve.export import close_all, dense_state, load_store, load_stores, lookup, run_recipe, table_rows
+from cardinal.checkpoint.layout import committed, latest
+from cardinal.checkpoint.reader import Reader
+from cardinal.serve.export import close_all, load_store, load_stores, lookup, run_recipe, table_rows
 from cardinal.serve.model import ServingModel
 from cardinal.serve.tables import SnapshotTable
 
@@ -40,56 +39,58 @@ class Follower:
         """Read the served checkpoint once, thrown away: the compiled kernels a reload runs are loaded
         before the first request, not while a reload holds requests up."""
         path = Path(current.manifest["checkpoint"])
-        if (path / checkpoint.COMMIT).is_file():
-            self._whole(path, read_commit(path), current)
+        if committed(path):
+            self._whole(Reader(path), current)
 
     def newest(self) -> Path | None:
-        return checkpoint.latest(self.root)
+        return latest(self.root)
 
     def next_model(self, current: ServingModel) -> ServingModel | None:
         found = self.newest()
-        if found is None or read_commit(found)["step"] <= current.step:
+        if found is None:
             return None
-        chain = read_chain(found)  # every link verified before anything is read
-        info = chain[-1][1]
+        head = Reader(found)
+        if head.step <= current.step:
+            return None
+        chain = head.chain  # every link verified before anything is read
         links = self._deltas_since(chain, current)
         if not links:
-            return self._whole(found, info, current)
+            return self._whole(head, current)
         rows = {}
-        for path, link in links:
+        for link in links:
             if self.stop.is_set():
                 return None
-            rows = _merge(rows, self._delta_rows(path, link, current))
-        return current.updated(info["step"], _source(found, info), dense_state(found, info), rows)
+            rows = _merge(rows, self._delta_rows(link, current))
+        return current.updated(head.step, _source(head), head.dense_state()["model"], rows)
 
     @staticmethod
-    def _deltas_since(chain: list[tuple[Path, dict]], current: ServingModel) -> list[tuple[Path, dict]]:
+    def _deltas_since(chain: list[Reader], current: ServingModel) -> list[Reader]:
         """The links of ``chain`` after the served checkpoint, oldest first; empty when the chain does
         not pass through it (the same directory, and the commit digest the served model records)."""
         served = Path(current.manifest["checkpoint"]).resolve()
         sha = current.manifest.get("commit_sha256")
-        for k, (path, info) in enumerate(chain[:-1]):
-            if sha is not None and info["sha256"] == sha and path.resolve() == served:
+        for k, link in enumerate(chain[:-1]):
+            if sha is not None and link.sha256 == sha and link.path.resolve() == served:
                 return chain[k + 1:]
         return []
 
-    def _delta_rows(self, path: Path, info: dict, current: ServingModel) -> dict:
+    def _delta_rows(self, link: Reader, current: ServingModel) -> dict:
         """{table: (ids, float32 values, deleted ids)} of one delta, every shard's, decoded."""
         store = load_store(self.recipe)
         try:
-            check_compatible(path, info, store.tables)
+            link.check_compatible(store.tables)
             out = {}
             for name in current.tables:
                 t = store.tables[name]
-                for _, block in table_chunks(path, info, store.plan, 0, t):
+                for _, block in link.row_chunks(store.plan, 0, t):
                     t.import_rows(*block)
                 ids = t.export()["ids"]
-                out[name] = (ids, lookup(t, ids), deleted_ids(path, info, store.plan, 0, name))
+                out[name] = (ids, lookup(t, ids), link.deleted_ids(store.plan, 0, name))
             return out
         finally:
             store.close()
 
-    def _whole(self, found: Path, info: dict, current: ServingModel) -> ServingModel:
+    def _whole(self, found: Reader, current: ServingModel) -> ServingModel:
         stores = load_stores(self.recipe, found)
         try:
             tables = {}
@@ -99,13 +100,12 @@ class Follower:
                 tables[name] = SnapshotTable.build(*table_rows(stores, name), old.form)
         finally:
             close_all(stores)
-        runner = current.runner.reweighted(dense_state(found, info))
-        return ServingModel({**current.manifest, **_source(found, info), "step": info["step"]}, tables, runner,
-                            info["step"])
+        runner = current.runner.reweighted(found.dense_state()["model"])
+        return ServingModel({**current.manifest, **_source(found), "step": found.step}, tables, runner, found.step)
 
 
-def _source(path: Path, info: dict) -> dict:
-    return {"checkpoint": str(path), **identity(info)}
+def _source(saved: Reader) -> dict:
+    return {"checkpoint": str(saved.path), **saved.identity}
 
 
 def _merge(older: dict, newer: dict) -> dict:

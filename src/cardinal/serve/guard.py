@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from cardinal.netguard import ConnectionCap, HttpLimits
+from cardinal.train.config import build, parse_override
 
 REFUSED = b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
 
@@ -37,8 +38,6 @@ class ServeLimits(HttpLimits):
 
 def limits(settings: list[str]) -> ServeLimits:
     """``cardinal serve --set KEY=VALUE`` values as limits; an unknown or mistyped key is named."""
-    from cardinal.train.config import build, parse_override
-
     return build(ServeLimits, {".".join(k): v for k, v in map(parse_override, settings)}, "serve")
 
 

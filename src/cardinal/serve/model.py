@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from cardinal.durable import read_json, verify_file
+from cardinal.checkpoint.durable import read_json, verify_file
 from cardinal.ps.transport.base import Completed
 from cardinal.serve.export import KIND, MANIFEST
 from cardinal.serve.onnx_model import DenseRunner

@@ -21,7 +21,7 @@ import numpy as np
 
 from cardinal.data import criteo
 from cardinal.data import tsv_kernels as K
-from cardinal.ps.request_log import quote
+from cardinal.ps.validate import quote
 
 COLUMNS = criteo.DENSE + criteo.SPARSE
 KEYS = ("rows", "labelled_rows", "examples")

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cardinal.durable import load_array, verify_file, write_array
+from cardinal.checkpoint.durable import load_array, verify_file, write_array
 from cardinal.serve.merge import merge
 
 FORMS = ("fp32", "fp16", "int8", "saec")

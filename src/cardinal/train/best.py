@@ -1,4 +1,4 @@
-"""The best evaluation a run has seen, and the marker that names its checkpoint.
+"""The best evaluation a run has seen: how the trainer judges which checkpoint to keep as the best.
 
 Plain CTR models overfit from their second epoch, so the newest checkpoint is often not the
 best one. The trainer judges every evaluation by one metric (``train.early_stop``, AUC when
@@ -7,21 +7,13 @@ than ``train.min_delta``, and keeps that checkpoint beside the newest ones:
 
     checkpoints/step-0000000300/      the best (protected from keep_checkpoints)
     checkpoints/step-0000000450/      the newest
-    checkpoints/best.json             {"step": 300, "checkpoint": "step-0000000300", "metric": "auc",
-                                       "eval_auc": 0.79, "eval_logloss": 0.45}
+    checkpoints/best.json             names the best (``checkpoint/best.py``)
 
 ``Best.state()`` travels in every checkpoint's commit marker (``extra["best"]``), so a resumed
 run goes on judging, and counting evaluations without improvement, where it left off.
 """
 
-import math
 from dataclasses import dataclass, field
-from pathlib import Path
-
-from cardinal.durable import read_json, write_json
-from cardinal.ps import checkpoint
-
-MARKER = "best.json"
 
 
 @dataclass
@@ -62,22 +54,3 @@ class Best:
             return
         self.step, self.result, self.since = int(state["step"]), dict(state["result"]), int(state["since"])
         self.evaluated = state.get("evaluated")
-
-
-def write_marker(root: Path, best: Best) -> None:
-    """Name the best checkpoint (written after that checkpoint is committed)."""
-    write_json(root / MARKER, {"step": best.step, "checkpoint": checkpoint.step_dir(root, best.step).name,
-                               "metric": best.metric, **{k: v for k, v in best.result.items()
-                                                         if isinstance(v, (int, float)) and math.isfinite(v)}})
-
-
-def best_checkpoint(root: Path) -> Path | None:
-    """The committed checkpoint ``best.json`` names, or None (no marker, or its checkpoint is gone)."""
-    marker = root / MARKER
-    if not marker.is_file():
-        return None
-    step = read_json(marker).get("step")
-    if not isinstance(step, int) or isinstance(step, bool):
-        raise ValueError(f"{marker}: 'step' must be an integer, got {step!r}")
-    path = checkpoint.step_dir(root, step)
-    return path if (path / checkpoint.COMMIT).is_file() else None

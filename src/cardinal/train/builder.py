@@ -15,8 +15,7 @@ import torch
 from cardinal import planner
 from cardinal.models import MODELS
 from cardinal.models.projection import with_projections
-from cardinal.ps import PSClient, embedded
-from cardinal.ps.transport.grpc_transport import GrpcTransport
+from cardinal.ps import PSClient, connect
 from cardinal.train import tables
 from cardinal.train.config import DENSE_OPTIMIZERS, DataConfig, Recipe
 from cardinal.train.readers import make_readers
@@ -88,16 +87,13 @@ def client(recipe: Recipe, workers: Workers, run_dir: Path) -> PSClient:
     if workers.leader and not (plan.is_hash() and not plan.replicas) and \
             Path(ps.plan).resolve() != record.resolve():
         planner.write(plan, record)  # not the file the job reads (cardinal launch's): others read it now
-    if not ps.servers:
-        return embedded(tables.store_config(recipe), ps.shards, ps.concurrent, ps.store_limits(ps.shards), **codecs,
-                        tier_dir=ps.disk_dir, plan=plan)
-    in_flight = max(1, ps.max_concurrent_calls // workers.world)  # each worker its share of a server's calls
-    made = PSClient(GrpcTransport(ps.servers, ps.job, ps.token(), timeout=ps.timeout_s, tls_ca=ps.tls_ca or None,
-                                  max_message_mb=ps.max_message_mb, max_in_flight=in_flight,
-                                  share=workers.world), **codecs, plan=plan,
-                    worker=workers.rank, workers=workers.world)
-    made.check_plan([t.name for t in tables.store_config(recipe).tables], ps.timeout_s)
-    return made
+    if ps.servers:  # how to reach the servers; else what this process's shard stores are made of
+        where = {"servers": ps.servers, "job": ps.job, "token": ps.token(), "timeout": ps.timeout_s,
+                 "tls_ca": ps.tls_ca or None, "max_message_mb": ps.max_message_mb, "calls": ps.max_concurrent_calls,
+                 "worker": workers.rank, "workers": workers.world}
+    else:
+        where = {"concurrent": ps.concurrent, "limits": ps.store_limits(ps.shards), "tier_dir": ps.disk_dir}
+    return connect(tables.store_config(recipe), ps.shards, plan=plan, **codecs, **where)
 
 
 def source(recipe: Recipe, ps_client: PSClient, workers: Workers, consistency: str):

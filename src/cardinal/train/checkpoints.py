@@ -6,8 +6,8 @@ A checkpoint is a barrier: pushes are flushed, and the batch after it is pulled 
 the save. So a run resumed from step k is bitwise equal, tables and dense weights, to a run
 that saved at step k and went on (one worker). The checkpoint holds every shard, the dense
 model and optimizer state (and the baseline's), the step, the data position (epoch, batches
-read in it) and the best evaluation's state (``best.py``), in one commit. A load is all or
-nothing: checked before any shard or parameter changes. ``Checkpoints`` saves and restores the
+read in it) and the best evaluation's state (``best.py``), in one commit (``checkpoint/``). A
+load is all or nothing: checked before any shard or parameter changes. ``Checkpoints`` saves and restores the
 trainer's own state, so it holds the trainer, as ``Baseline`` does.
 """
 
@@ -18,11 +18,13 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from cardinal.ps import checkpoint
-from cardinal.ps.checkpoint_load import read_commit
+from cardinal.checkpoint.best import best_checkpoint, write_marker
+from cardinal.checkpoint.chain import deltas_since_full
+from cardinal.checkpoint.dense import save_tree
+from cardinal.checkpoint.layout import DENSE, committed, committed_steps, latest, step_dir, step_of
+from cardinal.checkpoint.reader import Reader
+from cardinal.checkpoint.retention import remove_older
 from cardinal.train import builder
-from cardinal.train.best import best_checkpoint, write_marker
-from cardinal.train.state_io import load_tree, save_tree
 
 
 class Checkpoints:
@@ -30,14 +32,14 @@ class Checkpoints:
         self.trainer = trainer
         self.saved: int | None = None   # the step of the newest checkpoint this run has
         self.kept_best: int | None = None  # the step best.json names
-        self.run_id = uuid.uuid4().hex  # the run's id in its checkpoints (ps/checkpoint_chain.py); a resume loads it
+        self.run_id = uuid.uuid4().hex  # the run's id in its checkpoints (checkpoint/chain.py); a resume loads it
 
     def begin(self, resume: bool) -> None:
         """Load the newest checkpoint to resume from; a new run refuses a directory that holds one."""
         root = self.trainer.run_dir / "checkpoints"
         if resume:
             self.trainer.load(root)
-        elif checkpoint.committed_steps(root):
+        elif committed_steps(root):
             raise ValueError(f"{self.trainer.run_dir} already holds checkpoints: resume it, or train into a new "
                              "directory")
 
@@ -62,27 +64,27 @@ class Checkpoints:
             protect = {s for s in (self.kept_best, tr.step if is_best else None) if s is not None}
             base = self._delta_base(root)
             tr.client.save(str(root), tr.step, keep=keep, extra=position, protect=protect, base=base,
-                           before_commit=lambda path: save_tree(path / "dense", dense),
+                           before_commit=lambda path: save_tree(path / DENSE, dense),
                            run={"id": self.run_id, "full_every": tr.recipe.train.full_every})
             if is_best:
-                write_marker(root, tr.best)
-                checkpoint.remove_older(root, keep, protect={tr.step})
+                write_marker(root, tr.best.step, tr.best.metric, tr.best.result)
+                remove_older(root, keep, protect={tr.step})
         if is_best:
             self.kept_best = tr.step
         tr.workers.barrier()
         tr.clock.restart()
         self.saved = tr.step
         for callback in tr.callbacks:
-            callback.on_checkpoint(tr, tr.step, checkpoint.step_dir(root, tr.step), is_best)
+            callback.on_checkpoint(tr, tr.step, step_dir(root, tr.step), is_best)
         return tr.step
 
     def _delta_base(self, root: Path) -> int | None:
         """The step this save is a delta on (the previous checkpoint, while its chain is shorter than
         train.full_every - 1 and every shard can save one: ``ShardStore.health``), or None for a full one."""
         prev, full_every = self.saved, self.trainer.recipe.train.full_every
-        if prev is None or full_every == 1 or not (checkpoint.step_dir(root, prev) / checkpoint.COMMIT).is_file():
+        if prev is None or full_every == 1 or not committed(step_dir(root, prev)):
             return None
-        if checkpoint.deltas_since_full(root, prev) + 1 >= full_every:
+        if deltas_since_full(root, prev) + 1 >= full_every:
             return None
         return prev if all(h.get("delta_safe", True) for h in self.trainer.client.health()) else None  # else full
 
@@ -91,8 +93,8 @@ class Checkpoints:
         tr = self.trainer
         root = (tr.run_dir / "checkpoints").resolve()
         if tr.workers.leader:
-            write_marker(root, tr.best)
-            checkpoint.remove_older(root, tr.recipe.train.keep_checkpoints, protect={tr.step})
+            write_marker(root, tr.best.step, tr.best.metric, tr.best.result)
+            remove_older(root, tr.recipe.train.keep_checkpoints, protect={tr.step})
         self.kept_best = tr.step
 
     def load(self, path: str | Path) -> dict:
@@ -101,23 +103,17 @@ class Checkpoints:
         All or nothing: the commit marker, the dense state (against the model's parameter names
         and shapes) and every shard's rows are verified before any shard or parameter changes."""
         tr = self.trainer
-        path = Path(path).resolve()
-        found = path if (path / checkpoint.COMMIT).exists() else checkpoint.latest(path)
-        if found is None:
-            raise ValueError(f"no committed checkpoint in {path}")
-        marker = read_commit(found)
-        dense_entry = marker["files"].get(f"dense/{checkpoint.STATE}")
-        if dense_entry is None:
-            raise ValueError(f"{found / checkpoint.COMMIT} lists no dense/{checkpoint.STATE}: not a trainer checkpoint")
-        dense = load_tree(found / "dense", dense_entry)
-        self._check_dense(found / "dense" / checkpoint.STATE, dense)
+        checkpoint = Reader.open(Path(path).resolve())
+        found = checkpoint.path
+        dense = checkpoint.dense_state()
+        self._check_dense(checkpoint.dense_path, dense)
         if tr.baseline is not None:
-            tr.baseline.check_state(found / "dense" / checkpoint.STATE, dense)
+            tr.baseline.check_state(checkpoint.dense_path, dense)
         if tr.workers.leader:
             info = tr.client.load(found)
         tr.workers.barrier()  # no worker pulls before the servers hold the checkpoint
         if not tr.workers.leader:
-            info = {"extra": marker["extra"]}
+            info = {"extra": checkpoint.extra}
         tr.model.load_state_dict(dense["model"])
         tr.optimizer.load_state_dict(dense["optimizer"])
         lr, decay = builder.dense_lr(tr.recipe, tr.workers.world), tr.recipe.dense_optimizer.weight_decay
@@ -129,18 +125,17 @@ class Checkpoints:
         extra = info["extra"]
         tr.step, tr.epoch, tr.batch_in_epoch = extra["step"], extra["epoch"], extra["batch_in_epoch"]
         self.saved = tr.step
-        self.run_id = (marker.get("run") or {}).get("id", self.run_id)  # none in a checkpoint from before run ids
+        self.run_id = checkpoint.run_id or self.run_id  # none in a checkpoint from before run ids
         tr.best.restore(extra.get("best"))
         root = found.parent
         kept = best_checkpoint(root)
-        self.kept_best = int(kept.name.split("-")[1]) if kept else None
+        self.kept_best = step_of(kept) if kept else None
         # a crash between the best checkpoint's commit and best.json: repaired from the newest checkpoint
         # only (an older one, loaded by `cardinal eval RUN --checkpoint`, records an older best)
         if tr.recipe.train.keep_best and tr.best.step is not None and tr.best.step != self.kept_best \
-                and found == checkpoint.latest(root) \
-                and (checkpoint.step_dir(root, tr.best.step) / checkpoint.COMMIT).is_file():
+                and found == latest(root) and committed(step_dir(root, tr.best.step)):
             if tr.workers.leader:
-                write_marker(root, tr.best)
+                write_marker(root, tr.best.step, tr.best.metric, tr.best.result)
             self.kept_best = tr.best.step
         return info
 
@@ -166,7 +161,7 @@ class Checkpoints:
 
     def last_checkpoint(self) -> str:
         """The newest committed checkpoint, as the error that stops a diverged run names it."""
-        last = checkpoint.latest(self.trainer.run_dir / "checkpoints")
+        last = latest(self.trainer.run_dir / "checkpoints")
         return f"the newest checkpoint is {last}" if last else "the run has no checkpoint"
 
     # --- refusing to save a diverged model -----------------------------------------------

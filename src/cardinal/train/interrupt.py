@@ -9,7 +9,7 @@ The handler only records the signal: the loop reads it once per step, in the all
 step already makes (``flags()`` beside the batch size), so W workers agree on the same step
 even when only one of them was signalled (torchrun, a shell's process group, a launcher that
 forwards the signal a moment apart). That step is trained without prefetching the next batch,
-checkpointed like any other (committed or absent, see ``durable.py``), and the run ends with
+checkpointed like any other (committed or absent, see ``checkpoint/write.py``), and the run ends with
 ``Interrupted``: the command prints one line and exits 128 + the signal (130, 143).
 
 A second signal while that happens is told to wait; a third aborts at once (KeyboardInterrupt):
@@ -52,7 +52,7 @@ class StopFlag:
             return
         self.repeats += 1
         if self.repeats >= 2:
-            raise KeyboardInterrupt  # a checkpoint half written is never committed (durable.py)
+            raise KeyboardInterrupt  # a checkpoint half written is never committed (checkpoint/write.py)
         print("cardinal: stopping: finishing the step and saving a checkpoint; signal again to abort without it",
               file=sys.stderr, flush=True)
 

@@ -7,6 +7,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from cardinal.data import CriteoReader, MovieLensReader, ParquetReader, generate, sizes
+from cardinal.data.download import default_dir
 from cardinal.data.generation_lock import generated_once
 from cardinal.progress import bar as progress_bar
 from cardinal.data.holdout import Holdout, count_rows
@@ -75,8 +76,6 @@ def make_readers(cfg: DataConfig, seed: int = 0, progress: bool = True, share: t
 
 def _check_movielens(folder: str) -> None:
     """A missing MovieLens folder is the first thing a new user meets: name both ways out."""
-    from cardinal.data.download import default_dir
-
     if not (Path(folder) / "ratings.csv").is_file():
         where = "" if Path(folder) == default_dir("movielens") else f" {folder}"
         raise ValueError(f"MovieLens data not found: {folder} holds no ratings.csv. Download it with "

@@ -11,6 +11,7 @@ run: a run already at them is refused (nothing would train) rather than rewritte
 import json
 from pathlib import Path
 
+from cardinal.checkpoint.layout import latest
 from cardinal.train import config
 from cardinal.train.config import Recipe
 
@@ -55,13 +56,12 @@ def resumed_recipe(run_dir: Path, overrides: list[str]) -> Recipe:
 def check_not_done(run_dir: Path, recipe: Recipe) -> None:
     """Refuse a resume that would do nothing: the newest checkpoint is already at the totals, and
     the run was summarised there (a signal at the last step leaves it to the resume to finish)."""
-    from cardinal.ps import checkpoint  # numba: only on a resume
-    from cardinal.ps.checkpoint_load import read_commit
+    from cardinal.checkpoint.reader import Reader  # numba: only on a resume
 
-    found = checkpoint.latest(run_dir / "checkpoints")
+    found = latest(run_dir / "checkpoints")
     if found is None:
         raise ValueError(f"no committed checkpoint in {run_dir / 'checkpoints'}: nothing to resume")
-    extra = read_commit(found)["extra"]
+    extra = Reader(found).extra
     step, epoch, t = extra["step"], extra["epoch"], recipe.train
     if ((t.steps and step >= t.steps) or epoch >= t.epochs) and _finished(run_dir, step):
         raise ValueError(f"run {run_dir} is at step {step} (epoch {epoch}) already; raise train.steps / "

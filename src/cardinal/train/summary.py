@@ -12,9 +12,9 @@ import time
 
 import numpy as np
 
-from cardinal.ps import checkpoint
+from cardinal.checkpoint.best import best_checkpoint
+from cardinal.checkpoint.layout import latest
 from cardinal.train import wire_metrics
-from cardinal.train.best import best_checkpoint
 from cardinal.train.memory_metrics import server_metrics
 from cardinal.train.report import plot_curves
 from cardinal.worker import EmbeddingCollection
@@ -67,7 +67,7 @@ def summarise(trainer, final: dict, samples: int, train_time: float) -> dict:
     headline = best.result if kept is not None and best.step is not None else final
     summary = {**headline, **{f"last_{k}": v for k, v in final.items()},
                "best_step": best.step if kept is not None else trainer.step,
-               "best_checkpoint": str(kept if kept is not None else checkpoint.latest(root)),
+               "best_checkpoint": str(kept if kept is not None else latest(root)),
                "stopped_early": trainer.stop_reason}
     transport = trainer.client.transport
     if hasattr(transport, "bytes_sent"):  # network traffic, all workers together
@@ -76,7 +76,7 @@ def summarise(trainer, final: dict, samples: int, train_time: float) -> dict:
     summary = {**summary, "steps": trainer.step, "samples": samples, "train_seconds": train_time,
                "samples_per_s": samples / train_time if train_time else 0.0, "timings_s": timings,
                "bad_lines": getattr(trainer.train_data, "bad_lines", 0),
-               "checkpoint": str(checkpoint.latest(run_dir / "checkpoints")), "workers": w.world,
+               "checkpoint": str(latest(run_dir / "checkpoints")), "workers": w.world,
                **staleness(trainer.embedding), **wire_metrics.per_sample(trainer.client, w, samples, summed=True),
                **trainer.meter.summary(train_time), "device": str(trainer.device), **cache_metrics(trainer.embedding),
                **server_metrics(trainer.client)}

@@ -1,7 +1,7 @@
 """One thread budget for a worker: torch, Cardinal's kernels and numba share ``train.threads``.
 
 The phases of a step take turns on the cores rather than running at once: dedup and pooling
-(Cardinal's kernel threads, ``embedding.parallel``), then the dense forward and backward
+(Cardinal's kernel threads, ``cardinal/parallel.py``), then the dense forward and backward
 (torch's intra-op threads), then pushes (the embedded shards' kernels, on the same kernel
 threads). So each gets the whole budget, and the budget is the cores this worker may use;
 only the batch prefetcher (one thread, parsing while the step runs) lies outside it.
@@ -12,7 +12,7 @@ import os
 import numba
 import torch
 
-from cardinal.embedding import parallel
+from cardinal import parallel
 
 
 def budget(threads: int) -> int:

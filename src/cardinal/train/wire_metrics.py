@@ -5,7 +5,7 @@
     wire_bytes_in/out_per_sample   whole gRPC messages (ids, headers, evaluation too); gRPC only
     copied_ids_per_sample, copied_stale_ids_per_sample   ids read from copies of hot rows, and
                             those whose copies were past their bound; only with a plan that
-                            copies hot rows (``ps/plan.py``)
+                            copies hot rows (``sharding/plan.py``)
 
 Summed over all workers and divided by all workers' samples: a collective, so every worker
 calls it at the same point (the trainer's log lines and its summary).

@@ -54,7 +54,7 @@ from torch import nn
 from cardinal.data.batch import Bag
 from cardinal.embedding import unique_inverse
 from cardinal.embedding.hashing import fold
-from cardinal.ps.client import PSClient
+from cardinal.ps.client.client import PSClient
 from cardinal.ps.transport.base import DEFAULT_TIMEOUT, Handle
 from cardinal.worker.clip import CowClip
 from cardinal.worker.device import DeviceRows, Staged, to_host

@@ -3,7 +3,7 @@
 Every id not yet admitted has an exact counter (12 bytes plus its index slot), so the memory
 grows with the number of distinct ids seen once: the price of exactness. An admitted id's
 counter is dropped (its row counts from then on); an evicted row's id starts again from zero.
-Under a memory budget the counters age out instead (``ps/budget.py`` calls ``decay``): every
+Under a memory budget the counters age out instead (``ps/server/budget.py`` calls ``decay``): every
 count is halved, the ids seen once are forgotten, and the rest are packed into a fresh map.
 """
 

@@ -27,7 +27,7 @@ from cardinal.failpoints import failpoint
 class RocksTier(ColdTier):
     def __init__(self, path: str | Path, width: int, write_buffer: int = 16 << 20, cache: int = 8 << 20):
         """``write_buffer``, ``cache``: RocksDB's memtable size (it holds two at most: one being
-        flushed) and block cache, in bytes (a server sizes them from its budget: ps/process_memory.py)."""
+        flushed) and block cache, in bytes (a server sizes them from its budget: ps/server/process_memory.py)."""
         self.path = Path(path)
         self.width = width
         if self.path.exists():
@@ -88,7 +88,7 @@ class RocksTier(ColdTier):
         """The key filter and RocksDB's index and filter blocks, which grow with the tier (as RocksDB
         estimates them: they follow its compactions, so demotions are timed by them too). Its
         memtables (at most 2 x write_buffer) and block cache are not counted: a server sizes them
-        within its budget's margin (ps/process_memory.py)."""
+        within its budget's margin (ps/server/process_memory.py)."""
         db = self._db
         return self.keys.nbytes + (db.property_int_value("rocksdb.estimate-table-readers-mem") if db else 0)
 

@@ -1,18 +1,17 @@
 """The narrow interface through which workers reach shard stores.
 
 Six calls, each returning a ``Handle`` whose ``.wait(timeout)`` gives the result or raises
-the request's error. Two strategies: ``InProcessTransport`` (the embedded default: stores in
-this process, no sockets) and the gRPC transport (stores in server processes). A client
-addresses shards by index; routing ids to shards is the client's job, not the transport's.
+the request's error; a pull and a push take their request whole (``requests.py``). Two
+strategies: ``InProcessTransport`` (the embedded default: stores in this process, no sockets)
+and the gRPC transport (stores in server processes). A client addresses shards by index;
+routing ids to shards is the client's job, not the transport's.
 """
 
 from abc import ABC, abstractmethod
 from concurrent.futures import Future, TimeoutError as FutureTimeout
 from typing import Any
 
-import numpy as np
-
-from cardinal.ps.worker_steps import Origin
+from cardinal.ps.transport.requests import PullRequest, PushRequest
 
 DEFAULT_TIMEOUT = 60.0
 
@@ -64,17 +63,13 @@ class Transport(ABC):
     n_shards: int
 
     @abstractmethod
-    def pull(self, shard: int, table: str, ids: np.ndarray, *, create: bool, step: int,
-             request_id: str | None = None, codec: str = "fp32") -> Handle:
-        """``ShardStore.pull``; the rows arrive as ``codec`` (``cardinal.codecs``) delivers them."""
+    def pull(self, shard: int, request: PullRequest) -> Handle:
+        """``ShardStore.pull``; the rows arrive as the request's codec (``cardinal.codecs``) delivers them."""
 
     @abstractmethod
-    def push(self, shard: int, table: str, ids: np.ndarray, grads: np.ndarray, *, step: int,
-             kind: str = "grad", request_id: str | None = None, origin: Origin | None = None,
-             codec: str = "fp32", counts: np.ndarray | None = None) -> Handle:
-        """``ShardStore.push`` of the gradients as ``codec`` delivers them: the reply is
-        {"clock": ...} for a push with an ``origin``, else {}. ``counts``: (len(ids),) int32 >= 1
-        updates per gradient row, or None (one each)."""
+    def push(self, shard: int, request: PushRequest) -> Handle:
+        """``ShardStore.push`` of the gradients as the request's codec delivers them: the reply is
+        {"clock": ...} for a push with an origin, else {}."""
 
     @abstractmethod
     def save(self, shard: int, root: str, step: int, base: int | None = None) -> Handle:

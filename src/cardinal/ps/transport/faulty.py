@@ -62,15 +62,11 @@ class FaultyTransport(Transport):
             return _Lost(delivered, what)
         return FutureHandle(delivered, what)
 
-    def pull(self, shard, table, ids, *, create, step, request_id=None, codec="fp32"):
-        return self._faulty(f"pull from shard {shard}", lambda: self.inner.pull(
-            shard, table, ids, create=create, step=step, request_id=request_id, codec=codec))
+    def pull(self, shard, request):
+        return self._faulty(f"pull from shard {shard}", lambda: self.inner.pull(shard, request))
 
-    def push(self, shard, table, ids, grads, *, step, kind="grad", request_id=None, origin=None, codec="fp32",
-             counts=None):
-        return self._faulty(f"push to shard {shard}", lambda: self.inner.push(
-            shard, table, ids, grads, step=step, kind=kind, request_id=request_id, origin=origin, codec=codec,
-            counts=counts))
+    def push(self, shard, request):
+        return self._faulty(f"push to shard {shard}", lambda: self.inner.push(shard, request))
 
     def save(self, shard, root, step, base=None):
         return self.inner.save(shard, root, step, base)

@@ -33,6 +33,7 @@ from cardinal import codecs
 from cardinal.failures import ServerFailure
 from cardinal.ps.transport import wire
 from cardinal.ps.transport.base import DEFAULT_TIMEOUT, Handle, TransientError, Transport
+from cardinal.ps.transport.requests import PullRequest, PushRequest
 
 BUSY_RETRIES, BUSY_BACKOFF_S = 8, 0.05
 REFUSED = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.PERMISSION_DENIED,
@@ -209,7 +210,7 @@ class GrpcTransport(Transport):
 
     def _follow(self, shard: int, limits: dict) -> None:
         """Calls to ``shard`` sized as its server reads them: a server under a memory budget reads
-        fewer and smaller calls at once (ps/process_memory.py), and a client that sent more would
+        fewer and smaller calls at once (ps/server/process_memory.py), and a client that sent more would
         be refused and wait (each of ``share`` clients takes its part of the server's calls); its
         calls in flight give their slots back to the semaphore they took."""
         self._message[shard] = min(self.chunk_bytes, int(limits["message_bytes"]))
@@ -224,14 +225,14 @@ class GrpcTransport(Transport):
 
     # --- the six calls ---------------------------------------------------------------------
 
-    def pull(self, shard, table, ids, *, create, step, request_id=None, codec="fp32"):
-        rows_codec = codecs.get(codec)
-        chunks = self._chunks(len(ids), 8 + rows_codec.row_bytes(self._dim(shard, table)), shard)
-        rid = request_id or f"{self._client}-{next(self._seq)}"
+    def pull(self, shard: int, request: PullRequest) -> Handle:
+        r, rows_codec = request, codecs.get(request.codec)
+        chunks = self._chunks(len(r.ids), 8 + rows_codec.row_bytes(self._dim(shard, r.table)), shard)
+        rid = r.request_id or f"{self._client}-{next(self._seq)}"
         named = {} if rows_codec.name == "fp32" else {"codec": rows_codec.name}  # fp32: as servers before codecs read
-        parts = [self._call(shard, "Pull", {"table": table, "ids_bytes": 8 * (c.stop - c.start), "ids_dtype": "int64",
-                                            "create": create, **named,
-                                            "step": int(step), "request_id": f"{rid}.{k}"}, ids[c])
+        parts = [self._call(shard, "Pull", {"table": r.table, "ids_bytes": 8 * (c.stop - c.start), "ids_dtype": "int64",
+                                            "create": r.create, **named,
+                                            "step": int(r.step), "request_id": f"{rid}.{k}"}, r.ids[c])
                  for k, c in enumerate(chunks)]
 
         def combine(replies):
@@ -244,25 +245,25 @@ class GrpcTransport(Transport):
             return rows[0] if rows[0].flags.writeable else rows[0].copy()  # fp32 rows are a view of the reply
         return _Mapped(parts, combine)
 
-    def push(self, shard, table, ids, grads, *, step, kind="grad", request_id=None, origin=None, codec="fp32",
-             counts=None):
-        grads_codec = codecs.get(codec)
-        dim = grads.shape[1] if grads.ndim == 2 else 0
-        rid = request_id or f"{self._client}-{next(self._seq)}"
+    def push(self, shard: int, request: PushRequest) -> Handle:
+        r, grads_codec = request, codecs.get(request.codec)
+        dim = r.grads.shape[1] if r.grads.ndim == 2 else 0
+        rid = r.request_id or f"{self._client}-{next(self._seq)}"
         parts = []
-        chunks = self._chunks(len(ids), 8 + grads_codec.row_bytes(max(dim, 1)) + (0 if counts is None else 4), shard)
+        chunks = self._chunks(len(r.ids), 8 + grads_codec.row_bytes(max(dim, 1)) + (0 if r.counts is None else 4),
+                              shard)
         for k, c in enumerate(chunks):
-            g = np.ascontiguousarray(grads[c], np.float32)
+            g = np.ascontiguousarray(r.grads[c], np.float32)
             if grads_codec.name != "fp32":  # fp32 sends any array as it is: the server judges its shape
                 g = grads_codec.encode(g)
-            header = {"table": table, "ids_bytes": 8 * (c.stop - c.start), "ids_dtype": "int64",
+            header = {"table": r.table, "ids_bytes": 8 * (c.stop - c.start), "ids_dtype": "int64",
                       "grads_bytes": g.nbytes, "dim": dim,
-                      "dtype": "float32", "codec": wire.push_codec_name(grads_codec), "step": int(step), "kind": kind,
-                      "request_id": f"{rid}.{k}"}
-            if origin is not None:  # each message is one part of the worker's push of this step
-                header.update(vars(origin.split(k, len(chunks))))
-            extra = wire.with_counts(header, None if counts is None else counts[c])  # counts: after the grads
-            parts.append(self._call(shard, "Push", header, ids[c], g, *extra))
+                      "dtype": "float32", "codec": wire.push_codec_name(grads_codec), "step": int(r.step),
+                      "kind": r.kind, "request_id": f"{rid}.{k}"}
+            if r.origin is not None:  # each message is one part of the worker's push of this step
+                header.update(vars(r.origin.split(k, len(chunks))))
+            extra = wire.with_counts(header, None if r.counts is None else r.counts[c])  # counts: after the grads
+            parts.append(self._call(shard, "Push", header, r.ids[c], g, *extra))
         return _Mapped(parts, _push_reply)
 
     def save(self, shard, root, step, base=None):

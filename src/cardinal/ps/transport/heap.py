@@ -15,7 +15,7 @@ client leaves its process's allocator as it found it.
 glibc only: elsewhere (musl, macOS) this does nothing and says so through its result.
 
 Under a ``ps.memory_budget`` what the heap keeps is part of what the process holds
-(``ps/process_memory.py``): each thread's arena keeps its own freed blocks, so the arenas are
+(``ps/server/process_memory.py``): each thread's arena keeps its own freed blocks, so the arenas are
 capped at ARENAS and each keeps at most a 16th of the budget: a server with a disk tier at a
 64 MiB budget peaked at 1,260 MB with glibc's arenas (up to 8 per core: gRPC's and RocksDB's
 threads) and at 702 MB with 2 (benchmarks/server_rss.py --budgets-mib 64 --steps 20). Blocks

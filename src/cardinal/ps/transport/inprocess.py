@@ -13,8 +13,9 @@ are what the gRPC transport would deliver, bitwise, so a recipe gives the same n
 from concurrent.futures import ThreadPoolExecutor
 
 from cardinal import codecs
-from cardinal.ps.store import ShardStore
+from cardinal.ps.server.store import ShardStore
 from cardinal.ps.transport.base import Completed, FutureHandle, Handle, Transport
+from cardinal.ps.transport.requests import PullRequest, PushRequest
 
 
 class InProcessTransport(Transport):
@@ -35,22 +36,23 @@ class InProcessTransport(Transport):
             return Completed.run(fn, *args, **kwargs)
         return FutureHandle(self._lanes[shard].submit(fn, *args, **kwargs), f"{method} on in-process shard {shard}")
 
-    def pull(self, shard, table, ids, *, create, step, request_id=None, codec="fp32"):
-        if codec == "fp32":  # the store's own rows: no round trip, nothing to pay
-            return self._call(shard, "pull", table, ids, create=create, step=step, request_id=request_id)
-        rows_codec, store = codecs.get(codec), self.stores[shard]
+    def pull(self, shard: int, request: PullRequest) -> Handle:
+        r = request
+        if r.codec == "fp32":  # the store's own rows: no round trip, nothing to pay
+            return self._call(shard, "pull", r.table, r.ids, create=r.create, step=r.step, request_id=r.request_id)
+        rows_codec, store = codecs.get(r.codec), self.stores[shard]
         return self._run(shard, "pull", lambda: rows_codec.roundtrip(
-            store.pull(table, ids, create=create, step=step, request_id=request_id)))
+            store.pull(r.table, r.ids, create=r.create, step=r.step, request_id=r.request_id)))
 
-    def push(self, shard, table, ids, grads, *, step, kind="grad", request_id=None, origin=None, codec="fp32",
-             counts=None):
-        if codec != "fp32":  # fp32: the store judges the array as given
-            grads_codec, store = codecs.get(codec), self.stores[shard]
-            return self._run(shard, "push", lambda: store.push(table, ids, grads_codec.roundtrip(grads), step=step,
-                                                         kind=kind, request_id=request_id, origin=origin,
-                                                         counts=counts))
-        return self._call(shard, "push", table, ids, grads, step=step, kind=kind, request_id=request_id,
-                          origin=origin, counts=counts)
+    def push(self, shard: int, request: PushRequest) -> Handle:
+        r = request
+        if r.codec != "fp32":  # fp32: the store judges the array as given
+            grads_codec, store = codecs.get(r.codec), self.stores[shard]
+            return self._run(shard, "push", lambda: store.push(r.table, r.ids, grads_codec.roundtrip(r.grads),
+                                                         step=r.step, kind=r.kind, request_id=r.request_id,
+                                                         origin=r.origin, counts=r.counts))
+        return self._call(shard, "push", r.table, r.ids, r.grads, step=r.step, kind=r.kind, request_id=r.request_id,
+                          origin=r.origin, counts=r.counts)
 
     def save(self, shard, root, step, base=None):
         return self._call(shard, "save", root, step, base)

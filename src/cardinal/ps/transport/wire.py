@@ -32,7 +32,7 @@ import numpy as np
 
 from cardinal import codecs
 from cardinal.codecs import Codec
-from cardinal.ps.request_log import quote
+from cardinal.ps.validate import quote
 
 SERVICE = "cardinal.Shard"  # the gRPC service: its methods are /cardinal.Shard/Pull, Push, Save, Load, Stats
 PROTOCOL = 1

@@ -7,7 +7,7 @@
 indices and costs several times the forward; here backward is one pass over the ids, in a
 fixed order (so bitwise deterministic), producing the (U, dim) gradient that is pushed.
 
-Both run on the kernel threads (``embedding.parallel``), with the same bits for any thread
+Both run on the kernel threads (``cardinal/parallel.py``), with the same bits for any thread
 count: forward splits the bags (each bag is summed by one thread, as before), backward splits
 the rows (each row's uses are added by one thread, in increasing position, as before).
 """
@@ -16,7 +16,7 @@ import numba as nb
 import numpy as np
 import torch
 
-from cardinal.embedding import parallel
+from cardinal import parallel
 from cardinal.embedding.hashing import U64
 from cardinal.worker.pooling.base import Pooling
 

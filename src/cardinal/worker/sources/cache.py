@@ -21,7 +21,7 @@ row's lag is:
     its pending gradients (steps not pushed yet) + the steps of its own pushes since it was
     fetched (k for a sum of k), and, with several workers, the others' updates (one each):
     each push reply carries the shard's update log since this worker's cursor
-    (``ps/update_log.py``): (id, step) of each update by other workers; those of steps the
+    (``ps/server/update_log.py``): (id, step) of each update by other workers; those of steps the
     fetched row surely reflected (the servers' clock at the pull) are not counted;
     + updates applied after the last reply, not known yet, bounded by steps: with combined
     steps a row gets at most one update per step, and only steps in (max(reply clock, the
@@ -40,12 +40,10 @@ import torch
 
 from cardinal.ps.transport.base import DEFAULT_TIMEOUT, Handle
 from cardinal.worker.sources.base import RowSource
+from cardinal.worker.sources.cache_history import UNSENT, History
 from cardinal.worker.sources.cache_policy import Admission, make_policy
 from cardinal.worker.sources.cache_slots import Slots, slots_for
 from cardinal.worker.sources.ps import PSSource
-
-HISTORY = 32  # events (own pushes, log reports) remembered for pulls still in flight
-UNSENT = np.iinfo(np.int64).max  # the step of an evicted row's gradients: in some later push
 
 
 class CachedSource(RowSource):
@@ -88,10 +86,7 @@ class CachedSource(RowSource):
         self.pushed: dict[str, int] = {}                  # table -> the last step sent
         self.cursor = {t: [0] * self.n_shards for t in dims}           # per shard: update log position
         self.reply_clock = {t: np.full(self.n_shards, -1, np.int64) for t in dims}
-        self.events: dict[str, deque] = {t: deque(maxlen=HISTORY) for t in dims}  # log reports: (n, ids, steps, counts)
-        self.n_events = {t: 0 for t in dims}
-        self.own: dict[str, deque] = {t: deque(maxlen=HISTORY) for t in dims}  # own pushes: (sorted ids, step)
-        self.applied: dict[str, int] = {t: -1 for t in dims}  # own pushes of steps <= this are applied
+        self.history = {t: History() for t in dims}       # what happened while pulls were in flight
         self._replies: deque = deque()
         self._last_hit: dict[str, np.ndarray] = {}
         if inner.workers > 1:
@@ -128,7 +123,7 @@ class CachedSource(RowSource):
         self.counters[f"{table}.unique_hits"] += int(hit.sum())
         handle = self.inner.pull(table, misses, create=True, step=step) if len(misses) else None
         return _CachedPull(self, table, ids, hit, values, misses, admit, handle, self._seen(table),
-                           (self.n_events[table], self.applied[table]), step)
+                           self.history[table].mark(), step)
 
     def record_uses(self, table: str, inverse: np.ndarray) -> None:
         """Accesses of the last pull of ``table`` (the collection's inverse): hit rate over accesses."""
@@ -155,7 +150,7 @@ class CachedSource(RowSource):
     def _fill(self, table: str, ids: np.ndarray, fetched: np.ndarray, admit: np.ndarray, seen: int,
               since: tuple[int, int], step: int) -> None:
         """Cache (or refresh) the rows a pull fetched, counting what happened since it was sent."""
-        behind = self._since(table, ids, seen, since)
+        behind = self.history[table].behind(ids, seen, since)
         if behind is None or not len(ids):
             return  # too much happened meanwhile to know how far behind the rows are: not cached
         sl = self.slots[table]
@@ -174,40 +169,6 @@ class CachedSource(RowSource):
         sl.behind[sl.lookup(ids[placed])] = behind[placed]
         self._evicted(table, evicted)
         self.counters[f"{table}.evictions"] += n_evicted
-
-    def _since(self, table: str, ids: np.ndarray, seen: int, since: tuple[int, int]) -> np.ndarray | None:
-        """Updates the fetched rows of ``ids`` may lack: own pushes not known applied when the pull
-        was sent (built, in flight, or evicted rows' sums not sent yet), and updates by others
-        reported since, of steps > ``seen``. None when the history no longer reaches back."""
-        reported, applied = since
-        own = self.own[table]
-        if len(own) == own.maxlen and own[0][2] > applied:
-            return None  # own pushes the pull may have missed fell out of the history
-        events = [e for e in self.events[table] if e[0] > reported]
-        if self.n_events[table] - reported > len(events):
-            return None
-        behind = np.zeros(len(ids), np.int32)
-        for pushed, counts, step in own:
-            if step > applied:
-                at = np.minimum(np.searchsorted(pushed, ids), max(len(pushed) - 1, 0))
-                found = pushed[at] == ids if len(pushed) else np.zeros(len(ids), bool)
-                behind[found] += counts[at[found]]
-        for _, event_ids, steps, counts in events:
-            if event_ids is None:
-                return None  # a reset of the log: start afresh
-            later = steps > seen
-            sub_ids, inverse = np.unique(event_ids[later], return_inverse=True)  # an id may be in several updates
-            sub_counts = np.zeros(len(sub_ids), np.int64)
-            np.add.at(sub_counts, inverse, counts[later])
-            at = np.minimum(np.searchsorted(sub_ids, ids), max(len(sub_ids) - 1, 0))
-            found = sub_ids[at] == ids if len(sub_ids) else np.zeros(len(ids), bool)
-            behind[found] += sub_counts[at[found]].astype(np.int32)
-        return behind
-
-    def _event(self, table: str, ids: np.ndarray | None, steps: np.ndarray | None,
-               counts: np.ndarray | None = None) -> None:
-        self.n_events[table] += 1
-        self.events[table].append((self.n_events[table], ids, steps, counts))
 
     # --- writes ------------------------------------------------------------------------
 
@@ -243,14 +204,14 @@ class CachedSource(RowSource):
             sl.count[due_slots] = 0
         self.counters[f"{table}.rows_pushed_held"] += int((~send).sum())
         self.held[table] = (ids[send], out_grads, out_counts[send], step)
-        self.own[table].append((*_sorted(ids[send], out_counts[send]), step))
+        self.history[table].pushed(ids[send], out_counts[send], step)
         if self.inner.workers == 1:  # sent now, as PSSource would (a flush may push a table twice in a step)
             self._send(table)
 
     def _evicted(self, table: str, evicted: tuple) -> None:
         if len(evicted[0]):
             self.outbox[table].append(evicted)
-            self.own[table].append((*_sorted(evicted[0], evicted[2]), UNSENT))
+            self.history[table].pushed(evicted[0], evicted[2], UNSENT)
             self.counters[f"{table}.evicted_pending"] += len(evicted[0])
 
     def _send_held(self) -> None:
@@ -292,12 +253,12 @@ class CachedSource(RowSource):
             return
         self.reply_clock[table][shard] = max(self.reply_clock[table][shard], log["clock"])
         if log["reset"]:  # this worker's cursor fell out of the shard's log: drop the shard's rows
-            mine = np.flatnonzero((sl.ids >= 0) & (sl.shard == shard))
+            mine = np.flatnonzero(sl.used & (sl.shard == shard))
             self._evicted(table, sl.take_pending(mine))
             sl.free(mine)
             self.counters[f"{table}.resets"] += 1
             self.cursor[table][shard] = log["cursor"]
-            self._event(table, None, None)
+            self.history[table].reported(None, None)
             return
         new = log["seqs"] > self.cursor[table][shard]  # a reply may repeat what an earlier one said
         ids, steps, counts = log["ids"][new], log["steps"][new], log["counts"][new]
@@ -308,7 +269,7 @@ class CachedSource(RowSource):
         ok = slots >= 0
         ok[ok] = steps[ok] > sl.seen[slots[ok]]
         np.add.at(sl.behind, slots[ok], counts[ok].astype(np.int32))  # the steps each update brought
-        self._event(table, ids, steps, counts)
+        self.history[table].reported(ids, steps, counts)
 
     # --- waiting ---------------------------------------------------------------------------
 
@@ -317,9 +278,9 @@ class CachedSource(RowSource):
             if up_to_step is None or held[3] <= up_to_step:
                 self._send(table)
         self.inner.settle(up_to_step)
-        for table in self.applied:
+        for table, history in self.history.items():
             done = self.pushed.get(table, -1) if up_to_step is None else min(up_to_step, self.pushed.get(table, -1))
-            self.applied[table] = max(self.applied[table], done)
+            history.applied = max(history.applied, done)
         self._drain()
 
     def flush(self, step: int) -> None:
@@ -328,7 +289,7 @@ class CachedSource(RowSource):
         as empty as a straight one after its flush."""
         self._drain()
         for table, sl in self.slots.items():
-            pending = sl.take_pending(np.flatnonzero(sl.ids >= 0))
+            pending = sl.take_pending(sl.occupied())
             if len(pending[0]):
                 self.outbox[table].append(pending)
         for table in self.slots:
@@ -338,10 +299,7 @@ class CachedSource(RowSource):
         for table, sl in self.slots.items():
             sl.clear()
             self.admission[table].reset()
-            self.events[table].clear()
-            self.n_events[table] = 0
-            self.own[table].clear()
-            self.applied[table] = self.pushed.get(table, -1)
+            self.history[table].clear(self.pushed.get(table, -1))
             self._last_hit.pop(table, None)
 
     # --- what a user reads ---------------------------------------------------------------
@@ -397,11 +355,6 @@ class _CachedPull(Handle):
             out[torch.from_numpy(~self.hit).to(src.device)] = torch.as_tensor(fetched).to(src.device)
         self.result = out
         return out
-
-
-def _sorted(ids: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    order = np.argsort(ids, kind="stable")
-    return ids[order], counts[order]
 
 
 def _merge(parts: list[tuple], dim: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -19,7 +19,7 @@ import numpy as np
 
 from cardinal.embedding import EmbeddingTable, TableConfig
 from cardinal.optim import make_optimizer
-from cardinal.ps.client import PSClient
+from cardinal.ps.client.client import PSClient
 from cardinal.ps.transport.base import DEFAULT_TIMEOUT, Handle
 from cardinal.worker.sources.base import RowSource
 

@@ -7,7 +7,7 @@ Pushes go out from one thread so backward never waits on the network; the window
 memory and the staleness a slow server can build up. ``settle`` waits for acknowledgements,
 not for queue order, so what it promises holds over any transport.
 
-One worker of several (``workers > 1``): every push carries its origin (``ps/worker_steps.py``)
+One worker of several (``workers > 1``): every push carries its origin (``ps/server/worker_steps.py``)
 and goes to every shard, and ``settle(k)`` also waits until every worker's pushes of steps
 <= k are applied, by the servers' clocks (read from push replies, or asked for while waiting):
 no worker runs more than the collection's staleness bound ahead of the slowest (stale-
@@ -27,9 +27,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
-from cardinal.ps.client import PSClient
+from cardinal.ps.client.client import PSClient
 from cardinal.ps.transport.base import DEFAULT_TIMEOUT, Handle
-from cardinal.ps.worker_steps import Origin
+from cardinal.ps.transport.requests import Origin
 from cardinal.worker.sources.base import RowSource
 
 POLL_S = (0.0005, 0.01)  # first and longest pause between two looks at the servers' clocks
@@ -77,7 +77,7 @@ class PSSource(RowSource):
     def push(self, table: str, ids: np.ndarray, grads: np.ndarray, *, step: int,
              counts: np.ndarray | None = None, since: list[int] | None = None) -> None:
         """``since``: per shard, the update log position after which the reply should report
-        other workers' updates (``ps/update_log.py``; a cache asks), None for none."""
+        other workers' updates (``ps/server/update_log.py``; a cache asks), None for none."""
         if self.workers > 1 and self._last.get(table, -1) >= step:
             raise ValueError(f"a second push of table {table!r} at step {step}: with several workers each table is "
                              "pushed once per step (pool every field of a table in one call of the collection, and "

@@ -7,6 +7,9 @@ and crc32. Integer dict keys (as in optimizer state) survive the round trip.
     {"state": {0: {"step": tensor(3.), "exp_avg": tensor([...])}}, "param_groups": [...]}
     -> state.json: {"tree": {"__dict__": [["state", {"__dict__": [[0, ...]]}], ...]},
                     "files": {"t0.npy": {"bytes": ..., "crc32": ...}, ...}}
+
+The only module of the package that imports torch: a server, which never does, never imports it
+(``Reader.dense_state`` imports it when asked).
 """
 
 import re
@@ -15,9 +18,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from cardinal.durable import check_name, load_array, read_json, verify_file, write_array, write_json
+from cardinal.checkpoint.durable import check_name, load_array, read_json, verify_file, write_array, write_json
+from cardinal.checkpoint.layout import STATE  # what write.commit lists, so commit.json covers it
 
-STATE = "state.json"  # what checkpoint.commit lists, so commit.json covers it
 _TENSOR_FILE = re.compile(r"t[0-9]+\.npy")
 
 

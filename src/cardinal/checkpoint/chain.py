@@ -3,7 +3,7 @@
 A delta checkpoint is only as good as its base, and a step number alone does not say which base:
 a step directory copied from another run, renamed, or swapped with a neighbour would be applied
 as if it were the run's own (or, renamed onto its own base, walked forever). So each commit
-marker (``checkpoint.commit``) carries
+marker (``write.commit``) carries
 
     "run": {"id": "9f2c...", "full_every": 3}   the run's identity: a random id made when the run
                                                  starts, kept across its resumes; and the
@@ -25,10 +25,11 @@ refused (nothing ties it to the base it was saved on, so a swapped base would go
 
 import hashlib
 import json
+import os
 import re
 from pathlib import Path
 
-from cardinal.ps.checkpoint import COMMIT, step_dir
+from cardinal.checkpoint.layout import COMMIT, step_dir
 
 RUN, BASE_SHA = "run", "base_sha256"
 _SHA = re.compile(r"[0-9a-f]{64}")
@@ -48,6 +49,27 @@ def run_id(info: dict) -> str | None:
 def identity(info: dict) -> dict:
     """What a served model records of the checkpoint it came from (``serve/follow.py``)."""
     return {"run": run_id(info), "commit_sha256": info["sha256"]}
+
+
+def base_of(step_path: Path) -> int | None:
+    """The step a committed delta checkpoint applies on; None for a full one (or an unreadable marker,
+    which the load will name). Read unverified: for choosing what to keep and what to save next."""
+    try:
+        base = json.loads((step_path / COMMIT).read_text()).get("base")
+    except (OSError, ValueError):
+        return None
+    return base if isinstance(base, int) and not isinstance(base, bool) else None
+
+
+def deltas_since_full(root: str | os.PathLike, step: int) -> int:
+    """How many deltas lead from the full checkpoint at the root of ``step``'s chain to it (0: full)."""
+    n, path, seen = 0, step_dir(root, step), {step}
+    while (base := base_of(path)) is not None:
+        if base in seen:  # a renamed checkpoint: its chain points at itself
+            raise ValueError(f"{path / COMMIT}: a delta on step {base}, whose chain leads back to it")
+        n, path = n + 1, step_dir(root, base)
+        seen.add(base)
+    return n
 
 
 def check_marker(marker: Path, info: dict) -> None:

@@ -5,20 +5,20 @@
     client.push("user", ids, grads, step=3).wait()
     client.save("ckpt/", step=3)                         # every shard, then the commit marker
 
-The client routes ids to shards by its sharding plan (``plan.py``: row-wise over every shard
+The client routes ids to shards by its sharding plan (``sharding/plan.py``: row-wise over every shard
 by default; stable), sends one request per (piece, shard) that has ids, and assembles the
 answers when waited on: a table split by columns is pulled from each piece and its rows put
 side by side, and its gradients cut by the same columns. Every pull and push carries a
-request id; on a TransientError the client sends it again, and the store applies it once. A request is checked here in full
-before any shard sees it, and every shard checks the rest the same way, so a bad request is
-rejected everywhere or nowhere.
+request id; on a TransientError the client sends it again, and the store applies it once. A
+request is checked here in full before any shard sees it, and every shard checks the rest the
+same way, so a bad request is rejected everywhere or nowhere. Hot rows copied to every server
+are read by the reader the plan asks for (``hot_rows.py``).
 
 Rows cross as ``pull_codec`` and gradients as ``push_codec`` (``cardinal.codecs``; fp32 by
 default, every request of this client), on any transport; ``metrics()`` counts what moved.
 """
 
 import itertools
-import threading
 import time
 import uuid
 from collections.abc import Iterable
@@ -28,13 +28,18 @@ from pathlib import Path
 import numpy as np
 
 from cardinal import codecs
+from cardinal.checkpoint.layout import latest, step_dir
+from cardinal.checkpoint.reader import Reader
+from cardinal.checkpoint.retention import remove_older
+from cardinal.checkpoint.write import commit
 from cardinal.embedding import combine_digests
-from cardinal.ps import checkpoint, checkpoint_load, validate
-from cardinal.ps.plan import ShardingPlan
-from cardinal.ps.routing import group
-from cardinal.ps.traffic import Traffic
+from cardinal.ps import validate
+from cardinal.ps.client.hot_rows import CopyReader, PlainReader
+from cardinal.ps.client.parts import parts_of
+from cardinal.ps.client.traffic import Traffic
 from cardinal.ps.transport.base import DEFAULT_TIMEOUT, Handle, TransientError, Transport
-from cardinal.ps.worker_steps import Origin
+from cardinal.ps.transport.requests import Origin, PullRequest, PushRequest
+from cardinal.sharding.plan import ShardingPlan
 
 
 class Resending(Handle):
@@ -75,7 +80,7 @@ def _push_reply(shards: list[int], replies: list[dict]) -> dict:
 
 
 class PSClient:
-    """``plan``: where each table's rows live (``plan.py``); row-wise over every shard when None.
+    """``plan``: where each table's rows live (``sharding/plan.py``); row-wise over every shard when None.
     ``worker`` of ``workers``: which copies of hot rows this client reads, and which it refreshes."""
 
     def __init__(self, transport: Transport, retries: int = 5, *, pull_codec: str = "fp32",
@@ -91,119 +96,45 @@ class PSClient:
         self._seq = itertools.count()
         if not 0 <= worker < workers:
             raise ValueError(f"worker must be in [0, {workers}), got {worker}")
-        self.worker = worker
-        self._refreshes = {t for i, t in enumerate(sorted(self.plan.replicas)) if i % workers == worker}
-        self._readers = {t: sorted({self.plan.reader(t, w) for w in range(workers)}) for t in self._refreshes}
-        self._refreshed: dict[str, int] = {}  # table -> step of this client's last refresh of its copies
-        self._refreshing = threading.Lock()
         self._committed: tuple[int, str] | None = None  # (step, digest) of the checkpoint saved or loaded last
-        if self.plan.replicas:  # every worker of the job reports the same counts (a collective sums them)
-            self.traffic.add(copied_ids=0, copied_stale_ids=0, copy_refresh_ids=0)
+        self.reader = CopyReader(self, worker, workers) if self.plan.replicas else PlainReader(self)
 
     def _request_id(self) -> str:
         return f"{self._client}-{next(self._seq)}"
 
-    def _parts(self, table: str, ids: np.ndarray, every: bool = False, copies: bool = False):
-        """(stored table, columns, shard, positions) for each piece of ``table`` and each of its
-        shards that has ids (``every``: each of its shards); a piece's first shard when it has none.
-        ``copies``: hot ids are read where this worker reads them (``ShardingPlan.read_route``)."""
-        shards, copied = self.plan.read_route(table, ids, self.worker) if copies else (None, None)
-        if copied is not None:
-            out = []
-            for name, mask in ((table, ~copied), (self.plan.replica_name(table), copied)):
-                pos = np.flatnonzero(mask)
-                order, offsets = group(shards[pos], self.n_shards)
-                out += [(name, None, s, pos[order[offsets[s]:offsets[s + 1]]]) for s in range(self.n_shards)
-                        if offsets[s + 1] > offsets[s]]
-            return out
-        out = []
-        for piece in self.plan.pieces(table):
-            name = piece.name(table)
-            order, offsets = group(self.plan.route(name, ids), self.n_shards)
-            found = [(s, order[offsets[s]:offsets[s + 1]]) for s in (piece.servers if every else range(self.n_shards))
-                     if every or offsets[s + 1] > offsets[s]]
-            out += [(name, piece.columns, s, pos) for s, pos in found or [(piece.servers[0], order)]]
-        return out
-
     def pull(self, table: str, ids: np.ndarray, *, create: bool = True, step: int = 0) -> Handle:
-        """Rows of ``ids`` (n, dim) float32 on ``wait()``. A training pull (``create``) of a table
-        with copied hot rows (``plan.py``) refreshes them first when this client is their refresher
-        and its last refresh is ``staleness`` steps old, and reads hot ids from copies; a copy
-        older than its bound answers nothing, and those ids are read from their own servers.
-        Copies go by the pulls' steps: a client that pulls every step as step 0 refreshes them once."""
+        """Rows of ``ids`` (n, dim) float32 on ``wait()``, read where this client's reader says
+        (``hot_rows.py``: from copies of hot rows, for a training pull of a table the plan copies)."""
         validate.check_ids(ids)
         if not isinstance(create, bool):
             raise TypeError(f"create must be a bool, got {type(create).__name__}")
-        copies = create and table in self.plan.replicas
-        if copies and table in self._refreshes:
-            validate.check_step(step)  # checked before a refresh: a refused pull changes nothing
-            self._refresh(table, step)
-        parts = self._parts(table, ids, copies=copies)
-        codec = self.pull_codec.name
-        handles = [self._resending(lambda s=s, name=name, pos=pos, rid=self._request_id(): self.transport.pull(
-            s, name, ids[pos], create=create, step=step, request_id=rid, codec=codec)) for name, _, s, pos in parts]
+        reading = self.reader.read(table, ids, create=create, step=step)
+        request = PullRequest(table, ids, create, step, codec=self.pull_codec.name)
+        handles = [self._pull(p.shard, request.part(p.name, p.pos, self._request_id())) for p in reading.parts]
         kind = "pull" if create else "lookup"  # training pulls apart from evaluation's
         self.traffic.add(**{f"{kind}_ids": len(ids)})
-        counted, again = [], {}  # traffic counted once, ids past their copies' bound pulled once
+        counted = []  # traffic counted once, however often the handle is waited on
 
         def combine(results):
-            widths = {columns: rows.shape[1] for (_, columns, *_), rows in zip(parts, results)}  # a width a piece
+            widths = {p.columns: rows.shape[1] for p, rows in zip(reading.parts, results)}  # a width a piece
             dim = sum(widths.values())
-            copied = [i for i, (name, *_) in enumerate(parts) if name == self.plan.replica_name(table)]
-            for i in copied:
-                if len(results[i]) != len(parts[i][3]) and i not in again:  # past the bound: from their own servers
-                    again[i] = self._pull_rows(table, ids[parts[i][3]], step)
-            results = [again.get(i, rows) for i, rows in enumerate(results)]
-            if not counted:  # once, however often the handle is waited on
+            results = reading.rows(results)
+            if not counted:
                 self.traffic.add(**{f"{kind}_row_bytes": sum(len(ids) * self.pull_codec.row_bytes(w)
                                                              for w in widths.values())})
-                if copied:
-                    self.traffic.add(copied_ids=sum(len(parts[i][3]) for i in copied if i not in again),
-                                     copied_stale_ids=sum(len(parts[i][3]) for i in again))
                 counted.append(True)
-            if len(parts) == 1 and len(parts[0][3]) == len(ids) and not copied and results[0].flags.writeable:
+            one = reading.parts[0]
+            if len(reading.parts) == 1 and one.name == table and len(one.pos) == len(ids) and \
+                    results[0].flags.writeable:
                 out = results[0]  # one shard holds every id, in order (a stable split): nothing to place
             else:
                 out = np.empty((len(ids), dim), np.float32)
-                for (_, columns, _, pos), rows in zip(parts, results):
+                for (_, columns, _, pos), rows in zip(reading.parts, results):
                     lo, hi = columns or (0, dim)
                     out[pos, lo:hi] = rows
             validate.check_decoded(out, self.pull_codec, table)
             return out
         return Gathered(handles, combine)
-
-    def _pull_rows(self, table: str, ids: np.ndarray, step: int) -> np.ndarray:
-        """A training pull of a table of one piece from the rows' own servers, waited on."""
-        parts = self._parts(table, ids)
-        handles = [self._resending(lambda s=s, pos=pos, rid=self._request_id(): self.transport.pull(
-            s, table, ids[pos], create=True, step=step, request_id=rid, codec=self.pull_codec.name))
-            for _, _, s, pos in parts]
-        results = [h.wait() for h in handles]
-        out = np.empty((len(ids), results[0].shape[1]), np.float32)
-        for (_, _, _, pos), rows in zip(parts, results):
-            out[pos] = rows
-        validate.check_decoded(out, self.pull_codec, table)
-        return out
-
-    def _refresh(self, table: str, step: int) -> None:
-        """Copy ``table``'s hot rows, read at ``step`` from their own servers, to each server a worker
-        reads copies from, if the last copy is ``staleness`` steps old (or of a later step: the run
-        went back)."""
-        spec = self.plan.replicas[table]
-        with self._refreshing:
-            last = self._refreshed.get(table)
-            if last is not None and 0 <= step - last < spec.staleness:
-                return
-            own = self.plan.route(table, spec.array)
-            readers = [s for s in self._readers[table] if (own != s).any()]  # servers some worker reads copies from
-            rows = self._pull_rows(table, spec.array, step) if readers else None
-            handles = [self._resending(lambda s=s, rid=self._request_id(): self.transport.push(
-                s, self.plan.replica_name(table), spec.array, rows, step=step, kind="replica", request_id=rid,
-                codec=self.pull_codec.name)) for s in readers]
-            for h in handles:
-                h.wait()
-            self._refreshed[table] = step
-            self.traffic.add(copy_refresh_ids=len(spec.ids) * len(readers))
 
     def push(self, table: str, ids: np.ndarray, grads: np.ndarray, *, step: int = 0, kind: str = "grad",
              origin: Origin | None = None, counts: np.ndarray | None = None,
@@ -226,20 +157,17 @@ class PSClient:
         if last is not None and last[1] != grads.shape[1]:
             raise ValueError(f"table {table!r} is {last[1]} columns wide by the sharding plan, the gradients "
                              f"{grads.shape[1]}")
-        parts = self._parts(table, ids, every=origin is not None)
+        cut = parts_of(self.plan, table, ids, every=origin is not None)
         if since is not None and (origin is None or len(since) != self.n_shards):
             raise ValueError(f"since needs an origin and one position per shard ({self.n_shards}), got {since!r}")
         origins = [origin if since is None else replace(origin, since=since[s]) for s in range(self.n_shards)]
-        codec = self.push_codec.name
-        handles = [self._resending(lambda s=s, name=name, pos=pos, cols=slice(*(columns or (None,))),
-                                   rid=self._request_id(): self.transport.push(
-            s, name, ids[pos], grads[pos, cols], step=step, kind=kind, request_id=rid, origin=origins[s], codec=codec,
-            counts=None if counts is None else counts[pos]))
-            for name, columns, s, pos in parts]
+        request = PushRequest(table, ids, grads, step, kind, origin=origin, codec=self.push_codec.name, counts=counts)
+        handles = [self._push(s, request.part(name, pos, columns, self._request_id(), origins[s]))
+                   for name, columns, s, pos in cut]
         self.traffic.add(push_ids=len(ids), push_row_bytes=len(ids) * self.push_codec.row_bytes(grads.shape[1]))
         if origin is None:
             return Gathered(handles, lambda _: {})
-        return Gathered(handles, lambda replies: _push_reply([s for _, _, s, _ in parts], replies))
+        return Gathered(handles, lambda replies: _push_reply([p.shard for p in cut], replies))
 
     def metrics(self) -> dict[str, int]:
         """What this client moved (``traffic.py``): ids and row bytes each way, message bytes over gRPC."""
@@ -253,7 +181,7 @@ class PSClient:
         out: dict[str, tuple[int, int, int]] = {}
         for s, h in enumerate(handles):
             st = h.wait(timeout)
-            for name in st["tables"]:  # a piece of a table (plan.py) counts for its table
+            for name in st["tables"]:  # a piece of a table (sharding/plan.py) counts for its table
                 table = self.plan.locate(name)[0]
                 known = st["clocks"].get(name, {})
                 c, w = min((known.get(str(w), st["clock_base"]), w) for w in range(workers))
@@ -264,8 +192,11 @@ class PSClient:
                     out[table] = (c, w, s)
         return out
 
-    def _resending(self, send) -> Handle:
-        return Resending(send, self.retries)
+    def _pull(self, shard: int, request: PullRequest) -> Handle:
+        return Resending(lambda: self.transport.pull(shard, request), self.retries)
+
+    def _push(self, shard: int, request: PushRequest) -> Handle:
+        return Resending(lambda: self.transport.push(shard, request), self.retries)
 
     def save(self, root: str, step: int, *, keep: int = 1, extra: dict | None = None,
              before_commit=None, timeout: float | None = None, protect: Iterable[int] = (),
@@ -284,14 +215,14 @@ class PSClient:
         handles = [self.transport.save(s, str(root), step, base) for s in range(self.n_shards)]
         for h in handles:
             h.wait(timeout)
-        path = checkpoint.step_dir(root, step)
+        path = step_dir(root, step)
         if before_commit is not None:
             before_commit(path)
         known = self._committed[1] if base is not None and self._committed and self._committed[0] == base else None
-        digest = checkpoint.commit(path, step, self.n_shards, extra, base,
-                                   None if self.plan.is_hash() else self.plan.to_json(), run, known)
+        digest = commit(path, step, self.n_shards, extra, base, None if self.plan.is_hash() else self.plan.to_json(),
+                        run, known)
         self._committed = (step, digest)
-        checkpoint.remove_older(root, keep, protect)
+        remove_older(root, keep, protect)
         return path
 
     def load(self, path: str, *, timeout: float | None = None) -> dict:
@@ -300,11 +231,11 @@ class PSClient:
         commit. When one refuses, every prepared shard aborts and a ValueError names the shard."""
         path = Path(path)
         if not path.name.startswith("step-"):
-            found = checkpoint.latest(path)
+            found = latest(path)
             if found is None:
                 raise ValueError(f"no committed checkpoint in {path}")
             path = found
-        info = checkpoint_load.read_chain(path)[-1][1]  # commits and manifests, checked before any shard works
+        head = Reader(path).chain[-1]  # commits and manifests, every link checked before any shard works
         handles = [self.transport.load(s, str(path), "prepare") for s in range(self.n_shards)]
         prepared, failed = {}, []
         for s, h in enumerate(handles):
@@ -328,16 +259,15 @@ class PSClient:
             except Exception as e:
                 raise RuntimeError(f"checkpoint {path}: shard {s} did not commit it ({e}), shards "
                                    f"{list(range(s))} did: load it again") from e
-        self._committed = (info["step"], info["sha256"])
-        with self._refreshing:
-            self._refreshed.clear()  # every server forgot its copies: the next pull refreshes them
+        self._committed = (head.step, head.sha256)
+        self.reader.forget()  # every server forgot its copies of hot rows
         rows: dict[str, int] = {}
         for r in results:  # per table: the rows of its first piece (a shard may hold none of a table, plan.py)
             for name, n in r["rows"].items():
                 table, piece = self.plan.locate(name)
                 if piece == self.plan.pieces(table)[0]:
                     rows[table] = rows.get(table, 0) + n
-        return {"path": str(path), "step": info["step"], "extra": info["extra"], "rows": rows}
+        return {"path": str(path), "step": head.step, "extra": head.extra, "rows": rows}
 
     def stats(self, check: bool = False) -> list[dict]:
         """Every shard's stats; ``check=True`` verifies each shard's invariants first."""
@@ -372,5 +302,8 @@ class PSClient:
                       f"{mine.get('replicas', {})}") for s, p in theirs if p != mine]
         if wrong:  # a server holding other tables is named first: the plainer mismatch
             s, detail = wrong[0]
+            same = "ps.plan" if detail.startswith("the same") else \
+                "recipe (its tables follow model.name, embedding.shared, embedding.field_tables and train.baseline; " \
+                "where they live, ps.plan)"
             raise ValueError(f"server {s} was started with another sharding plan ({detail}): start every server "
-                             "and worker with the same ps.plan")
+                             f"and worker with the same {same}")

@@ -4,7 +4,7 @@
                                pull codec's size
     lookup_ids, lookup_row_bytes   the same for pulls that create nothing (evaluation, serving)
     push_ids, push_row_bytes   ids pushed, and their gradients' bytes at the push codec's size
-    copied_ids, copied_stale_ids   ids a training pull read from copies of hot rows (``plan.py``),
+    copied_ids, copied_stale_ids   ids a training pull read from copies of hot rows (``sharding/plan.py``),
                                and ids whose copies were past their bound (read again from their
                                own servers); only with a plan that copies hot rows
     copy_refresh_ids           hot rows this client wrote to servers' copies (each copy counts)

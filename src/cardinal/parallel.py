@@ -2,8 +2,9 @@
 
 Kernels release the GIL, so plain threads run them in parallel. Every caller splits its work
 so that results do not depend on the thread count: the table kernels by hash-index sub-table
-(``over_subs``: all copies of an id fall in one sub-table, hence one thread, so threads never
-write the same row or slot), pooling by bags or by rows (``over_parts``). The caller's thread
+(``over_slots`` over ``N_SUB``: all copies of an id fall in one sub-table, hence one thread, so
+threads never write the same row or slot), pooling by bags or by rows (``over_parts``), Saec's
+clustering by rows (``over_rows``). Below every part that runs kernels, it imports none of them. The caller's thread
 runs the first part itself; the pool holds the others. Batches too small to pay for a thread
 hop run on the caller's thread alone.
 
@@ -13,8 +14,6 @@ may use; the trainer sets it with torch's and numba's from ``train.threads``.
 
 import os
 from concurrent.futures import ThreadPoolExecutor
-
-from cardinal.embedding.index_kernels import N_SUB
 
 MIN_PER_THREAD = 8192
 
@@ -68,10 +67,11 @@ def _run(fn, args: list[tuple]) -> None:
             f.result()
 
 
-def over_subs(n_work: int, fn) -> None:
-    """fn(lo, hi) for sub-table ranges covering [0, N_SUB)."""
+def over_slots(n_slots: int, n_work: int, fn) -> None:
+    """fn(lo, hi) for ranges covering [0, n_slots) (a hash index's sub-tables), as many as
+    ``n_work`` units pay for."""
     k = parts(n_work)
-    _run(fn, [(N_SUB * i // k, N_SUB * (i + 1) // k) for i in range(k)])
+    _run(fn, [(n_slots * i // k, n_slots * (i + 1) // k) for i in range(k)])
 
 
 def over_rows(start: int, stop: int, fn) -> None:

@@ -1,9 +1,9 @@
 """What a shard knows of the workers' steps: their clocks, and one step's pushes held to combine.
 
 Several workers train one model by each taking a share of every global batch. A push says
-where it comes from (``Origin``): worker r of W, part k of the K messages that carry this
-worker's push of one table and step to this shard (large pushes are split on the wire), and
-whether to combine. Every worker pushes every table to every shard at every training step
+where it comes from (``Origin``, ``ps/transport/requests.py``): worker r of W, part k of the K
+messages that carry this worker's push of one table and step to this shard (large pushes are
+split on the wire), and whether to combine. Every worker pushes every table to every shard at every training step
 (an empty push where its share has no ids there), so a shard can tell when a step is whole:
 
     clocks    per table and worker, the last step whose every part has been applied;
@@ -25,45 +25,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-MAX_WORKERS = 4096
-MAX_PARTS = 1 << 20
+from cardinal.ps.transport.requests import Origin
+
 MAX_AHEAD = 64  # steps a push may run ahead of the slowest worker's clock (bounds what a shard holds)
-
-
-@dataclass(frozen=True)
-class Origin:
-    """Who sent a push. ``staleness``: steps of other updates the gradient's rows had not seen
-    when they were pulled (measured by the worker); the server may scale its step by it.
-    ``since``: the update log position after which the reply reports other workers' updates
-    (a worker cache asks; ``ps/update_log.py``), -1 for none."""
-
-    worker: int = 0
-    workers: int = 1
-    part: int = 0
-    parts: int = 1
-    combine: bool = False
-    staleness: int = 0
-    since: int = -1
-
-    def __post_init__(self):
-        for name in ("worker", "workers", "part", "parts", "staleness", "since"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise TypeError(f"origin.{name} must be an int, got {type(value).__name__}")
-        if not isinstance(self.combine, bool):
-            raise TypeError(f"origin.combine must be a bool, got {type(self.combine).__name__}")
-        if not 1 <= self.workers <= MAX_WORKERS or not 0 <= self.worker < self.workers:
-            raise ValueError(f"origin: worker {self.worker} of {self.workers} (workers must be in [1, {MAX_WORKERS}])")
-        if not 1 <= self.parts <= MAX_PARTS or not 0 <= self.part < self.parts:
-            raise ValueError(f"origin: part {self.part} of {self.parts} (parts must be in [1, {MAX_PARTS}])")
-        if not 0 <= self.staleness < 1 << 31:
-            raise ValueError(f"origin.staleness must be in [0, 2**31), got {self.staleness}")
-        if not -1 <= self.since < 1 << 62:
-            raise ValueError(f"origin.since must be in [-1, 2**62), got {self.since}")
-
-    def split(self, k: int, n: int) -> "Origin":
-        """This origin as part k of n messages (only the first asks for the update log)."""
-        return Origin(self.worker, self.workers, k, n, self.combine, self.staleness, self.since if k == 0 else -1)
 
 
 @dataclass

@@ -2,9 +2,9 @@
 
 The store is pure: no sockets, no threads of its own. The in-process transport calls it
 directly; the gRPC servicer decodes a request, calls the same methods, encodes the reply.
-Every request is checked in full before anything changes (``validate.py``), so a rejected
+Every request is checked in full before anything changes (``ps/validate.py``), so a rejected
 request leaves the store as it was. The row limits live here too, so they hold for every
-transport (``limits.py``): rows per server and per request (``StoreFull``: nothing created, no
+transport (``ps/limits.py``): rows per server and per request (``StoreFull``: nothing created, no
 sighting counted), the byte budget with eviction and time-to-live (``memory.py``), a push whose result would not be finite (refused whole, by the table), and
 exactly-once request ids with a bounded window per client (``request_log.py``). A table is used
 through ``embedding/protocol.py`` only: after each push it runs what its schedule has due
@@ -15,37 +15,36 @@ other servers' hot rows (``replicas.py``, named ``<table>-replica``) answer pull
 refreshes (a push of kind "replica"), nothing else.
 """
 
-import contextlib
 import threading
 import uuid
 import weakref
 import zlib
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 import numpy as np
 
-from cardinal.embedding import EmbeddingTable, TableConfig, after_push, clustered_checkpoint
+from cardinal.embedding import EmbeddingTable, TableConfig, after_push
 from cardinal.embedding.admission import make_filter
-from cardinal.embedding.clustered_table import SaecTable
 from cardinal.embedding.protocol import Table
 from cardinal.embedding.table_config import SaecSpec, portable_width
 from cardinal.embedding.tiers import RocksTier
 from cardinal.embedding.tiers.claim import TierDir
 from cardinal.memory_config import AdmissionConfig, EvictionConfig
 from cardinal.optim import make_optimizer
-from cardinal.ps import checkpoint, checkpoint_load, validate
-from cardinal.ps.budget import Budget, NeedRoom
+from cardinal.ps import validate
 from cardinal.ps.limits import StoreFull, StoreLimits
-from cardinal.ps.memory import Memory
-from cardinal.ps.plan import ShardingPlan
-from cardinal.ps.process_memory import deletion_log_bytes, rocks_memory
-from cardinal.ps.replicas import CopiedRows
-from cardinal.ps.request_log import RequestLog, quote
-from cardinal.ps.routing import route
-from cardinal.ps.step_clock import StepClock
-from cardinal.ps.update_log import UpdateLog
-from cardinal.ps.worker_steps import Origin, WorkerSteps, combined_counts
+from cardinal.ps.server.budget import Budget, NeedRoom
+from cardinal.ps.server.memory import Memory
+from cardinal.ps.server.process_memory import deletion_log_bytes, rocks_memory
+from cardinal.ps.server.replicas import CopiedRows
+from cardinal.ps.server.request_log import RequestLog
+from cardinal.ps.server.step_clock import StepClock
+from cardinal.ps.server.store_checkpoints import StoreCheckpoints
+from cardinal.ps.server.update_log import UpdateLog
+from cardinal.ps.server.worker_steps import WorkerSteps, combined_counts
+from cardinal.ps.transport.requests import Origin
+from cardinal.ps.validate import quote
+from cardinal.sharding.plan import ShardingPlan
 
 
 @dataclass(frozen=True)
@@ -93,8 +92,9 @@ class StoreConfig:
         object.__setattr__(self, "saec", {t.name: t.saec for t in tables if t.saec is not None})
 
 
-class ShardStore:
-    """``tier_dir``: the directory in which the disk tier makes a directory of its own when
+class ShardStore(StoreCheckpoints):
+    """Requests here; saving and loading checkpoints in ``store_checkpoints.py``.
+    ``tier_dir``: the directory in which the disk tier makes a directory of its own when
     ``limits.disk_budget`` is set (the system's temporary directory when None); ``close``, or
     the store's end, removes it."""
 
@@ -105,7 +105,7 @@ class ShardStore:
         self.plan = plan or ShardingPlan(n_shards)
         if self.plan.n_shards != n_shards:
             raise ValueError(f"the sharding plan is for {self.plan.n_shards} shards, this store is one of {n_shards}")
-        self.config = self.plan.shard_config(config, shard)  # the pieces of tables on this shard (plan.py)
+        self.config = self.plan.shard_config(config, shard)  # the pieces of tables on this shard (sharding/plan.py)
         split = [t.name for t in config.tables if len(self.plan.pieces(t.name)) > 1]
         if split and limits is not None and limits.memory_budget:
             raise ValueError(f"the sharding plan splits table {split[0]!r} by columns, and with ps.memory_budget each "
@@ -323,113 +323,6 @@ class ShardStore:
         validate.check_ids(ids)
         validate.check_routing(ids, self.shard, self.plan, table)
 
-    def save(self, root: str, step: int, base: int | None = None) -> dict:
-        """Write this shard's part of checkpoint ``step`` under ``root`` (not committed yet).
-
-        With ``base``, a delta: the rows pulled or pushed after step ``base`` and the ids deleted
-        since this shard's previous save, which must have been of step ``base`` (the checkpoint
-        the delta applies on). Every table is read under one fence (all their locks at once), so
-        rows, optimizer state and filter counters of the shard come from one moment."""
-        validate.check_step(step)
-        if base is not None:
-            validate.check_step(base)
-            if base != self._saved or base >= step:
-                raise ValueError(f"a delta checkpoint of step {step} on step {base}: shard {self.shard} last saved "
-                                 f"or loaded step {self._saved}, the only base it can save a delta on; save a full one")
-            if (why := self._why_no_delta()) is not None:
-                raise ValueError(f"a delta checkpoint of step {step} on step {base}: shard {self.shard} {why}; "
-                                 "save a full one")
-        path = checkpoint.step_dir(root, step)
-        if (path / checkpoint.COMMIT).exists():
-            raise ValueError(f"a committed checkpoint for step {step} already exists in {root}")
-        with contextlib.ExitStack() as fence:  # held while a full checkpoint streams its rows out
-            for t in self.tables.values():
-                fence.enter_context(t.lock)
-            snapshots = {name: t.snapshot(base) for name, t in self.tables.items()}
-            self._saved, self._stepped_back, self._reshaped = step, False, False
-            return checkpoint.save_shard(path, self.shard, self.n_shards, step, self.tables, snapshots, base)
-
-    def load(self, step_path: str, phase: str = "load", token: str | None = None) -> dict:
-        """Load a committed checkpoint (of any shard count), all or nothing, in phases:
-
-        ``prepare``: verify the checkpoint and build this shard's tables from it off to the
-            side; returns {"token", "step", "rows"}. Nothing visible changes. While a load is
-            prepared the store holds a second copy of its tables (the staged ones).
-        ``commit`` (with the token): swap the staged tables in; nothing is left to fail.
-        ``abort`` (with the token): drop them.  ``load``: prepare and commit at once.
-
-        A client loading several shards prepares every one before it commits any
-        (``PSClient.load``), so a checkpoint one shard refuses changes no shard.
-        """
-        if phase == "load":
-            return self.load(step_path, "commit", self.load(step_path, "prepare")["token"])
-        if phase == "prepare":
-            chain = checkpoint_load.read_chain(Path(step_path))  # a delta: its full checkpoint, then each delta
-            path, info = chain[-1]
-            fresh = self._fresh_tables(info["step"])
-            try:
-                for k, link in enumerate(chain):
-                    self._load_rows(*link, fresh, delta=k > 0)
-                checkpoint_load.load_admission(path, info, self.plan, self.shard, fresh)
-            except BaseException:
-                _close_tiers(fresh)
-                raise
-            token = uuid.uuid4().hex
-            with self._staging_lock:
-                if self._staged is not None:
-                    _close_tiers(self._staged[1])
-                self._staged = (token, fresh, info["step"])  # a newer prepare replaces an older one
-            return {"token": token, "step": info["step"], "rows": {n: len(t) for n, t in fresh.items()}}
-        if phase not in ("commit", "abort"):
-            raise ValueError(f"phase must be 'load', 'prepare', 'commit' or 'abort', got {quote(str(phase))}")
-        with self._staging_lock:
-            if self._staged is None or self._staged[0] != token:
-                if phase == "abort":
-                    return {"aborted": False}
-                raise ValueError(f"no load prepared with token {quote(str(token))} on shard {self.shard} "
-                                 "(never prepared, already committed or aborted, or replaced by a newer prepare)")
-            _, fresh, step = self._staged
-            self._staged = None
-        if phase == "abort":
-            _close_tiers(fresh)
-            return {"aborted": True}
-        old, self.tables, self._saved, self._stepped_back = self.tables, fresh, step, False
-        self.clock.reset(step)
-        _close_tiers(old)
-        self.memory.swept = step // self.memory.config.every
-        self._reshaped = False
-        self.steps.reset(step)
-        self.log.reset()
-        for copies in self.replicas.values():  # copies of rows from before the load: none is served again
-            copies.forget()
-        return {"step": step, "rows": {n: len(t) for n, t in fresh.items()}}
-
-    def _load_rows(self, step_path: Path, info: dict, tables: dict, delta: bool) -> None:
-        """One checkpoint's rows into ``tables`` (staged), block by block, the memory budget held as
-        they arrive (rows past it go to the disk tier); a delta's deleted ids go first, and its rows
-        replace the ones older checkpoints gave."""
-        checkpoint_load.check_compatible(step_path, info, tables, self.plan, self.tables_of_plan)
-        for name, t in list(tables.items()):
-            clustered_checkpoint.refuse_reshard(step_path, info, name, self.n_shards)
-            own = checkpoint.shard_dir(step_path, self.shard, self.n_shards)
-            if clustered_checkpoint.KEY in info["manifests"].get(own.name, {}).get("tables", {}).get(name, {}):
-                tables[name] = SaecTable.from_checkpoint(t, step_path, info, own, self.shard, route)  # clustered here
-                t.close()
-                continue
-            if delta:  # deletions the chain records are not changes since the checkpoint: not logged
-                t.delete(checkpoint_load.deleted_ids(step_path, info, self.plan, self.shard, name), log=False)
-            for where, rows in checkpoint_load.table_chunks(step_path, info, self.plan, self.shard, t):
-                if delta:
-                    t.delete(rows.ids, log=False)
-                try:
-                    t.import_rows(*rows)
-                except ValueError as e:
-                    raise ValueError(f"checkpoint file {where}: {e}") from None
-                self.memory.hold(tables, info["step"])
-            if t.tiered:  # the tier's background writes done, the budget held once more
-                t.settle()
-                self.memory.hold(tables, info["step"])
-
     def stats(self, digest: bool = False, check: bool = False) -> dict:
         """Rows and bytes per table; with ``digest`` each table's digest, and with ``check``
         the invariants are verified first (an AssertionError names the broken one)."""
@@ -447,15 +340,6 @@ class ShardStore:
                 "disk_bytes": sum(t["disk_bytes"] for t in tables.values()), "disk_budget": self.memory.disk_budget,
                 "clocks": self.steps.clocks(), "clock_base": self.steps.base, "held": self.steps.held()}
 
-    def _why_no_delta(self) -> str | None:
-        """Why this shard's next checkpoint cannot be a delta on its last one, or None."""
-        if self._stepped_back:
-            return f"has since changed rows at a step <= {self._saved}, which a delta cannot find"
-        if self._reshaped:
-            return ("has since chosen which chunks its rows keep (embedding.chunks) or clustered a table (Saec), "
-                    "a change to rows no push touched, which a delta cannot find")
-        return next((why for t in self.tables.values() if (why := t.delta_refused()) is not None), None)
-
     def health(self) -> dict:
         """``delta_safe``: whether the next checkpoint may be a delta on the last one (the trainer
         saves a full one where a shard says no)."""
@@ -465,11 +349,6 @@ class ShardStore:
     def check(self) -> None:
         for t in self.tables.values():
             t.check()
-
-
-def _close_tiers(tables: dict) -> None:
-    for t in tables.values():
-        t.close()
 
 
 def _remove_tiers(claimed: TierDir, tiers: list) -> None:

@@ -18,7 +18,7 @@ a slow worker's, or a resend's.
 
 import threading
 
-MAX_STEP_AHEAD = 64  # the default of ps.max_step_ahead: the combined-step window (worker_steps.MAX_AHEAD)
+from cardinal.ps.limits import MAX_STEP_AHEAD
 
 
 class StepClock:

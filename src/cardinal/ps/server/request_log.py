@@ -36,6 +36,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 from cardinal.ps.limits import StoreFull, StoreLimits
+from cardinal.ps.validate import quote
 
 MAX_REQUEST_ID = 96
 _ID = re.compile(r"([A-Za-z0-9_]{1,64})-([0-9]{1,18})(?:\.([0-9]{1,4}))?")
@@ -50,11 +51,6 @@ class FirstAttemptFailed(RuntimeError):
 
 class RequestIdError(ValueError):
     """A malformed request id, one below the client's window, or one reused for another payload."""
-
-
-def quote(text: str, n: int = 64) -> str:
-    """A user string for an error message: at most ``n`` characters of it."""
-    return repr(text) if len(text) <= n else f"{text[:n]!r}... ({len(text)} characters)"
 
 
 def parse(request_id: str) -> tuple[str, int]:

@@ -28,7 +28,7 @@ ever written by a refresh. A copy older than the bound is not served: the worker
 row from its own server then.
 
 The client splits each request by the plan, the store checks each id is its own by it, and
-each checkpoint records it: a checkpoint loads into any other plan (``checkpoint_load.py``).
+each checkpoint records it: a checkpoint loads into any other plan (``checkpoint/rows.py``).
 Copies of hot rows are not saved: a refresh makes them again.
 """
 
@@ -39,7 +39,7 @@ from functools import cached_property
 
 import numpy as np
 
-from cardinal.ps.routing import route as hash_route
+from cardinal.sharding.routing import route as hash_route
 
 _COLS = re.compile(r"(.+)-cols(\d+)-(\d+)")
 

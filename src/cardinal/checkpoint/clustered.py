@@ -18,22 +18,24 @@ shard taking part of another's ids would need a copy of their clusters (one clus
 It is never in a delta checkpoint (``ShardStore.save`` refuses one).
 
 The table writes these files through ``Table.checkpoint_files`` (``SaecTable.checkpoint_files``: its
-``state`` and the manifest's "saec") and reads them back with ``SaecTable.from_checkpoint`` (``read``
-here); ``ps/checkpoint_load.py`` checks a manifest entry with ``KEY`` in it by ``check_meta``.
+``state`` and the manifest's "saec", ``embedding/clustered_table.py``); ``read`` here gives its state
+back (``Reader.clustered``: the store makes the table of it with ``SaecTable.from_state``), and
+``verify.py`` checks a manifest entry with ``KEY`` in it by ``check_meta``.
 """
 
 from pathlib import Path
 
 import numpy as np
 
-from cardinal.durable import load_array, verify_file
+from cardinal.checkpoint.durable import load_array, verify_file
 from cardinal.embedding import formats
+from cardinal.embedding.clustered_table import CHECKPOINT_KEY as KEY  # in a manifest entry: the table is clustered
+from cardinal.sharding.routing import route
 
 DTYPES = {"ids": np.int64, "slot": np.int32, "count": np.uint32, "last_step": np.uint32,
           "cluster_slot": np.int64, "cluster_data": np.float32, "cluster_count": np.uint32,
           "cluster_last_step": np.uint32, "default_field": np.int64}
 COLUMNS = tuple(DTYPES)
-KEY = "saec"  # in a manifest entry: the table is clustered, saved in these files
 
 
 def check_meta(where: str, entry: dict) -> None:
@@ -47,7 +49,7 @@ def check_meta(where: str, entry: dict) -> None:
 
 def refuse_reshard(step_path: Path, info: dict, name: str, n_shards: int) -> None:
     """A clustered table loads only into the shard count that saved it: a ValueError otherwise
-    (``info``: the checkpoint's commit, its "n_shards" and "manifests", ``ps/checkpoint_load.py``)."""
+    (``info``: the checkpoint's commit, its "n_shards" and "manifests", ``verify.py``)."""
     if info["n_shards"] != n_shards and any(KEY in m["tables"].get(name, {}) for m in info["manifests"].values()):
         raise ValueError(f"checkpoint {step_path.name}: table {name!r} is clustered (Saec), each of its "
                          f"{info['n_shards']} shards holding its own clusters; it loads only into "
@@ -55,9 +57,9 @@ def refuse_reshard(step_path: Path, info: dict, name: str, n_shards: int) -> Non
                          f"ps.servers to {info['n_shards']} servers)")
 
 
-def read(step_path: Path, info: dict, base: Path, shard: int, name: str, route) -> tuple[dict, int, int]:
+def read(step_path: Path, info: dict, base: Path, shard: int, name: str) -> tuple[dict, int, int]:
     """Shard ``shard``'s clustered table ``name`` from its own files in ``base`` (its directory), every
-    one verified: (its ``SaecTable.state``, clusters, shift); ``route(ids, n_shards)``: each id's shard."""
+    one verified: (its ``SaecTable.state``, clusters, shift)."""
     manifest = next(m for m in info["manifests"].values() if m["shard"] == shard)
     entry = manifest["tables"][name]
     n, k, width = entry["rows"], None, entry["width"]

@@ -7,7 +7,7 @@ the tables, must stay near it. A server's resident memory is
                  fixed (no torch: cardinal.model_traits gives the server what it reads of models)
     tables       rows, hash index, admission filters, disk-tier index, the ids deleted since the
                  last checkpoint (``deletion_log_bytes`` at most): accounted against the budget by
-                 ps/memory.py, which evicts (or demotes) past it
+                 ps/server/memory.py, which evicts (or demotes) past it
     disk tier    RocksDB's memtables and block cache: ``rocks_memory``, sized from the budget
                  (its index and filter blocks are the tables' part, counted by the tier)
     requests     messages being read and their decoded arrays: ``requests`` sizes how many calls

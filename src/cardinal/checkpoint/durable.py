@@ -1,7 +1,7 @@
 """Durable files: written with fsync and a crc32, read back only once verified.
 
-Shared by shard checkpoints (``ps/checkpoint.py``) and the trainer's dense state
-(``train/state_io.py``), so both follow one rule for what a checkpoint file is:
+Shared by shard checkpoints (``write.py``) and the trainer's dense state (``dense.py``),
+so both follow one rule for what a checkpoint file is:
 
     write_array(path, a) -> {"file": "user.ids.npy", "bytes": 1234, "crc32": 987654}
     verify_file(path, entry)        size and crc32 against that entry, or ValueError naming path

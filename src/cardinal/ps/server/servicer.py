@@ -1,6 +1,6 @@
 """The gRPC servicer of one shard: decode, check, call the ``ShardStore``, encode.
 
-Every method takes and returns raw bytes (``wire.py``); nothing here knows tables or
+Every method takes and returns raw bytes (``ps/transport/wire.py``); nothing here knows tables or
 optimizers. Failures map to status codes that say what to change:
 
     INVALID_ARGUMENT     a malformed or impossible request (the message names the field)
@@ -34,10 +34,11 @@ import grpc
 import numpy as np
 
 from cardinal.ps.limits import StoreFull
-from cardinal.ps.request_log import FirstAttemptFailed, quote
-from cardinal.ps.store import ShardStore
+from cardinal.ps.server.request_log import FirstAttemptFailed
+from cardinal.ps.server.store import ShardStore
 from cardinal.ps.transport import heap, wire
-from cardinal.ps.worker_steps import Origin
+from cardinal.ps.transport.requests import Origin
+from cardinal.ps.validate import quote
 
 MAX_DETAILS = 1024
 REPLY_HEADER = 4096  # bytes a reply header may take beside its rows
@@ -53,7 +54,7 @@ class _Abort(Exception):
 class ShardServicer:
     def __init__(self, store: ShardStore, data_dir: str | Path, job: str, token: str,
                  max_message_bytes: int = 16 << 20, metrics=None, max_calls: int = 16):
-        self.metrics = metrics  # a ``ShardMetrics`` (ps/metrics.py) that counts every call, or None
+        self.metrics = metrics  # a ``ShardMetrics`` (ps/server/metrics.py) that counts every call, or None
         self.store, self.data_dir = store, Path(data_dir).resolve()
         self.job, self.token = job, token
         self.max_message_bytes, self.max_calls = max_message_bytes, max_calls  # told to clients in Stats

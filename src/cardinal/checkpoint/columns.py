@@ -1,4 +1,4 @@
-"""Loading a table whose columns were saved split otherwise (``plan.py``: column pieces).
+"""Loading a table whose columns were saved split otherwise (``sharding/plan.py``: column pieces).
 
 A portable row of a piece of ``w`` columns is its ``w`` values, then the optimizer's state:
 ``per_dim`` blocks of ``w`` (Adagrad's accumulators, Adam's moments, FTRL's z and n), then

@@ -1,4 +1,4 @@
-"""``CopiedRows``: one server's read-only copies of a table's hot rows (``plan.py``, ``Replicas``).
+"""``CopiedRows``: one server's read-only copies of a table's hot rows (``sharding/plan.py``, ``Replicas``).
 
 A refresh writes hot rows (all of them, in as many requests as the transport splits it into),
 each with the step of the pull that read them from their own servers. A pull of step s is
@@ -14,7 +14,7 @@ import threading
 import numpy as np
 
 from cardinal.ps import validate
-from cardinal.ps.plan import Replicas
+from cardinal.sharding.plan import Replicas
 
 
 class CopiedRows:
@@ -73,4 +73,4 @@ class CopiedRows:
         strange = np.flatnonzero(~self.spec.contains(ids)) if len(ids) else []
         if len(strange):
             raise ValueError(f"id {int(ids[strange[0]])} is not one of table {self.table!r}'s copied hot rows: "
-                             f"a {what} of its copies names only those (ps/plan.py, replicas)")
+                             f"a {what} of its copies names only those (sharding/plan.py, replicas)")

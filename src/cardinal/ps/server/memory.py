@@ -34,7 +34,7 @@ import numpy as np
 
 from cardinal.embedding.eviction import lowest, make_policy
 from cardinal.memory_config import EvictionConfig
-from cardinal.ps.budget import FILTER_SHARE, LOW_WATER, decay_filters
+from cardinal.ps.server.budget import FILTER_SHARE, LOW_WATER, decay_filters
 
 ROUNDS = 3  # of evictions, at most, for one request
 DISK_LOW_WATER = 0.95  # ... and a disk budget eviction, which scans the whole tier

@@ -18,11 +18,11 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from cardinal.ps.metrics import ShardMetrics
-from cardinal.ps.process_memory import requests
-from cardinal.ps.servicer import ShardServicer
+from cardinal.ps.server.metrics import ShardMetrics
+from cardinal.ps.server.process_memory import requests
+from cardinal.ps.server.servicer import ShardServicer
+from cardinal.ps.server.store import ShardStore
 from cardinal.ps.transport import heap, wire
-from cardinal.ps.store import ShardStore
 
 READY = "CARDINAL_SERVER_READY"
 log = logging.getLogger(__name__)
@@ -43,7 +43,7 @@ class ServerOptions:
     grace_s: float = 30.0
     tls_cert: str | None = None   # PEM files: TLS when both are given
     tls_key: str | None = None
-    metrics_port: int = -1        # Prometheus metrics over HTTP on ``host`` (ps/metrics.py): 0 a free port; -1 none
+    metrics_port: int = -1        # Prometheus metrics over HTTP on ``host`` (server/metrics.py): 0 a free port; -1 none
 
 
 class ShardServer:
