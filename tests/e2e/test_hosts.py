@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from hosts import Hosts, unavailable
+from helpers.hosts import Hosts, unavailable
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))]
 
