@@ -1,27 +1,16 @@
 """The worker cache in whole runs: with s = 0 in sync mode the model is bitwise the one trained
-without it (one process; two workers on two servers), and a cached run reports its numbers."""
+without it (one process here; two workers on two servers in test_global_batch.py, beside the plain
+launch it compares with), and a cached run reports its numbers."""
 
 import json
 
-import numpy as np
 import pytest
 
 from cardinal.train import Trainer, config
-from helpers.launch import STEPS, launched, leftovers, model_of
+from helpers.launch import CACHE, equal_models, model_of
 from helpers.recipes import tiny_recipe
 
 pytestmark = pytest.mark.slow  # processes or whole runs: outside `pytest -m "not slow"`
-
-CACHE = ["cache.bytes=\"1MiB\"", "cache.staleness=0"]
-
-
-def equal(a: tuple, b: tuple) -> None:
-    """Two runs' dense weights and every row, bitwise."""
-    assert a[1].keys() == b[1].keys() and a[2].keys() == b[2].keys()
-    for k in a[1]:
-        assert bool((a[1][k] == b[1][k]).all()), k
-    for k in a[2]:
-        np.testing.assert_array_equal(a[2][k], b[2][k])
 
 
 def test_staleness_zero_trains_bitwise_the_model_of_no_cache_in_one_process(tmp_path):
@@ -35,18 +24,8 @@ def test_staleness_zero_trains_bitwise_the_model_of_no_cache_in_one_process(tmp_
             assert summary["cache_staleness_p99"] == 0 and "cache_emb_hit_rate_unique" in summary
             lines = [json.loads(x) for x in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
             assert any("cache_emb_hit_rate_accesses" in x for x in lines)
-    equal(*runs)
+    equal_models(*runs)
 
-
-@pytest.mark.slow
-@pytest.mark.timeout(600)
-def test_staleness_zero_trains_bitwise_the_model_of_no_cache_with_two_workers(tmp_path):
-    sets = ['embedding.consistency="sync"', *STEPS]
-    plain = launched(tmp_path, 2, 2, *sets)
-    cached = launched(tmp_path, 2, 2, *sets, *CACHE)
-    assert "cache_emb_hit_rate_unique" in cached[0]
-    equal(plain, cached)
-    assert leftovers(tmp_path) == []
 
 
 def test_the_cache_section_reads_sizes_and_refuses_geo():

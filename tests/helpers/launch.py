@@ -75,6 +75,18 @@ def launched(tmp_path, servers: int, workers: int, *sets):
     return model_of(tmp_path, Path(re.search(r"run directory (\S+)", out).group(1)))
 
 
+CACHE = ["cache.bytes=\"1MiB\"", "cache.staleness=0"]  # a worker cache that changes no bit (sync)
+
+
+def equal_models(a: tuple, b: tuple) -> None:
+    """Two runs' dense weights and every row (``model_of``), bitwise."""
+    assert a[1].keys() == b[1].keys() and a[2].keys() == b[2].keys()
+    for k in a[1]:
+        assert bool((a[1][k] == b[1][k]).all()), k
+    for k in a[2]:
+        np.testing.assert_array_equal(a[2][k], b[2][k])
+
+
 def largest_difference(a: tuple, b: tuple) -> tuple[float, float]:
     """(dense, rows): the largest absolute difference between two runs' weights."""
     dense = max(float((a[1][k] - b[1][k]).abs().max()) for k in a[1])

@@ -74,11 +74,12 @@ def _read(run_dir: str) -> dict:
 @pytest.mark.slow
 def test_a_sequential_sweep_trains_every_setting_into_its_own_run_dir(tmp_path, child_env):
     lines = []
-    table = sweep.run("criteo_synthetic", ["embedding.dim=4,8", "sparse_optimizer.lr=0.05,0.1"], tiny(tmp_path),
+    # two settings of two keys (every combination of more values: test_the_settings_are_every_combination...)
+    table = sweep.run("criteo_synthetic", ["embedding.dim=4,8", "sparse_optimizer.lr=0.05"], tiny(tmp_path),
                       out_root=str(tmp_path / "runs"), echo=lines.append)
     rows = table["rows"]
-    assert len(rows) == 4 and not any("error" in r for r in rows), rows
-    assert len({r["run_dir"] for r in rows}) == 4
+    assert len(rows) == 2 and not any("error" in r for r in rows), rows
+    assert len({r["run_dir"] for r in rows}) == 2
     for r in rows:  # each child trained the setting its row names, to the end
         recipe = _read(r["run_dir"])
         assert recipe["embedding"]["dim"] == r["setting"]["embedding.dim"]
@@ -91,7 +92,7 @@ def test_a_sequential_sweep_trains_every_setting_into_its_own_run_dir(tmp_path, 
     out = Path(table["dir"])
     assert json.loads((out / "sweep.json").read_text())["rows"] == rows
     md = (out / "sweep.md").read_text()
-    assert md.count("\n| ") == 5 and md in "\n".join(lines) + "\n"  # header + 4 rows, also printed
+    assert md.count("\n| ") == 3 and md in "\n".join(lines) + "\n"  # header + 2 rows, also printed
 
 
 @pytest.mark.slow
