@@ -35,12 +35,12 @@ ID_KINDS = ["equal", "sequential", "low_bits", "extremes", "random"]
 def tiny_recipe(tmp_path, *extra):
     """The default recipe shrunk to seconds: 3,000 generated rows (12 steps of 256), small model.
     Later ``extra`` values override earlier ones."""
-    from cardinal.train import config
+    from cardinal.recipe import load
 
-    return config.load(None, [f'data.cache_dir="{tmp_path / "data"}"', "data.synthetic.rows=3000",
-                              "data.synthetic.eval_rows=1000", "data.synthetic.vocab=300", "data.batch_size=256",
-                              "data.eval_batch_size=1000", "model.hidden=[16]", "embedding.dim=4",
-                              "train.log_every=2", *extra])
+    return load(None, [f'data.cache_dir="{tmp_path / "data"}"', "data.synthetic.rows=3000",
+                       "data.synthetic.eval_rows=1000", "data.synthetic.vocab=300", "data.batch_size=256",
+                       "data.eval_batch_size=1000", "model.hidden=[16]", "embedding.dim=4",
+                       "metrics.log_every=2", *extra])
 
 
 @pytest.fixture(autouse=True, scope="session")

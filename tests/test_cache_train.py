@@ -6,7 +6,8 @@ import json
 import numpy as np
 import pytest
 
-from cardinal.train import Trainer, config
+from cardinal.recipe import load
+from cardinal.train import Trainer
 from conftest import tiny_recipe
 from test_distributed import leftovers
 from test_global_batch import STEPS, launched, model_of
@@ -26,7 +27,7 @@ def equal(a: tuple, b: tuple) -> None:
 def test_staleness_zero_trains_bitwise_the_model_of_no_cache_in_one_process(tmp_path):
     runs = []
     for name, extra in (("plain", []), ("cached", CACHE)):
-        recipe = tiny_recipe(tmp_path, 'embedding.consistency="sync"', f'train.run_dir="{tmp_path / name}"',
+        recipe = tiny_recipe(tmp_path, 'consistency.mode="sync"', f'train.run_dir="{tmp_path / name}"',
                              "train.steps=8", *extra)
         summary = Trainer(recipe, tmp_path / name, progress=False).fit()
         runs.append(model_of(tmp_path, tmp_path / name))
@@ -40,7 +41,7 @@ def test_staleness_zero_trains_bitwise_the_model_of_no_cache_in_one_process(tmp_
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_staleness_zero_trains_bitwise_the_model_of_no_cache_with_two_workers(tmp_path):
-    sets = ['embedding.consistency="sync"', *STEPS]
+    sets = ['consistency.mode="sync"', *STEPS]
     plain = launched(tmp_path, 2, 2, *sets)
     cached = launched(tmp_path, 2, 2, *sets, *CACHE)
     assert "cache_emb_hit_rate_unique" in cached[0]
@@ -49,15 +50,15 @@ def test_staleness_zero_trains_bitwise_the_model_of_no_cache_with_two_workers(tm
 
 
 def test_the_cache_section_reads_sizes_and_refuses_geo():
-    assert config.load(None, ['cache.bytes="64MiB"']).cache.capacity == 64 << 20
-    assert config.load(None, ['cache.bytes="1.5GB"']).cache.capacity == 1_500_000_000
-    assert config.load(None, ["cache.bytes=4096"]).cache.capacity == 4096
+    assert load(None, ['cache.bytes="64MiB"']).cache.capacity == 64 << 20
+    assert load(None, ['cache.bytes="1.5GB"']).cache.capacity == 1_500_000_000
+    assert load(None, ["cache.bytes=4096"]).cache.capacity == 4096
     with pytest.raises(ValueError, match="cache.bytes must be an int or a size"):
-        config.load(None, ['cache.bytes="lots"'])
+        load(None, ['cache.bytes="lots"'])
     with pytest.raises(ValueError, match="GEO replica"):
-        config.load(None, ['cache.bytes="1MiB"', 'embedding.consistency="geo"'])
+        load(None, ['cache.bytes="1MiB"', 'consistency.mode="geo"'])
     with pytest.raises(ValueError, match="cache.policy"):
-        config.load(None, ['cache.policy="fifo"'])
+        load(None, ['cache.policy="fifo"'])
 
 
 @pytest.mark.slow
@@ -66,7 +67,7 @@ def test_a_resumed_run_with_a_cache_is_bitwise_the_straight_one(tmp_path, consis
     """A checkpoint flushes the cache and drops it, so the run after it starts as the resumed one does."""
     from test_train import recipe, same, state
 
-    flags = [f'embedding.consistency="{consistency}"', "train.epochs=3", "train.checkpoint_every=7",
+    flags = [f'consistency.mode="{consistency}"', "train.epochs=3", "checkpoint.every=7",
              'cache.bytes="1MiB"', "cache.staleness=2"]
     straight = Trainer(recipe(tmp_path, *flags, "train.steps=17"), tmp_path / "a", progress=False)
     summary = straight.fit()

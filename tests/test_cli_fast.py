@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cardinal.train import config
+from cardinal.recipe.model import MODEL_NAMES, SPARSE_OPTIMIZERS
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "numba", "grpc", "numpy", "pyarrow")
@@ -55,5 +55,5 @@ def test_the_cheap_name_lists_match_the_registries():
     from cardinal.models import MODELS
     from cardinal.optim import OPTIMIZERS
 
-    assert sorted(config.MODEL_NAMES) == sorted(MODELS)
-    assert sorted(config.SPARSE_OPTIMIZERS) == sorted(OPTIMIZERS)
+    assert sorted(MODEL_NAMES) == sorted(MODELS)
+    assert sorted(SPARSE_OPTIMIZERS) == sorted(OPTIMIZERS)

@@ -37,7 +37,7 @@ def data(tmp_path_factory):
 def sets(data: Path, runs: Path) -> list[str]:
     values = ['data.format="criteo"', f"data.train={data / 'train.tsv'}", f"data.eval={data / 'eval.tsv'}",
               "data.batch_size=200", "data.eval_batch_size=400", "model.hidden=[8]", "embedding.dim=4",
-              "train.log_every=1", f'train.run_dir="{runs}"']
+              "metrics.log_every=1", f'train.run_dir="{runs}"']
     return sum((["--set", v] for v in values), [])
 
 

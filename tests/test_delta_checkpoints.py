@@ -12,8 +12,8 @@ from test_train import same, state
 
 from cardinal.checkpoint import chain, layout, retention, write
 from cardinal.embedding import TableConfig
-from cardinal.memory_config import AdmissionConfig
 from cardinal.ps import ShardStore, StoreConfig
+from cardinal.recipe.admission import AdmissionConfig
 from cardinal.sharding.routing import route
 from cardinal.train import Trainer
 
@@ -140,8 +140,8 @@ def test_kept_deltas_keep_their_chain(tmp_path):
 
 @pytest.mark.slow
 def test_a_run_with_delta_checkpoints_resumes_bitwise(tmp_path):
-    flags = ["ps.shards=3", 'embedding.consistency="sync"', "train.epochs=3", "train.checkpoint_every=3",
-             "train.full_every=3", "train.keep_checkpoints=2", "train.keep_best=false"]
+    flags = ["ps.shards=3", 'consistency.mode="sync"', "train.epochs=3", "checkpoint.every=3",
+             "checkpoint.full_every=3", "checkpoint.keep=2", "eval.keep_best=false"]
     straight = Trainer(tiny_recipe(tmp_path, *flags, "train.steps=20"), tmp_path / "a", progress=False)
     straight.fit()
     Trainer(tiny_recipe(tmp_path, *flags, "train.steps=10"), tmp_path / "b", progress=False).fit()

@@ -12,13 +12,14 @@ import torch
 
 from cardinal.checkpoint.reader import Reader
 from cardinal.ps import ShardStore
+from cardinal.recipe import from_dict, load
 from cardinal.sharding.plan import ShardingPlan
-from cardinal.train import Trainer, config, tables
+from cardinal.train import Trainer, tables
 from test_distributed import launch_cmd, leftovers, run_launch
 
 pytestmark = pytest.mark.slow  # processes or whole runs: outside `pytest -m "not slow"`
 
-STEPS = ["train.steps=12", "train.eval_every=0"]
+STEPS = ["train.steps=12", "eval.every=0"]
 
 
 def model_of(tmp_path, run_dir: Path) -> tuple[dict, dict, dict]:
@@ -27,7 +28,7 @@ def model_of(tmp_path, run_dir: Path) -> tuple[dict, dict, dict]:
     step = Path(summary["checkpoint"])
     saved = Reader(step)
     dense = saved.dense_state()["model"]
-    recipe = config.from_dict(json.loads((run_dir / "recipe.json").read_text()))
+    recipe = from_dict(json.loads((run_dir / "recipe.json").read_text()))
     fresh = ShardStore(tables.store_config(recipe))._fresh_tables()
     rows = {}
     for name, cols in saved.shard_rows(ShardingPlan(1), 0, fresh).items():
@@ -39,7 +40,7 @@ def model_of(tmp_path, run_dir: Path) -> tuple[dict, dict, dict]:
 def embedded(tmp_path, *sets):
     base = launch_cmd(tmp_path, 1, 1, *sets)
     overrides = [base[i + 1] for i, a in enumerate(base) if a == "--set"]
-    recipe = config.load("criteo_synthetic", [*overrides, f'train.run_dir="{tmp_path / "alone"}"'])
+    recipe = load("criteo_synthetic", [*overrides, f'train.run_dir="{tmp_path / "alone"}"'])
     Trainer(recipe, tmp_path / "alone", progress=False).fit()
     return model_of(tmp_path, tmp_path / "alone")
 
@@ -64,7 +65,7 @@ def test_sync_workers_on_a_global_batch_train_the_embedded_model(tmp_path, serve
     """Same data per step, one combined update per step: equal to one process up to the order of
     float additions (each worker sums its share, the server sums the shares; DDP sums the dense
     parts). After 12 steps the weights differ by float rounding only (< 1e-5; the values are ~1e-2)."""
-    sets = ['embedding.consistency="sync"', *STEPS]
+    sets = ['consistency.mode="sync"', *STEPS]
     alone = embedded(tmp_path, *sets)
     together = launched(tmp_path, servers, workers, *sets)
     assert together[0]["workers"] == workers and together[0]["steps"] == alone[0]["steps"] == 12
@@ -78,7 +79,7 @@ def test_sync_workers_on_a_global_batch_train_the_embedded_model(tmp_path, serve
 
 @pytest.mark.timeout(400)
 def test_async_workers_keep_the_staleness_bound_and_report_it(tmp_path):
-    sets = ['embedding.consistency="async"', "embedding.staleness=1", 'embedding.compensation="lr"', *STEPS]
+    sets = ['consistency.mode="async"', "consistency.async.staleness=1", 'consistency.async.compensation="lr"', *STEPS]
     alone = embedded(tmp_path, *sets)
     together = launched(tmp_path, 2, 2, *sets)
     assert together[0]["steps"] == 12 and together[0]["samples"] == alone[0]["samples"]

@@ -28,7 +28,7 @@ class Crash(Exception):
 
 
 def test_resume_with_every_regulariser_on_is_bitwise(tmp_path, monkeypatch):
-    flags = [*ALL_ON, "train.checkpoint_every=7", "train.steps=17"]
+    flags = [*ALL_ON, "checkpoint.every=7", "train.steps=17"]
     straight = Trainer(recipe(tmp_path, *flags), tmp_path / "a", progress=False)
     straight.fit()
     crashing = Trainer(recipe(tmp_path, *flags), tmp_path / "b", progress=False)
