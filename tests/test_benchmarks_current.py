@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from cardinal.recipe import load
-from cardinal.recipe.moved import MOVED
+from cardinal.recipe.moved import MOVED, MOVED_SECTIONS
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = sorted((ROOT / "benchmarks").glob("*.py"))
@@ -22,7 +22,7 @@ def written_keys(text: str) -> set[str]:
     return {k for k in KEY.findall(text) if k.split(".")[0] in SECTIONS}
 
 
-SECTIONS = set(load(None, []).to_dict()) | {old.split(".")[0] for old in MOVED}  # old ones too: [admission]
+SECTIONS = set(load(None, []).to_dict()) | set(MOVED_SECTIONS)  # the old ones too: [admission]
 
 
 def unknown(key: str, recipe: dict) -> bool:
