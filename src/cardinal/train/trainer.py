@@ -12,18 +12,13 @@
     summary = trainer.fit()                 # or fit(resume=True) to go on from the last checkpoint
     summary["eval_auc"], summary["best_step"], summary["stopped_early"]
 
-Several workers (``torchrun``, ``cardinal launch``): the recipe defines the math, the cluster
-only the speed. ``data.batch_size`` is the global batch: worker r of W reads and trains only its
-share of every batch (``data.batch_scope = "worker"`` makes it each worker's share instead).
-The loss is the sum over the share divided by the global batch's size, dense gradients are
-summed across workers (DDP), and the servers combine each step's pushes of every worker and
-apply them once (``consistency.sync.combine``), so sync workers compute what one process computes (up
-to the order of float additions). No worker pulls rows for step t before every worker's pushes
-of step t - 1 - k are applied (stale-synchronous, by the servers' clocks; k = 0 in sync mode,
-consistency.async.staleness in async mode, where the next batch's pull overlaps this step as it does
-in one process); with ``consistency.async.compensation = "lr"`` a push's sparse learning rate is
-divided by the measured staleness of its rows. Worker 0 writes metrics and coordinates
-checkpoints.
+Several workers (``torchrun``, ``cardinal launch``): the recipe defines the math, the cluster only
+the speed (docs/distributed.md). Worker r of W trains its share of every global batch, dense
+gradients are summed (DDP), the servers apply each step's pushes of every worker as one update
+(``consistency.sync.combine``), and no worker pulls rows for step t before every worker's pushes
+of step t - 1 - k are applied (k = 0 in sync mode, ``consistency.async.staleness`` in async; with
+``consistency.async.compensation = "lr"`` a push's lr is divided by its rows' staleness). Worker 0
+writes metrics and coordinates checkpoints.
 
 The loop decides when; the rest has a module each: the parts a recipe builds (``builder.py``),
 one step (``step.py``; on a GPU the model runs there, dedup and the servers stay on the host),
