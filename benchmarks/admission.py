@@ -3,7 +3,7 @@
     python benchmarks/admission.py [--rows 1000000] [--thresholds 1,2,3,4,6,8,10]
 
 Each threshold trains the shipped recipe once (criteo_synthetic with --rows generated rows;
-movielens on ml-latest-small) with `admission.policy = "count"` (threshold 1 admits every id:
+movielens on ml-latest-small) with `ps.memory.admission.policy = "count"` (threshold 1 admits every id:
 the same run as no filter) and reports the model table's rows and the servers' bytes at the end
 of the run, eval AUC and logloss. The lr baseline is off (train.baseline = "none"): its table
 would follow the same filter and double the rows counted.
@@ -18,12 +18,13 @@ sys.path.insert(0, str(Path(__file__).parent))
 from movielens import data_dir  # noqa: E402
 from report import write  # noqa: E402
 
-from cardinal.train import Trainer, config  # noqa: E402
+from cardinal.recipe import load  # noqa: E402
+from cardinal.train import Trainer  # noqa: E402
 
 
 def run(recipe: str, sets: list[str], threshold: int) -> dict:
-    r = config.load(recipe, [*sets, 'train.baseline="none"', 'admission.policy="count"',
-                             f"admission.threshold={threshold}"])
+    r = load(recipe, [*sets, 'train.baseline="none"', 'ps.memory.admission.policy="count"',
+                      f"ps.memory.admission.threshold={threshold}"])
     with tempfile.TemporaryDirectory() as tmp:
         s = Trainer(r, Path(tmp) / "run", progress=False).fit()
     return {"rows": s["ps_rows"], "bytes": s["ps_bytes"], "refused": s["ps_emb_refused"], "auc": s["eval_auc"],

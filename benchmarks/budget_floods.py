@@ -1,8 +1,8 @@
-"""ps.memory_budget under the audit's floods of new ids (issue 25): the bytes a server accounts.
+"""ps.memory.budget under the audit's floods of new ids (issue 25): the bytes a server accounts.
 
     python benchmarks/budget_floods.py [--ids 8000000] [--budget-mib 64] [--base DIR]
 
-One server's store (one table as the default recipe's: dim 16, Adagrad; LRU eviction), ps.memory_budget =
+One server's store (one table as the default recipe's: dim 16, Adagrad; LRU eviction), ps.memory.budget =
 --budget-mib, takes --ids ids never seen before, all at one step, in training pulls of 100,000
 (as a worker, or an attacker, sends them): with no admission filter, with the `count` filter and
 with the `bloom` filter (threshold 2, the default 4 MiB of counters). After every pull it reads
@@ -38,8 +38,9 @@ def one(flood: str, n_ids: int, budget: int) -> dict:
     import numpy as np
 
     from cardinal.embedding import TableConfig
-    from cardinal.memory_config import AdmissionConfig, EvictionConfig
     from cardinal.ps import ShardStore, StoreConfig, StoreFull, StoreLimits
+    from cardinal.recipe.admission import AdmissionConfig
+    from cardinal.recipe.eviction import EvictionConfig
 
     admission = {"emb": AdmissionConfig(**FLOODS[flood])} if FLOODS[flood] else {}
     store = ShardStore(StoreConfig((TableConfig("emb", 16),), {"name": "adagrad"}, admission,
@@ -87,7 +88,7 @@ def main():
         for flood in FLOODS:
             rows.append({"code": name, **run(code, flood, args.ids, budget)})
             print(rows[-1], flush=True)
-    write("budget_floods", f"{args.ids:,} new ids at one step against ps.memory_budget = {args.budget_mib} MiB", rows,
+    write("budget_floods", f"{args.ids:,} new ids at one step against ps.memory.budget = {args.budget_mib} MiB", rows,
           [f"one store, one table (dim 16, Adagrad: the default recipe's; LRU), {args.ids:,} ids never seen before, "
            f"all at step 1, in pulls of {PULL:,}; admission threshold 2 (count, bloom: the default 4 MiB of counters)",
            "peak: the most bytes the store accounted (rows, hash index, filter state) after any pull; pulls refused: "

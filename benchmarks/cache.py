@@ -22,7 +22,7 @@ import jobs  # noqa: E402
 from report import write  # noqa: E402
 
 from cardinal.checkpoint.reader import Reader  # noqa: E402
-from cardinal.train import config  # noqa: E402
+from cardinal.recipe import load  # noqa: E402
 from cardinal.worker.sources.cache_slots import META_BYTES  # noqa: E402
 
 RECIPE = "criteo_synthetic"
@@ -46,13 +46,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--steps", type=int, default=0, help="train.steps (0: one epoch)")
     p.add_argument("--quick", action="store_true", help=f"a small version: {QUICK}")
     args = p.parse_args(argv)
-    sets = ['embedding.consistency="sync"', "train.eval_every=0", 'train.baseline="none"', "train.log_every=10"]
+    sets = ['consistency.mode="sync"', "eval.every=0", 'train.baseline="none"', "metrics.log_every=10"]
     rows, steps = args.rows or (QUICK["rows"] if args.quick else 0), args.steps or (QUICK["steps"] if args.quick else 0)
     sets += [f"data.synthetic.rows={rows}"] if rows else []
     if args.quick:
         sets += [f"data.synthetic.eval_rows={QUICK['eval_rows']}", f"data.batch_size={QUICK['batch']}"]
     sets += [f"train.steps={steps}"] if steps else []
-    recipe = config.load(RECIPE, sets)
+    recipe = load(RECIPE, sets)
     with tempfile.TemporaryDirectory(prefix="cardinal-cache-") as tmp:
         plain = jobs.launch(1, args.workers, sets, Path(tmp) / "plain", TIMEOUT_S)
         if plain.summary is None:

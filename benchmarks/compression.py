@@ -5,13 +5,13 @@
 For each data set (criteo_synthetic with --rows generated rows, Zipf ids; movielens on
 ml-latest-small) and each embedding dim, one run per method, the lr baseline off so the model
 table is the only one, and row-wise Adagrad for every run:
-  - fp32, fp16, bf16, int8: `embedding.storage`, values stored in that format (state float32);
-  - hash@F: the hashing trick (`embedding.hash_buckets`) in the bytes format F's run used: fp32
+  - fp32, fp16, bf16, int8: `compression.storage`, values stored in that format (state float32);
+  - hash@F: the hashing trick (`compression.hash_buckets`) in the bytes format F's run used: fp32
     rows, as many buckets as fit in them (hash index included). What a user short of memory does
     without Cardinal's formats; the formats must beat it on AUC at equal bytes.
 Saec (--saec R): the fp32 run's rows clustered after training (every row's values replaced by its
 cluster's vector, then evaluated), and, with --saec-at F, fine-tuned: a run of the same recipe and
-steps with `embedding.saec_ratio = R`, `embedding.saec_at` = F x its steps (the servers cluster
+steps with `compression.saec.ratio = R`, `compression.saec.at` = F x its steps (the servers cluster
 there and train on the clustered table), against an fp32 run of the same steps; both evaluate once,
 at the end, the last model (results/compression_saec_finetune.md). --saec-only runs only these.
 Bytes per id are measured twice: the servers' own account at the end of training (rows in their
@@ -36,7 +36,8 @@ from report import RESULTS, write  # noqa: E402
 from cardinal.compression.clustered import ClusteredTable, cluster_table  # noqa: E402
 from cardinal.embedding import EmbeddingTable, TableConfig  # noqa: E402
 from cardinal.optim import make_optimizer  # noqa: E402
-from cardinal.train import Trainer, config  # noqa: E402
+from cardinal.recipe import load  # noqa: E402
+from cardinal.train import Trainer  # noqa: E402
 
 FORMATS = ("fp32", "fp16", "bf16", "int8")
 HASHED = ("bf16", "int8")  # the hashing trick at these formats' bytes
@@ -46,13 +47,13 @@ OPTIMIZER = "rowwise_adagrad"  # one float of state a row (TorchRec's and FBGEMM
 
 
 # fine-tuning runs and their baseline: the last model; the push that clusters waits for it (~20 s a shard here)
-FINAL = ["train.eval_every=0", "train.keep_best=false", "ps.timeout_s=300"]
+FINAL = ["eval.every=0", "eval.keep_best=false", "ps.timeout_s=300"]
 
 
 def speed(args, dim: int) -> None:
     """samples/s of FIITED against fp32 on the same data, runs alternated so a slow moment hits both."""
     sets = [f"data.synthetic.rows={args.rows}", f"embedding.dim={dim}"]
-    fiited = [*sets, f"embedding.chunks={args.chunks}", f"embedding.chunk_target={args.chunk_target}"]
+    fiited = [*sets, f"compression.fiited.chunks={args.chunks}", f"compression.fiited.target={args.chunk_target}"]
     rates = {"fp32": [], "fiited": []}
     for k in range(args.speed):
         for name in (("fp32", "fiited") if k % 2 == 0 else ("fiited", "fp32")):
@@ -72,7 +73,7 @@ def speed(args, dim: int) -> None:
 def run(recipe: str, sets: list[str], saec: tuple[float, ...] = ()) -> dict:
     """One training run; with ``saec`` ratios, also the same model evaluated with each field's rows
     clustered (every shard clusters its own rows), under results["saec"][ratio]."""
-    r = config.load(recipe, [*sets, 'train.baseline="none"', f'sparse_optimizer.name="{OPTIMIZER}"'])
+    r = load(recipe, [*sets, 'train.baseline="none"', f'sparse_optimizer.name="{OPTIMIZER}"'])
     with tempfile.TemporaryDirectory() as tmp:
         trainer = Trainer(r, Path(tmp) / "run", progress=False)
         s = trainer.fit()
@@ -110,7 +111,7 @@ def finetune(name: str, recipe: str, sets: list[str], dim: int, ratios, shares) 
     for ratio in ratios:
         for share in shares:
             at = max(1, int(share * base["steps"]))
-            tuned = run(recipe, [*sets, *FINAL, f"embedding.saec_ratio={ratio}", f"embedding.saec_at={at}"])
+            tuned = run(recipe, [*sets, *FINAL, f"compression.saec.ratio={ratio}", f"compression.saec.at={at}"])
             after = base["saec"][ratio]
             out.append({"data": name, "dim": dim, "ratio": ratio, "at": at, "steps": tuned["steps"],
                         "ids": base["rows"], "vectors": tuned["clusters"],
@@ -211,14 +212,14 @@ def main():
                 tune_rows += finetune(name, recipe, sets, dim, ratios, shares)
             if args.saec_only:
                 continue
-            results = {f: run(recipe, [*sets, f'embedding.storage="{f}"'], ratios if f == "fp32" else ())
+            results = {f: run(recipe, [*sets, f'compression.storage="{f}"'], ratios if f == "fp32" else ())
                        for f in FORMATS}
             if dim % args.chunks == 0:  # FIITED: fp32 values in chunks, a share of them kept
-                results[f"fiited {args.chunk_target}"] = run(recipe, [*sets, f"embedding.chunks={args.chunks}",
-                                                                      f"embedding.chunk_target={args.chunk_target}"])
+                results[f"fiited {args.chunk_target}"] = run(recipe, [*sets, f"compression.fiited.chunks={args.chunks}",
+                                                                      f"compression.fiited.target={args.chunk_target}"])
             for f in HASHED:
                 buckets = buckets_for(results[f]["bytes"], dim + 1)
-                results[f"hash@{f}"] = run(recipe, [*sets, f"embedding.hash_buckets={buckets}"])
+                results[f"hash@{f}"] = run(recipe, [*sets, f"compression.hash_buckets={buckets}"])
             base = results["fp32"]
             for method, r in results.items():
                 if r["live_chunks"] is not None:  # the chunks held at the end (measured), and the wide weight
@@ -237,7 +238,7 @@ def main():
             for ratio, c in base["saec"].items():  # exported bytes: Saec's map and vectors; the trick's vectors
                 plain = base["rows"] * (8 + 4 * (dim + 1))  # ids and fp32 values, what an unclustered export holds
                 buckets = int(c["bytes"] / (4 * (dim + 1)))
-                hashed = run(recipe, [*sets, f"embedding.hash_buckets={buckets}"])
+                hashed = run(recipe, [*sets, f"compression.hash_buckets={buckets}"])
                 saec_rows.append({"data": name, "dim": dim, "ratio": ratio, "ids": base["rows"],
                                   "vectors": c["vectors"], "x fewer vectors": base["rows"] / c["vectors"],
                                   "export MB": c["bytes"] / 1e6, "x fewer export bytes": plain / c["bytes"],
@@ -254,9 +255,10 @@ def main():
               "frozen, against the unclustered model of the same steps", tune_rows,
               ["unclustered: an fp32 run (row-wise Adagrad, the lr baseline off) evaluated once, at its last step; "
                "after training: its rows replaced by their cluster's vector at the end (no training after)",
-               "fine-tuned: the same recipe and steps with embedding.saec_ratio = ratio and embedding.saec_at = at: "
-               "every server clusters its rows after that step's push and trains on the clustered table (each id "
-               "reads and trains its cluster's row; ids first seen later share their field's default row)",
+               "fine-tuned: the same recipe and steps with compression.saec.ratio = ratio and "
+               "compression.saec.at = at: every server clusters its rows after that step's push and trains on the "
+               "clustered table (each id reads and trains its cluster's row; ids first seen later share their "
+               "field's default row)",
                "ids: the unclustered run's rows at the end; vectors: the fine-tuned run's cluster rows at the end "
                "(default rows included); x fewer: ids over vectors. MB: the servers' account of the model table "
                "at the end (unclustered: rows, index; clustered: the map's 20 bytes an id, its index, cluster rows)",
@@ -279,10 +281,10 @@ def main():
            "rounds stochastically",
            "value bytes/row: the stored values (x fewer: against fp32's); MB: the servers' account of the model "
            "table at the end (rows in their format, id, count, last step, hash index); bytes/id: MB over its rows",
-           "hash@F: fp32 rows, ids folded into as many buckets as fit in F's MB (embedding.hash_buckets)",
-           f"fiited T: fp32 values in {args.chunks} chunks a row (embedding.chunks), a pass every 100 steps keeping the "
-           "share T of them; value bytes/row: the chunks held at the end (measured: rows made since the last pass "
-           "hold all theirs) and the wide weight; MB also counts each row's chunk handles and utilities",
+           "hash@F: fp32 rows, ids folded into as many buckets as fit in F's MB (compression.hash_buckets)",
+           f"fiited T: fp32 values in {args.chunks} chunks a row (compression.fiited.chunks), a pass every 100 steps "
+           "keeping the share T of them; value bytes/row: the chunks held at the end (measured: rows made since the "
+           "last pass hold all theirs) and the wide weight; MB also counts each row's chunk handles and utilities",
            f"zipf: the default recipe on {args.rows:,} generated rows; movielens: the shipped recipe; the lr "
            "baseline off; dim + 1 values a row (the wide part's first-order weight)",
            "plot: results/compression.png", reproduce])

@@ -26,7 +26,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 import jobs  # noqa: E402
 from report import write  # noqa: E402
 
-from cardinal.train import Trainer, config  # noqa: E402
+from cardinal.recipe import load  # noqa: E402
+from cardinal.train import Trainer  # noqa: E402
 
 AUC_TOLERANCE = 0.01  # 2 x 2 against the embedded run's eval AUC
 
@@ -38,7 +39,7 @@ def main():
     sets = [f"data.synthetic.rows={args.rows}"] if args.rows else []
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        recipe = config.load("criteo_synthetic", sets)
+        recipe = load("criteo_synthetic", sets)
         base = Trainer(recipe, Path(tmp) / "embedded", progress=False).fit()
         rows.append(_row("embedded (4 in-process shards)", base, base))
         for servers, workers in ((1, 1), (2, 2)):

@@ -41,7 +41,8 @@ from report import write  # noqa: E402
 from cardinal.checkpoint.reader import Reader  # noqa: E402
 from cardinal.data import CriteoReader  # noqa: E402
 from cardinal.models import DeepFM  # noqa: E402
-from cardinal.train import Trainer, config  # noqa: E402
+from cardinal.recipe import load  # noqa: E402
+from cardinal.train import Trainer  # noqa: E402
 from cardinal.train.readers import synthetic_dir  # noqa: E402
 from cardinal.worker.sources.cache_slots import META_BYTES  # noqa: E402
 
@@ -215,9 +216,9 @@ def main():
     parser.add_argument("--steps", type=int, default=0, help="steps per run (default: one epoch)")
     args = parser.parse_args()
     sets = ["data.synthetic.rows=200000", "data.synthetic.eval_rows=20000"] if args.quick else []
-    sets = [*sets, "train.eval_every=0", "data.batch_size=4096",  # the published batch
+    sets = [*sets, "eval.every=0", "data.batch_size=4096",  # the published batch
             'train.baseline="none"']  # the system alone, not its lr baseline
-    recipe = config.load("criteo_synthetic", sets)
+    recipe = load("criteo_synthetic", sets)
     size = TORCH_TABLE_ROWS
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -262,7 +263,7 @@ def main():
                 for r in best.values()]
     with tempfile.TemporaryDirectory() as tmp:  # the codec and cache rows, at Cardinal's best lr
         for i, (name, extra) in enumerate(variants(recipe, created[cardinal_lr])):
-            seconds, metrics, summary = run_cardinal(config.load("criteo_synthetic", [*sets, *extra]), cardinal_lr,
+            seconds, metrics, summary = run_cardinal(load("criteo_synthetic", [*sets, *extra]), cardinal_lr,
                                                      Path(tmp) / f"variant{i}", train, halves)
             rows_out.append({"run": name, "sparse optimizer": "adagrad", "best sparse lr": cardinal_lr,
                              "samples/s": samples / seconds, "x dense-only bound": dense_s / seconds,

@@ -40,7 +40,8 @@ import report  # noqa: E402
 from e2e import Batches, Cached, run_cardinal  # noqa: E402
 
 from cardinal.models import DeepFM  # noqa: E402
-from cardinal.train import Trainer, config  # noqa: E402
+from cardinal.recipe import load  # noqa: E402
+from cardinal.train import Trainer  # noqa: E402
 
 SPARSE_LRS = (0.01, 0.03, 0.1)
 TABLE_ROWS = 1 << 22
@@ -176,11 +177,11 @@ def main(argv=None) -> int:
               "(--device cpu runs a smoke test)")
         return 0
     device = torch.device(args.device)
-    sets = [f"data.batch_size={args.batch}", "train.eval_every=0", 'train.baseline="none"',
-            f'train.device="{args.device}"', "train.checkpoint_minutes=0"]
+    sets = [f"data.batch_size={args.batch}", "eval.every=0", 'train.baseline="none"',
+            f'train.device="{args.device}"', "checkpoint.minutes=0"]
     if args.rows:
         sets += [f"data.synthetic.rows={args.rows}", f"data.synthetic.eval_rows={max(args.rows // 10, 1000)}"]
-    recipe = config.load("criteo_synthetic", sets)
+    recipe = load("criteo_synthetic", sets)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         probe = Trainer(recipe, tmp / "probe", progress=False)  # generates the data set once

@@ -3,7 +3,7 @@
     python benchmarks/huge_table.py [--ids 100000000] [--budget-gib 2] [--steps 100]
 
 One store (one server's shard), one table, dim 16, row-wise Adagrad (84 B of payload a row: id,
-16 values, 1 accumulator, count, last step), ps.memory_budget = --budget-gib and a disk tier
+16 values, 1 accumulator, count, last step), ps.memory.budget = --budget-gib and a disk tier
 (RocksDB, under ./.huge-table/ beside this checkout's files) for the rest:
 
 1. fill: --ids distinct ids pushed a million at a time (rows past the budget go to disk);

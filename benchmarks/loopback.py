@@ -29,7 +29,8 @@ from cardinal import codecs  # noqa: E402
 from cardinal.embedding import unique_inverse  # noqa: E402
 from cardinal.ps import PSClient, connect  # noqa: E402
 from cardinal.ps.server.process import READY  # noqa: E402
-from cardinal.train import config, tables  # noqa: E402
+from cardinal.recipe import load  # noqa: E402
+from cardinal.train import tables  # noqa: E402
 
 BATCH = 65_536
 CASES = {16: ("fp32",), 64: ("fp32", "bf16", "int8")}  # dim: codecs (each both ways)
@@ -77,7 +78,7 @@ def main():
     rows = []
     for dim, names in CASES.items():
         sets = ['model.name="dlrm"', f"embedding.dim={dim}", 'sparse_optimizer.name="rowwise_adagrad"']
-        recipe = config.load(None, sets)
+        recipe = load(None, sets)
         ids = batches(n, np.random.default_rng(dim))
         grads = {id(b): np.full((len(b), dim), 1e-3, np.float32) for b in ids}
         with tempfile.TemporaryDirectory() as tmp:

@@ -24,12 +24,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 from report import write  # noqa: E402
 
-ON = ["ps.metrics_port=0", "train.metrics_port=0"]
-OFF = ["ps.metrics_port=-1", "train.metrics_port=-1"]
+ON = ["ps.metrics_port=0", "metrics.port=0"]
+OFF = ["ps.metrics_port=-1", "metrics.port=-1"]
 
 
 def launch(tmp: Path, servers: int, steps: int, sets: list[str]) -> float:
-    common = [f"train.steps={steps}", 'train.baseline="none"', "train.checkpoint_minutes=0", f'train.run_dir="{tmp}"']
+    common = [f"train.steps={steps}", 'train.baseline="none"', "checkpoint.minutes=0", f'train.run_dir="{tmp}"']
     cmd = [sys.executable, "-m", "cardinal.cli", "launch", "--servers", str(servers), "--workers", "1", "--",
            *sum((["--set", s] for s in common + sets), [])]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -81,7 +81,7 @@ def main() -> None:
     rows.append({"metrics": "on / off", "samples/s (median)": on / off, "runs": ""})
     write("metrics_cost", "What Prometheus metrics cost: samples/s with every endpoint on and scraped, against off",
           rows, [f"cardinal launch --servers {args.servers} --workers 1, the default recipe, {args.steps} steps, "
-                 "baseline none; on: ps.metrics_port=0 and train.metrics_port=0, every endpoint scraped once a second; "
+                 "baseline none; on: ps.metrics_port=0 and metrics.port=0, every endpoint scraped once a second; "
                  "off: both -1; runs alternate on and off",
                  f"reproduce: python benchmarks/metrics_cost.py --steps {args.steps} --repeats {args.repeats} "
                  f"--servers {args.servers}"])

@@ -25,7 +25,8 @@ from report import write  # noqa: E402
 from cardinal.data import MovieLensReader  # noqa: E402
 from cardinal.data.download import default_dir, is_complete  # noqa: E402
 from cardinal.data.movielens_history import FIELDS  # noqa: E402
-from cardinal.train import Trainer, config  # noqa: E402
+from cardinal.recipe import load  # noqa: E402
+from cardinal.train import Trainer  # noqa: E402
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "movielens-latest-small"
 MODELS = {"deepfm": [], "wide_deep": ['model.name="wide_deep"', "model.hidden=[64]"],
@@ -41,7 +42,7 @@ def data_dir() -> Path:
 
 
 def run(data: Path, sets: list[str]) -> dict:
-    recipe = config.load("movielens", [f'data.train=["{data}"]', *sets])
+    recipe = load("movielens", [f'data.train=["{data}"]', *sets])
     with tempfile.TemporaryDirectory() as tmp:
         s = Trainer(recipe, Path(tmp) / "run", progress=False).fit()
     return {"eval AUC": f"{s['eval_auc']:.4f}", "eval logloss": s["eval_logloss"], "steps": s["steps"]}

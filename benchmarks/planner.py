@@ -38,7 +38,7 @@ WIDE = "C7"
 def scenario(rows: int, tmp: Path) -> list[str]:
     return [f"data.synthetic.rows={rows}", "data.synthetic.skew=1.1", "embedding.shared=false",
             f"embedding.dims={{{WIDE}=128}}", "embedding.field_tables={" + ",".join(f'{f}="C5"' for f in HOT) + "}",
-            'train.baseline="none"', "train.checkpoint_minutes=0", "train.eval_every=0", f'train.run_dir="{tmp}"']
+            'train.baseline="none"', "checkpoint.minutes=0", "eval.every=0", f'train.run_dir="{tmp}"']
 
 
 def launch(sets: list[str], servers: int, workers: int = 1) -> Path:
@@ -85,8 +85,9 @@ def main() -> None:
     from cardinal import planner
     from cardinal.planner.propose import balance, describe, loads, propose
     from cardinal.planner.stats import from_sample
+    from cardinal.recipe import load
     from cardinal.sharding.plan import ShardingPlan
-    from cardinal.train import config, tables
+    from cardinal.train import tables
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--servers", type=int, default=4)
@@ -96,7 +97,7 @@ def main() -> None:
     args = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="cardinal-planner-") as tmp:
         sets = scenario(args.rows, Path(tmp))
-        recipe = config.load("criteo_synthetic", sets)
+        recipe = load("criteo_synthetic", sets)
         stats = from_sample(tables.plan_inputs(recipe))
         plans = {"hash": ShardingPlan(args.servers), "planner": propose(stats, args.servers)}
         planner.write(plans["planner"], Path(tmp) / "plan.json")
@@ -109,7 +110,7 @@ def main() -> None:
         launch([*sets, "train.steps=20"], args.servers)  # warm: the data, numba's cache
         for r in range(args.repeats):
             for name in (("hash", "planner") if r % 2 == 0 else ("planner", "hash")):
-                run = launch([*sets, f"train.steps={args.steps}", f'ps.plan="{files[name]}"'], args.servers)
+                run = launch([*sets, f"train.steps={args.steps}", f'plan.layout="{files[name]}"'], args.servers)
                 rates[name].append(json.loads((run / "summary.json").read_text())["samples_per_s"])
                 runs[name] = run
                 print(name, f"{rates[name][-1]:,.0f} samples/s", flush=True)

@@ -77,8 +77,9 @@ def main() -> None:
     from cardinal.planner.hot import hot_ids
     from cardinal.planner.propose import balance, propose
     from cardinal.planner.stats import from_sample
+    from cardinal.recipe import load as load_recipe
     from cardinal.sharding.plan import Piece, Replicas, ShardingPlan
-    from cardinal.train import config, tables
+    from cardinal.train import tables
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--servers", type=int, default=4)
@@ -91,7 +92,7 @@ def main() -> None:
     args = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="cardinal-replicas-") as tmp:
         sets = scenario(args.rows, Path(tmp))
-        recipe = config.load("criteo_synthetic", sets)
+        recipe = load_recipe("criteo_synthetic", sets)
         inputs = tables.plan_inputs(recipe)
         stats = from_sample(inputs)
         proposed = propose(stats, args.servers)
@@ -113,7 +114,7 @@ def main() -> None:
             launch([*sets, "train.steps=10"], args.servers)  # warm: the data, numba's cache
         for r in range(args.repeats):
             for name in (list(plans) if r % 2 == 0 else list(plans)[::-1]):
-                run = launch([*sets, f"train.steps={args.steps}", f'ps.plan="{files[name]}"'], args.servers,
+                run = launch([*sets, f"train.steps={args.steps}", f'plan.layout="{files[name]}"'], args.servers,
                              args.workers)
                 summary = json.loads((run / "summary.json").read_text())
                 rates[name].append(summary["samples_per_s"])

@@ -33,15 +33,17 @@ import e2e  # noqa: E402
 import jobs  # noqa: E402
 from report import RESULTS, machine, write  # noqa: E402
 
-from cardinal.train import Trainer, config  # noqa: E402
+from cardinal.recipe import load  # noqa: E402
+from cardinal.train import Trainer  # noqa: E402
 
 RECIPE = "criteo_synthetic"
 MODES = {  # mode -> what a launched run adds to the recipe
-    "sync": ['embedding.consistency="sync"'],
-    "async": ['embedding.consistency="async"'],  # servers combine each step's pushes (the default)
-    "async-each": ['embedding.consistency="async"', "embedding.combine=false"],  # each push applied on arrival
-    "async-each-lr": ['embedding.consistency="async"', "embedding.combine=false", 'embedding.compensation="lr"'],
-    "geo": ['embedding.consistency="geo"'],
+    "sync": ['consistency.mode="sync"'],
+    "async": ['consistency.mode="async"'],  # servers combine each step's pushes (the default)
+    "async-each": ['consistency.mode="async"', "consistency.async.combine=false"],  # each push applied on arrival
+    "async-each-lr": ['consistency.mode="async"', "consistency.async.combine=false",
+                      'consistency.async.compensation="lr"'],
+    "geo": ['consistency.mode="geo"'],
 }
 QUICK = {"rows": 50_000, "eval_rows": 20_000, "workers": "1,2"}
 RUN_TIMEOUT_S = {"quick": 900.0, "full": 4 * 3600.0}
@@ -54,8 +56,8 @@ def servers_for(workers: int, cores: int) -> int:
 
 
 def recipe_sets(rows: int, eval_rows: int, steps: int) -> list[str]:
-    """The overrides every run gets (the launched runs add embedding.consistency)."""
-    sets = ["train.eval_every=0"]  # evaluate once, at the end: evaluations are not training time anyway
+    """The overrides every run gets (the launched runs add consistency.mode)."""
+    sets = ["eval.every=0"]  # evaluate once, at the end: evaluations are not training time anyway
     sets += ["data.batch_size=4096", 'train.baseline="none"']  # the published table's batch; no lr baseline
     sets += [f"data.synthetic.rows={rows}"] if rows else []
     sets += [f"data.synthetic.eval_rows={eval_rows}"] if eval_rows else []
@@ -198,7 +200,7 @@ def main(argv: list[str] | None = None) -> None:
     cores = os.cpu_count() or 1
     rows = args.rows or (QUICK["rows"] if args.quick else 0)
     sets = recipe_sets(rows, QUICK["eval_rows"] if args.quick else 0, args.steps)
-    recipe = config.load(RECIPE, sets)
+    recipe = load(RECIPE, sets)
     timeout = RUN_TIMEOUT_S["quick" if args.quick else "full"]
     settings = describe(recipe)
     info = machine()
@@ -210,7 +212,7 @@ def main(argv: list[str] | None = None) -> None:
         warm = jobs.train([*sets, "train.steps=2"], Path(tmp) / "warm-up", timeout)  # compiles the kernels once
         if warm.summary is None:
             raise SystemExit(f"cardinal train fails on this recipe (exit {warm.code}); its output ends:\n{warm.tail()}")
-        embedded = _record(runs, "embedded (cardinal train)", recipe.embedding.mode(distributed=False), 1,
+        embedded = _record(runs, "embedded (cardinal train)", recipe.consistency.resolve(distributed=False), 1,
                            f"{recipe.ps.shards} in-process", jobs.train(sets, Path(tmp) / "embedded", timeout))
         torch_run = {"run": f"torch EmbeddingBag + Adagrad (lr {torch['sparse_lr']})", "mode": "-", "W": 1, "S": "-",
                      "code": 0, "summary": torch}
@@ -227,7 +229,7 @@ def main(argv: list[str] | None = None) -> None:
               f"**launched runs** add, per mode, {'; '.join(f'{m}: ' + ' '.join(v) for m, v in MODES.items())}, "
               f"with {SERVER_RULE} servers on this "
               f"machine's {cores} cores; **embedded**: `cardinal train`, the recipe's consistency "
-              f"({recipe.embedding.mode(distributed=False)}) and {recipe.ps.shards} in-process shards",
+              f"({recipe.consistency.resolve(distributed=False)}) and {recipe.ps.shards} in-process shards",
               f"**machine**: {cores} cores ({info['cpu']}), torch {info['torch']}"]
     write(name, title, table, notes(args, runs, torch, cores), header=header, extra={
         "recipe_sets": sets, "torch_grid": torch["grid"],
@@ -252,7 +254,7 @@ def describe(recipe) -> str:
     return (f"data.batch_size={d.batch_size}, data.synthetic.rows={d.synthetic.rows:,}, "
             f"data.synthetic.eval_rows={d.synthetic.eval_rows:,}, train.epochs={recipe.train.epochs}, "
             f"train.steps={recipe.train.steps or 'one epoch'}, model: {model}, embedding.dim={e.dim}, "
-            f"embedding.staleness={e.staleness}, embedding.geo_interval={e.geo_interval}, "
+            f"consistency.async.staleness={e.staleness}, consistency.geo.interval={e.geo_interval}, "
             f"sparse_optimizer: {', '.join(f'{k}={v}' for k, v in so.items())}, dense_optimizer: {do.name} lr={do.lr}")
 
 

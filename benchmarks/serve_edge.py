@@ -28,16 +28,17 @@ from helpers.raw_http import ask, closed  # noqa: E402
 from report import write  # noqa: E402
 
 from cardinal import cli  # noqa: E402
+from cardinal.recipe import load  # noqa: E402
 from cardinal.serve.requests import COLUMNS  # noqa: E402
-from cardinal.train import Trainer, config  # noqa: E402
+from cardinal.train import Trainer  # noqa: E402
 
 WIDEST = {c: -99999999999999999 if c[0] == "I" else "ffffffff" for c in COLUMNS}
 
 
 def export(tmp: Path) -> Path:
-    recipe = config.load(None, [f'data.cache_dir="{tmp / "data"}"', "data.synthetic.rows=3000",
-                                "data.synthetic.eval_rows=1000", "data.batch_size=256", "train.steps=4",
-                                "train.checkpoint_every=4", 'train.early_stop="none"'])
+    recipe = load(None, [f'data.cache_dir="{tmp / "data"}"', "data.synthetic.rows=3000",
+                         "data.synthetic.eval_rows=1000", "data.batch_size=256", "train.steps=4",
+                         "checkpoint.every=4", 'eval.early_stop="none"'])
     trainer = Trainer(recipe, tmp / "run", progress=False)
     trainer.fit()
     trainer.close()

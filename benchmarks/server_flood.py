@@ -118,7 +118,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--base", type=Path, help="another checkout to compare with (the code before the limits)")
     args = parser.parse_args()
-    old = ["ps.max_message_mb=64", "ps.max_concurrent_calls=64"]
+    old = ["ps.limits.max_message_mb=64", "ps.limits.max_concurrent_calls=64"]
     rows = []
     if args.base:
         rows.append(case("before (base checkout)", args.base, [], 60, False, args.rounds))

@@ -1,10 +1,10 @@
-"""How much memory a real ``cardinal server`` process holds against its ``ps.memory_budget``.
+"""How much memory a real ``cardinal server`` process holds against its ``ps.memory.budget``.
 
     python benchmarks/server_rss.py [--budgets-mib 64,256,1024] [--steps 40] [--quick]
 
 Each case is a job as a user runs it: ``cardinal launch --servers 1 --workers 1`` on generated
 data whose ids outgrow the budget, training then saving at the end, with and without the disk
-tier (``ps.disk_budget``). The server's resident memory (VmRSS from /proc/PID/status) is sampled
+tier (``ps.memory.disk_budget``). The server's resident memory (VmRSS from /proc/PID/status) is sampled
 every 0.5 s from its start to its exit, and its accounted bytes (the ``cardinal_ps_bytes`` gauges
 of its metrics endpoint) with it. The floor is the RSS of the idle server (the first sample taken
 once it listens, before any row); the target is peak RSS <= 1.1 x budget + the documented floor
@@ -131,9 +131,10 @@ def case(budget_mib: int, disk: bool, args, base: Path) -> dict:
     sets = [f'data.cache_dir="{base / "data"}"', f"data.synthetic.rows={args.rows or args.steps * batch}",
             "data.synthetic.eval_rows=2000",
             f"data.synthetic.vocab={args.vocab}", "data.synthetic.skew=1.01", f"data.batch_size={batch}",
-            f"embedding.dim={args.dim}", "model.hidden=[16]", f"train.steps={args.steps}", "train.log_every=10",
-            "ps.metrics_port=0", f"ps.memory_budget={budget_mib * MIB}",
-            f'ps.disk_dir="{root / "tiers"}"', *([f"ps.disk_budget={8 * budget_mib * MIB}"] if disk else [])]
+            f"embedding.dim={args.dim}", "model.hidden=[16]", f"train.steps={args.steps}", "metrics.log_every=10",
+            "ps.metrics_port=0", f"ps.memory.budget={budget_mib * MIB}",
+            f'ps.memory.disk_dir="{root / "tiers"}"',
+            *([f"ps.memory.disk_budget={8 * budget_mib * MIB}"] if disk else [])]
     sampler = Sampler(root, root.with_suffix(".log"), args.trace)
     sampler.start()
     t0 = time.perf_counter()
@@ -167,7 +168,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="server-rss-", dir=args.base) as tmp:
         rows = [case(int(b), disk, args, Path(tmp)) for b in args.budgets_mib.split(",") for disk in
                 [d == "yes" for d in args.disk.split(",")]]
-    write("server_rss", "A server process's resident memory against its ps.memory_budget", rows, [
+    write("server_rss", "A server process's resident memory against its ps.memory.budget", rows, [
         f"cardinal launch --servers 1 --workers 1, {args.steps} steps of batch rows (at most {args.batch}, so that "
         "the rows of the steps protected from eviction take at most a third of the budget), embedding.dim "
         f"{args.dim}, "
@@ -177,7 +178,7 @@ def main() -> None:
         "accounted: the server's cardinal_ps_bytes gauges (rows, index, filters) against the budget",
         "at peak: the peak's resident bytes by mapping (/proc/PID/smaps): files (libraries' code and data), the main "
         "heap, anonymous maps (the tables' arenas, glibc's thread arenas, large arrays)",
-        "disk tier: ps.disk_budget = 8 x budget", "reproduce: python benchmarks/server_rss.py"])
+        "disk tier: ps.memory.disk_budget = 8 x budget", "reproduce: python benchmarks/server_rss.py"])
 
 
 if __name__ == "__main__":

@@ -34,14 +34,15 @@ sys.path.insert(0, str(Path(__file__).parent))
 from report import write  # noqa: E402
 
 from cardinal.checkpoint import layout  # noqa: E402
-from cardinal.train import Trainer, config  # noqa: E402
+from cardinal.recipe import load  # noqa: E402
+from cardinal.train import Trainer  # noqa: E402
 
 
 def train(tmp: Path, steps: int, every: int) -> Path:
-    recipe = config.load("criteo_synthetic", [f"train.steps={steps}", f"train.checkpoint_every={every}",
-                                              "train.full_every=1000", "train.keep_checkpoints=1000",
-                                              'train.early_stop="none"', "train.eval_every=0",
-                                              'train.baseline="none"'])
+    recipe = load("criteo_synthetic", [f"train.steps={steps}", f"checkpoint.every={every}",
+                                       "checkpoint.full_every=1000", "checkpoint.keep=1000",
+                                       'eval.early_stop="none"', "eval.every=0",
+                                       'train.baseline="none"'])
     trainer = Trainer(recipe, tmp / "run", progress=True)
     trainer.fit()
     trainer.close()
@@ -143,7 +144,7 @@ def main() -> None:
         subprocess.run([sys.executable, "-m", "cardinal.cli", "export", str(run), "--out", str(tmp / "x"),
                         "--checkpoint", str(layout.step_dir(run / "checkpoints", first))], check=True)
         manifest = json.loads((tmp / "x" / "manifest.json").read_text())
-        lines = [ln.split("\t", 1)[1] for ln in next(Path(config.load().data.cache_dir).glob("synthetic-*/eval.tsv"))
+        lines = [ln.split("\t", 1)[1] for ln in next(Path(load().data.cache_dir).glob("synthetic-*/eval.tsv"))
                  .read_text().splitlines()[:20000]]
         # the followed run: recipe and every checkpoint up to the first; the later ones wait aside
         followed, aside = tmp / "followed", tmp / "aside"

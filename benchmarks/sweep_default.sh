@@ -4,10 +4,10 @@
 # Run from the repository root; the data set (3M rows, 782 MB) is generated once into data/.
 #     bash benchmarks/sweep_default.sh && python benchmarks/sweep_table.py runs/sweep-*/
 set -u
-python -c "from cardinal.train import config; from cardinal.train.readers import ensure_synthetic; \
-ensure_synthetic(config.load('criteo_synthetic', ['data.cache_dir=data']).data, False)"
+python -c "from cardinal.recipe import load; from cardinal.train.readers import ensure_synthetic; \
+ensure_synthetic(load('criteo_synthetic', ['data.cache_dir=data']).data, False)"
 # the recipe as it was before the sweep (batch 4096, adagrad lr 0.02, eval every 150 steps)
-OLD="--set data.batch_size=4096 --set sparse_optimizer.lr=0.02 --set train.eval_every=150"
+OLD="--set data.batch_size=4096 --set sparse_optimizer.lr=0.02 --set eval.every=150"
 Z="--set sparse_optimizer.initial_accumulator=0.0"  # adagrad's, before the sweep (adam takes no such key)
 S="--set data.cache_dir=data --out runs $OLD"
 # 1: two epochs; the sparse optimizer and its lr (8 at once)

@@ -4,11 +4,11 @@ byte budget held while the id set keeps growing.
     python benchmarks/tiers.py [--rows 1000000] [--budget-mib 64] [--steps 300]
 
 1. Training: the default recipe on --rows generated rows, once with every row in RAM and once
-   with ps.memory_budget at 25% of the first run's bytes and a disk tier (RocksDB) for the rest.
+   with ps.memory.budget at 25% of the first run's bytes and a disk tier (RocksDB) for the rest.
    Both runs must end with bitwise the same tables and dense model; samples/s side by side.
 2. Budget: one server's store, one table (dim 16, row-wise Adagrad), pulled and pushed for
    --steps steps of 20,000 ids, half of them never seen before, so the id set grows without end;
-   ps.memory_budget = --budget-mib. After the first time the store reaches its budget, the
+   ps.memory.budget = --budget-mib. After the first time the store reaches its budget, the
    accounted bytes of every step and the process RSS are compared with the budget: without and
    with a disk tier (which then takes what RAM cannot hold).
 """
@@ -27,7 +27,8 @@ from report import write  # noqa: E402
 
 from cardinal.embedding import TableConfig  # noqa: E402
 from cardinal.ps import ShardStore, StoreConfig, StoreLimits  # noqa: E402
-from cardinal.train import Trainer, config  # noqa: E402
+from cardinal.recipe import load  # noqa: E402
+from cardinal.train import Trainer  # noqa: E402
 
 
 def rss() -> int:
@@ -35,8 +36,8 @@ def rss() -> int:
 
 
 def train(rows: int, tmp: Path, name: str, *sets: str) -> tuple[dict, Trainer]:
-    recipe = config.load("criteo_synthetic", [f"data.synthetic.rows={rows}", 'embedding.consistency="sync"',
-                                              'train.baseline="none"', *sets])
+    recipe = load("criteo_synthetic", [f"data.synthetic.rows={rows}", 'consistency.mode="sync"',
+                                       'train.baseline="none"', *sets])
     trainer = Trainer(recipe, tmp / name, progress=False)
     return trainer.fit(), trainer
 
@@ -46,8 +47,8 @@ def training(rows: int) -> list[dict]:
         tmp = Path(tmp)
         ram, a = train(rows, tmp, "ram")
         budget = ram["ps_bytes"] // 4
-        tiered, b = train(rows, tmp, "tiered", f"ps.memory_budget={budget}", 'ps.disk_budget="64GiB"',
-                          f'ps.disk_dir="{tmp / "tiers"}"')
+        tiered, b = train(rows, tmp, "tiered", f"ps.memory.budget={budget}", 'ps.memory.disk_budget="64GiB"',
+                          f'ps.memory.disk_dir="{tmp / "tiers"}"')
         same = a.client.digest("emb") == b.client.digest("emb") and all(
             torch.equal(x, y) for x, y in zip(a.model.state_dict().values(), b.model.state_dict().values()))
     out = []
@@ -109,7 +110,7 @@ def main():
            "an eviction frees down to 99% of the budget (ps/server/memory.py LOW_WATER)", reproduce])
     write("tiers", "25% of the rows in RAM, the rest on disk, against all in RAM", training(args.rows),
           [f"the default recipe (DeepFM, dim 16) on {args.rows:,} generated rows, one epoch, sync, no lr baseline; "
-           "the second run's ps.memory_budget is 25% of the first run's bytes at its end",
+           "the second run's ps.memory.budget is 25% of the first run's bytes at its end",
            "bitwise = RAM: the model table's digest and every dense weight equal to the all-in-RAM run's",
            "rows faulted in / demoted: rows read back from the disk tier / written out to it, whole run", reproduce])
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from cardinal.train import config
+from cardinal.recipe import load
+from cardinal.recipe.moved import MOVED, MOVED_SECTIONS
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = sorted((ROOT / "benchmarks").glob("*.py"))
@@ -21,7 +22,7 @@ def written_keys(text: str) -> set[str]:
     return {k for k in KEY.findall(text) if k.split(".")[0] in SECTIONS}
 
 
-SECTIONS = set(config.load(None, []).to_dict())
+SECTIONS = set(load(None, []).to_dict()) | set(MOVED_SECTIONS)  # the old ones too: [admission]
 
 
 def unknown(key: str, recipe: dict) -> bool:
@@ -48,7 +49,7 @@ def test_every_benchmark_imports(path, monkeypatch):
 
 
 def test_every_recipe_key_benchmarks_and_docs_write_exists():
-    recipe = config.load(None, []).to_dict()
+    recipe = load(None, []).to_dict()
     texts = {p: p.read_text() for p in [*BENCHMARKS, *(ROOT / "benchmarks").glob("*.sh"),
                                         *(ROOT / "docs").glob("*.md"), ROOT / "README.md"]}
     bad = sorted({(p.relative_to(ROOT).as_posix(), k) for p, t in texts.items() for k in written_keys(t)
@@ -57,8 +58,8 @@ def test_every_recipe_key_benchmarks_and_docs_write_exists():
 
 
 def test_the_check_sees_a_renamed_key():
-    recipe = config.load(None, []).to_dict()
-    assert written_keys('--set "train.steps=3" ["embedding.consistency=sync"]') == {
-        "train.steps", "embedding.consistency"}
+    recipe = load(None, []).to_dict()
+    assert written_keys('--set "train.steps=3" ["consistency.mode=sync"]') == {
+        "train.steps", "consistency.mode"}
     assert unknown("train.stepz", recipe) and unknown("embedding.dim.x", recipe)
     assert not unknown("model.hidden", recipe) and not unknown("data.synthetic.rows", recipe)

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from cardinal import cli
-from cardinal.train import config
+from cardinal.recipe import load
+from cardinal.recipe.build import as_list
 
 ROOT = Path(__file__).resolve().parents[1]
 KEYS = ["data.train", "data.eval", "ps.servers"]
@@ -51,7 +52,7 @@ def test_every_form_of_a_file_list_in_a_recipe_file(form, tmp_path):
     value = json.dumps(text) if not text.startswith('["') and text != "[]" else text  # a TOML string, or the list
     path = tmp_path / "r.toml"
     path.write_text(f"[data]\ntrain = {value}\neval = {value}\n[ps]\nservers = {value}\n")
-    recipe = config.load(path)
+    recipe = load(path)
     assert recipe.data.train == recipe.data.eval == recipe.ps.servers == expected
 
 
@@ -101,7 +102,7 @@ def test_the_readmes_file_list_command_works_in_bash(tmp_path, days):
     line = readme_file_list_line()
     for word in shlex.split(line):  # the files the line names, as bash would pass them
         if word.startswith(("data.train=", "data.eval=")):
-            for name in config.as_list(word.split("=", 1)[1]):
+            for name in as_list(word.split("=", 1)[1]):
                 src = days / ("day_0.tsv" if word.startswith("data.train=") else "day_1.tsv")
                 (tmp_path / name).write_bytes(src.read_bytes())
     bin_dir = tmp_path / "bin"

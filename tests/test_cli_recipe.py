@@ -3,16 +3,18 @@ recipe printed as TOML that reads back to the same recipe, every key with its me
 
 import re
 import tomllib
+from dataclasses import MISSING, fields, is_dataclass
 
 import pytest
 
 import cardinal
 from cardinal import cli
-from cardinal.train import config
 from cardinal.optim import make_optimizer
-from cardinal.train.recipe_toml import field_notes, to_toml
+from cardinal.recipe import Recipe, load, shipped
+from cardinal.recipe.build import key
+from cardinal.train.recipe_toml import to_toml
 
-DATACLASS_SECTIONS = ["data", "data.synthetic", "embedding", "dense_optimizer", "ps", "train"]
+SECTIONS = [key(f) for f in fields(Recipe) if f.name not in ("model", "sparse_optimizer")]
 
 
 def show(capsys, *args) -> str:
@@ -21,15 +23,15 @@ def show(capsys, *args) -> str:
     return capsys.readouterr().out
 
 
-@pytest.mark.parametrize("name", config.shipped())
+@pytest.mark.parametrize("name", shipped())
 @pytest.mark.parametrize("sets", [[], ['model.name="dlrm"', "model.top=[32]", "embedding.pooling=\"mean\"",
                                        'sparse_optimizer.name="ftrl"', "data.strict=true", "train.steps=7"]])
 def test_recipe_show_reads_back_to_the_same_recipe(name, sets, capsys, tmp_path):
     args = [name, *sum((["--set", s] for s in sets), [])]
     text = show(capsys, *args)
     (tmp_path / "shown.toml").write_text(text)
-    shown, resolved = config.load(tmp_path / "shown.toml"), config.load(name, sets)
-    for section in ("data", "embedding", "dense_optimizer", "ps", "train"):
+    shown, resolved = load(tmp_path / "shown.toml"), load(name, sets)
+    for section in SECTIONS:
         assert getattr(shown, section) == getattr(resolved, section)
     # model and sparse optimizer are shown with their defaults filled in: the same settings
     assert {k: v for k, v in shown.model.items() if k in resolved.model} == resolved.model
@@ -42,20 +44,23 @@ def test_every_key_of_the_recipe_has_its_meaning(capsys):
     section, missing = None, []
     for line in text.splitlines():
         if m := re.match(r"^\[(.+)\]$", line):
-            section = m.group(1)
-        elif section in DATACLASS_SECTIONS and re.match(r"^\w+ = ", line) and "  # " not in line:
+            section = m.group(1).split(".")[0]
+        elif section in SECTIONS and re.match(r"^\w+ = ", line) and "  # " not in line:
             missing.append(f"{section}.{line.split(' = ')[0]}")
-    assert not missing, f"keys shown without their meaning (add a comment beside the field): {missing}"
-    assert "consistency = \"auto\"  # sync: pulls see every earlier push" in text
+    assert not missing, f"keys shown without their meaning (add metadata={{'help': ...}} to the field): {missing}"
+    assert "[consistency]\nmode = \"auto\"  # sync: pulls see every earlier push" in text
+    assert "# read in async mode only\n[consistency.async]\nstaleness = 1  # a pull sees" in text  # a sub-table's help
 
 
-def test_a_comment_on_its_own_line_goes_on_the_field_above_or_below():
-    notes = field_notes(config.PSConfig)
-    assert notes["token_file"] == "...carrying this token (or $CARDINAL_TOKEN)"
-    assert notes["max_message_mb"].startswith("what one server accepts (cardinal server)")  # the lines above it
-    assert notes["max_message_mb"].endswith("largest request or reply; clients split larger ones")
-    assert notes["tls_ca"] == "what clients trust"  # not the comment block below it
-    assert "the phases of a step take turns" in field_notes(config.TrainConfig)["threads"]
+def test_every_field_of_every_section_has_its_help():
+    def undocumented(cls, where):
+        for f in fields(cls):
+            if not f.metadata.get("help"):
+                yield f"{where}{key(f)}"
+            if f.default_factory is not MISSING and is_dataclass(made := f.default_factory()):
+                yield from undocumented(type(made), f"{where}{key(f)}.")
+
+    assert list(undocumented(Recipe, "")) == []
 
 
 def test_the_model_and_sparse_optimizer_show_their_defaults(capsys):
@@ -72,7 +77,7 @@ def test_unknown_keys_are_still_named(capsys):
 def test_recipe_list_names_every_shipped_recipe(capsys):
     assert cli.main(["recipe", "list"]) == 0
     out = capsys.readouterr().out
-    for name in config.shipped():
+    for name in shipped():
         assert re.search(rf"^{name}\s+\S", out, re.M)
 
 
@@ -87,5 +92,5 @@ def test_train_help_lists_the_recipes_and_where_keys_are_documented(capsys):
         cli.main(["train", "--help"])
     out = " ".join(capsys.readouterr().out.split())
     assert e.value.code == 0
-    assert f"a shipped recipe ({', '.join(config.shipped())})" in out
-    assert "`cardinal recipe show [RECIPE]` prints every key" in out and "cardinal/train/config.py" in out
+    assert f"a shipped recipe ({', '.join(shipped())})" in out
+    assert "`cardinal recipe show [RECIPE]` prints every key" in out and "cardinal/recipe/" in out

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from cardinal import cli
-from cardinal.train import config
+from cardinal.recipe import load
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -74,7 +74,7 @@ def resolve(args: list[str]) -> None:
         rest = parsed.train_args[1:] if parsed.train_args[:1] == ["--"] else parsed.train_args
         resolve(["train", *rest])
     elif parsed.command in ("train", "server"):  # with --resume too: its --set values name real keys
-        config.load(parsed.recipe, parsed.set)
+        load(parsed.recipe, parsed.set)
 
 
 @pytest.mark.parametrize("args", commands(), ids=" ".join)

@@ -36,14 +36,14 @@ from cardinal.failures import RESUME_HINT, ServerFailure, culprit_named, peer_fa
 
 PROBE_S = 5.0  # how long a rank whose peer stopped waits on each server before blaming the peer
 TRAIN_HELP = """keys: `cardinal recipe show [RECIPE]` prints every key of the resolved recipe with its meaning
-(they are documented beside the dataclass fields in cardinal/train/config.py).
+(each section is a dataclass in cardinal/recipe/, each key documented by its field's metadata).
 file lists (data.train, data.eval, ps.servers): a path, a comma list a.tsv,b.tsv, or a TOML list
 '["a.tsv","b.tsv"]' (a path holding a comma needs the quoted TOML list).
---resume RUN: the run's recipe.json plus the --set values. Learning rates, train.* (steps, epochs,
-eval and checkpoint cadence), data files and ps.* may change; keys that fix the saved shapes
-(model.*, embedding.dim, embedding.dims, embedding.shared, embedding.field_tables, optimizer names,
-data.format, data.batch_size) may not, nor those that choose the held-out rows (data.holdout,
-data.holdout_by, train.seed) or train.baseline.
+--resume RUN: the run's recipe.json plus the --set values. Learning rates, train.* (steps, epochs),
+eval.*, checkpoint.*, data files, ps.* and plan.* may change; keys that fix the saved shapes
+(model.*, embedding.dim/dims/shared/field_tables, compression's formats, hashing, chunks and Saec,
+optimizer names, data.format, data.batch_size) may not, nor those that choose the held-out rows
+(data.holdout, data.holdout_by, train.seed) or train.baseline. An old key names its new place.
 train.steps and train.epochs are totals from the run's start: to go on, raise them past where the
 run is (a run already there is an error, exit 2).
 """
@@ -118,7 +118,7 @@ def parser() -> argparse.ArgumentParser:
     pl.add_argument("recipe", nargs="?", default="criteo_synthetic", help="a shipped recipe or a TOML path")
     pl.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override a recipe value")
     pl.add_argument("--stats", metavar="RUN_DIR", help="table sizes from this run's newest checkpoint")
-    pl.add_argument("--out", metavar="FILE", help="write the plan here; train with --set ps.plan=FILE")
+    pl.add_argument("--out", metavar="FILE", help="write the plan here; train with --set plan.layout=FILE")
     c = sub.add_parser("convert", help="convert Criteo TSV files to Parquet")
     c.add_argument("tsv", nargs="+")
     c.add_argument("--out", required=True)
@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def train(args) -> int:
-    from cardinal.train import config
+    from cardinal.recipe import load
     from cardinal.train.run_dirs import new_run_dir
 
     shared_dir = os.environ.get("CARDINAL_RUN_DIR")  # set for every worker of a job
@@ -161,7 +161,7 @@ def train(args) -> int:
         run_dir = Path(args.resume)
         recipe = _resumed(run_dir, args.set)
     else:
-        recipe = config.load(args.recipe, args.set)
+        recipe = load(args.recipe, args.set)
         if shared_dir:
             run_dir = Path(shared_dir)
         elif int(os.environ.get("WORLD_SIZE", "1")) > 1:
@@ -206,27 +206,27 @@ def _resumed(run_dir: Path, overrides: list[str]):
 
 
 def _shipped() -> list[str]:
-    from cardinal.train.config import shipped
+    from cardinal.recipe import shipped
 
     return shipped()
 
 
 def recipe(args) -> int:
-    from cardinal.train import config
+    from cardinal.recipe import describe, load, shipped
 
     if args.action == "list":
-        for name in config.shipped():
-            print(f"{name:20s} {config.describe(name)}")
+        for name in shipped():
+            print(f"{name:20s} {describe(name)}")
         return 0
     from cardinal.train.recipe_toml import to_toml
 
-    resolved = _resumed(Path(args.resume), args.set) if args.resume else config.load(args.recipe, args.set)
+    resolved = _resumed(Path(args.resume), args.set) if args.resume else load(args.recipe, args.set)
     print(to_toml(resolved), end="")
     return 0
 
 
 def _apply(raw: dict, overrides: list[str]) -> dict:
-    from cardinal.train.config import parse_override
+    from cardinal.recipe import parse_override
 
     for text in overrides:
         keys, value = parse_override(text)
@@ -240,17 +240,17 @@ def _apply(raw: dict, overrides: list[str]) -> dict:
 def evaluate(args) -> int:
     """The run's best checkpoint (checkpoints/best.json), else its newest, or ``--checkpoint``; on
     the run's eval data or, with ``--set data.eval=...``, on other data. Prints one JSON line."""
-    from cardinal.train import config
+    from cardinal.recipe import from_dict, parse_override
     from cardinal.train.resume import saved_recipe
 
     run_dir = Path(args.run_dir)
     raw = saved_recipe(run_dir)
     for text in args.set:
-        keys, _ = config.parse_override(text)
+        keys, _ = parse_override(text)
         if len(keys) != 2 or keys[0] != "data" or not keys[1].startswith("eval"):
             raise ValueError(f"--set {text}: `cardinal eval` changes only the eval data (data.eval, "
                              f"data.eval_batch_size); the model is the run's recipe.json")
-    recipe = config.from_dict(_apply(raw, args.set))
+    recipe = from_dict(_apply(raw, args.set))
     from cardinal.checkpoint.best import best_checkpoint
     from cardinal.train import Trainer
 
@@ -266,7 +266,7 @@ def evaluate(args) -> int:
 
 def generate(args) -> int:
     from cardinal.data import SyntheticConfig
-    from cardinal.train.config import build
+    from cardinal.recipe.build import build
 
     cfg = build(SyntheticConfig, dict(_apply({}, args.set)), "data.synthetic")
     from cardinal.data.synthetic import generate as write
@@ -310,21 +310,23 @@ def sweep(args) -> int:
 def server(args) -> int:
     from cardinal import planner
     from cardinal.ps import ShardStore
+    from cardinal.ps.limits import store_limits
     from cardinal.ps.server.process import ServerOptions, run
-    from cardinal.train import config, tables
+    from cardinal.recipe import load
+    from cardinal.train import tables
 
     shard, sep, n = args.shard.partition("/")
     if not (sep and shard.isdigit() and n.isdigit() and 0 <= int(shard) < int(n)):
         raise ValueError(f"--shard takes I/N with 0 <= I < N, got {args.shard!r}")
-    recipe = config.load(args.recipe, args.set)
+    recipe = load(args.recipe, args.set)
     ps = recipe.ps
-    if ps.plan == "auto":  # each server would read the training data, and servers must agree
-        raise ValueError('ps.plan = "auto" on a server: make the plan once (cardinal plan RECIPE --out FILE) and give '
-                         "every server and worker --set ps.plan=FILE (cardinal launch does this for you)")
-    store = ShardStore(tables.store_config(recipe), int(shard), int(n), ps.store_limits(), ps.disk_dir,
+    if recipe.plan.layout == "auto":  # each server would read the training data, and servers must agree
+        raise ValueError('plan.layout = "auto" on a server: make the plan once (cardinal plan RECIPE --out FILE) and '
+                         "give every server and worker --set plan.layout=FILE (cardinal launch does this for you)")
+    store = ShardStore(tables.store_config(recipe), int(shard), int(n), store_limits(ps), ps.memory.disk_dir,
                        planner.resolve(tables.plan_inputs(recipe), int(n)))
     options = ServerOptions(host=args.host, port=args.port, tls_cert=ps.tls_cert or None, tls_key=ps.tls_key or None,
-                            max_message_mb=ps.max_message_mb, max_concurrency=ps.max_concurrent_calls,
+                            max_message_mb=ps.limits.max_message_mb, max_concurrency=ps.limits.max_concurrent_calls,
                             metrics_port=ps.metrics_port)
     return run(store, args.data_dir, ps.job, ps.token(), options)
 
@@ -358,18 +360,19 @@ def plan(args) -> int:
     from cardinal.planner.propose import propose
     from cardinal.planner.report import report
     from cardinal.planner.stats import from_run, from_sample
-    from cardinal.train import config, tables
+    from cardinal.recipe import load
+    from cardinal.train import tables
 
-    recipe = config.load(args.recipe, ['ps.plan="auto"', *args.set])  # what it makes: ps.replicate applies
+    recipe = load(args.recipe, ['plan.layout="auto"', *args.set])  # what it makes: plan.replicate applies
     n = len(recipe.ps.servers) or recipe.ps.shards
     inputs = tables.plan_inputs(recipe)
     stats = from_run(args.stats, inputs) if args.stats else from_sample(inputs, progress=True)
-    proposed = propose(stats, n, recipe.ps.budget(), pinned=planner.pinned(inputs))  # each server's budget
+    proposed = propose(stats, n, inputs.budget, pinned=planner.pinned(inputs))  # each server's budget
     proposed, copied = planner.replicate(inputs, proposed)
     print("\n".join([report(proposed, stats), *copied]))
     if args.out:
         planner.write(proposed, args.out)
-        sets = [*planner.without_plan_settings(args.set), f"ps.plan={args.out}"]
+        sets = [*planner.without_plan_settings(args.set), f"plan.layout={args.out}"]
         print(f"wrote {args.out}; train with it: cardinal train {shlex.quote(args.recipe)} "
               + " ".join(f"--set {shlex.quote(s)}" for s in sets))
     return 0

@@ -48,7 +48,7 @@ def test_a_shard_whose_log_let_go_saves_a_full_checkpoint_not_a_delta(tmp_path):
     s.tables["user"].deleted.add(np.arange(10**7, 10**7 + budget // 64 // 8 + 1, dtype=np.int64))  # past the cap
     assert not s.health()["delta_safe"]
     with pytest.raises(ValueError, match="deleted more ids from table 'user' than its log keeps under "
-                                         "ps.memory_budget .* save a full one"):
+                                         "ps.memory.budget .* save a full one"):
         s.save(str(tmp_path), 2, base=1)
     full = save(s, tmp_path, 2)  # a full one needs no log, and the log starts again
     assert s.health()["delta_safe"]
@@ -74,8 +74,8 @@ def test_a_run_saves_in_full_where_a_shard_can_save_no_delta(tmp_path):
                 table = trainer.client.transport.stores[1].tables["emb"]
                 table.deleted.cap = 8
                 table.deleted.add(np.arange(2, dtype=np.int64))
-    flags = ["ps.shards=2", 'embedding.consistency="sync"', "train.checkpoint_every=3", "train.full_every=3",
-             "train.steps=10", "train.keep_checkpoints=4", "train.keep_best=false"]
+    flags = ["ps.shards=2", 'consistency.mode="sync"', "checkpoint.every=3", "checkpoint.full_every=3",
+             "train.steps=10", "checkpoint.keep=4", "eval.keep_best=false"]
     Trainer(tiny_recipe(tmp_path, *flags), tmp_path / "run", progress=False, callbacks=[LogLetGo()]).fit()
     root = tmp_path / "run" / "checkpoints"
     bases = {k: Reader(layout.step_dir(root, k)).info.get("base") for k in layout.committed_steps(root)}

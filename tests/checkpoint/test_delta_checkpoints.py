@@ -9,8 +9,8 @@ import pytest
 
 from cardinal.checkpoint import chain, layout, retention, write
 from cardinal.embedding import TableConfig
-from cardinal.memory_config import AdmissionConfig
 from cardinal.ps import ShardStore, StoreConfig
+from cardinal.recipe.admission import AdmissionConfig
 from cardinal.sharding.routing import route
 
 TABLES = (TableConfig("user", 8, seed=1), TableConfig("item", 3, seed=2))

@@ -11,7 +11,8 @@ import pytest
 
 from cardinal.data import CriteoReader, MovieLensReader, ParquetReader, SyntheticConfig, convert, generate
 from cardinal.data.criteo import DENSE, SPARSE
-from cardinal.train import config
+from cardinal.recipe import load
+from cardinal.recipe.data import DataConfig
 
 
 @pytest.fixture(scope="module")
@@ -131,9 +132,9 @@ def test_a_short_file_of_garbage_fails_at_its_end(tmp_path):
 
 
 def test_data_files_as_a_plain_string_and_the_threshold_in_a_recipe():
-    recipe = config.load(None, ['data.format="criteo"', "data.train=/d/day_0.tsv", "data.eval=/d/day_1.tsv"])
+    recipe = load(None, ['data.format="criteo"', "data.train=/d/day_0.tsv", "data.eval=/d/day_1.tsv"])
     assert recipe.data.train == ["/d/day_0.tsv"] and recipe.data.eval == ["/d/day_1.tsv"]
     assert recipe.data.max_bad_fraction == 0.01
-    assert config.DataConfig(format="criteo", train="a.tsv", eval="b.tsv").train == ["a.tsv"]
+    assert DataConfig(format="criteo", train="a.tsv", eval="b.tsv").train == ["a.tsv"]
     with pytest.raises(ValueError, match=r"data.max_bad_fraction must be in \[0, 1\], got 1.5"):
-        config.load(None, ["data.max_bad_fraction=1.5"])
+        load(None, ["data.max_bad_fraction=1.5"])

@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 
 from cardinal.data import SyntheticConfig, convert, generate
-from cardinal.train import Trainer, config
+from cardinal.recipe import load
+from cardinal.recipe.data import DataConfig
+from cardinal.train import Trainer
 from cardinal.train.readers import make_readers
 
 
@@ -35,15 +37,15 @@ def rows(reader) -> list[bytes]:
 
 def data_cfg(data, fmt, by, **kw):
     files = [str(data / "ab.parquet")] if fmt == "parquet" else [str(data / "a.tsv"), str(data / "b.tsv")]
-    return config.DataConfig(format=fmt, train=files, batch_size=64, eval_batch_size=100, holdout=0.1,
-                             holdout_by=by, **kw)
+    return DataConfig(format=fmt, train=files, batch_size=64, eval_batch_size=100, holdout=0.1,
+                      holdout_by=by, **kw)
 
 
 @pytest.mark.parametrize("fmt", ["criteo", "parquet"])
 @pytest.mark.parametrize("by", ["time", "hash"])
 def test_the_two_sides_are_disjoint_and_together_all_rows(data, fmt, by):
-    every = rows(make_readers(config.DataConfig(format=fmt, train=data_cfg(data, fmt, by).train,
-                                                eval=data_cfg(data, fmt, by).train), progress=False)[1])
+    every = rows(make_readers(DataConfig(format=fmt, train=data_cfg(data, fmt, by).train,
+                                         eval=data_cfg(data, fmt, by).train), progress=False)[1])
     assert len(every) == 1000 and len(set(every)) == 1000  # distinct rows: sides compare as sets
     train, evaluation, info = make_readers(data_cfg(data, fmt, by), seed=7, progress=False)
     seen, held = rows(train), rows(evaluation)
@@ -67,15 +69,15 @@ def test_the_hash_split_depends_on_the_seed(data):
 
 @pytest.mark.slow
 def test_a_run_without_eval_files_trains_and_evaluates_on_the_held_out_rows(tmp_path, data):
-    recipe = config.load(None, ['data.format="criteo"', f'data.train=["{data / "a.tsv"}", "{data / "b.tsv"}"]',
-                                "data.batch_size=100", "model.hidden=[8]", "embedding.dim=4"])
+    recipe = load(None, ['data.format="criteo"', f'data.train=["{data / "a.tsv"}", "{data / "b.tsv"}"]',
+                         "data.batch_size=100", "model.hidden=[8]", "embedding.dim=4"])
     assert recipe.data.eval == [] and recipe.data.holdout == 0.1
     summary = Trainer(recipe, tmp_path / "run", progress=False).fit()
     assert summary["eval_rows"] == 100 and summary["steps"] == 9
     with pytest.raises(ValueError, match="data.holdout"):
-        config.load(None, ['data.format="criteo"', f'data.train="{data / "a.tsv"}"', "data.holdout=0"])
+        load(None, ['data.format="criteo"', f'data.train="{data / "a.tsv"}"', "data.holdout=0"])
     with pytest.raises(ValueError, match="data.holdout_by"):
-        config.load(None, ['data.format="criteo"', f'data.train="{data / "a.tsv"}"', 'data.holdout_by="random"'])
+        load(None, ['data.format="criteo"', f'data.train="{data / "a.tsv"}"', 'data.holdout_by="random"'])
 
 
 def test_row_hash_is_a_function_of_the_values():

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from cardinal.data import CriteoReader, MovieLensReader, ParquetReader, SyntheticConfig, convert, generate
 from cardinal.data.criteo import Rows, parse_buffer, parse_share
 from cardinal.data.shares import count_in
-from cardinal.train import config
+from cardinal.recipe.data import DataConfig
 from cardinal.train.readers import make_readers
 
 BATCH = 7         # divisible by neither 2 nor 3
@@ -224,12 +224,12 @@ def test_share_is_checked_and_applies_to_the_train_reader_only(files):
         MovieLensReader(files, "train", 4, share=(0, 0))
     with pytest.raises(TypeError, match="two integers"):
         ParquetReader([files / "a.parquet"], 4, share=("0", 1))
-    data = config.DataConfig(format="criteo", train=[str(files / "a.tsv")], eval=[str(files / "b.tsv")],
-                             batch_size=BATCH, eval_batch_size=BATCH)
+    data = DataConfig(format="criteo", train=[str(files / "a.tsv")], eval=[str(files / "b.tsv")],
+                      batch_size=BATCH, eval_batch_size=BATCH)
     train, evaluation, info = make_readers(data, share=(1, 3))
     assert train.share == (1, 3) and evaluation.share == (0, 1)
     assert info == make_readers(data)[2]
-    ml = config.DataConfig(format="movielens", train=[str(files)], batch_size=BATCH)
+    ml = DataConfig(format="movielens", train=[str(files)], batch_size=BATCH)
     train, evaluation, info = make_readers(ml, share=(2, 3))
     assert train.share == (2, 3) and evaluation.share == (0, 1) and info["train_steps"] == math.ceil(30 / BATCH)
 

@@ -6,12 +6,13 @@ import json
 import pytest
 import torch
 
-from cardinal.train import Trainer, config, tables
+from cardinal.recipe import load
+from cardinal.train import Trainer, tables
 from helpers.recipes import tiny_recipe
 
 pytestmark = pytest.mark.slow  # processes or whole runs: outside `pytest -m "not slow"`
 
-LEARNS = ["ps.shards=3", "data.synthetic.vocab=30", "train.epochs=3", "dense_optimizer.lr=0.01", "train.eval_every=12"]
+LEARNS = ["ps.shards=3", "data.synthetic.vocab=30", "train.epochs=3", "dense_optimizer.lr=0.01", "eval.every=12"]
 
 
 @pytest.mark.parametrize("extra", [[], ["embedding.clip_ratio=0.5", "dense_optimizer.warmup_steps=20",
@@ -22,8 +23,8 @@ def test_the_baseline_is_what_a_separate_lr_run_of_the_same_batches_trains(tmp_p
     # tiny_recipe without model.hidden (the `lr` model takes no settings)
     sets = [f'data.cache_dir="{tmp_path / "data"}"', "data.synthetic.rows=3000", "data.synthetic.eval_rows=1000",
             "data.synthetic.vocab=300", "data.batch_size=256", "data.eval_batch_size=1000", "embedding.dim=4",
-            "train.log_every=2", *LEARNS, *extra, 'model.name="lr"']
-    lr = Trainer(config.load(None, sets), tmp_path / "lr", progress=False)
+            "metrics.log_every=2", *LEARNS, *extra, 'model.name="lr"']
+    lr = Trainer(load(None, sets), tmp_path / "lr", progress=False)
     alone = lr.fit()
     assert lr.baseline is None and tables.row_width(lr.recipe, "emb") == 1  # one weight per id
     assert summary["baseline_lr_auc"] > 0.6, "logistic regression learns the tiny data well above chance"

@@ -15,7 +15,7 @@ from helpers.recipes import tiny_recipe
 
 pytestmark = pytest.mark.slow  # processes or whole runs: outside `pytest -m "not slow"`
 
-FLAGS = ["ps.shards=3", "data.synthetic.vocab=30", "train.epochs=3", "dense_optimizer.lr=0.01", "train.eval_every=5"]
+FLAGS = ["ps.shards=3", "data.synthetic.vocab=30", "train.epochs=3", "dense_optimizer.lr=0.01", "eval.every=5"]
 
 
 class Sabotage(Callback):
@@ -66,7 +66,7 @@ def evals(run) -> list[tuple[int, float]]:
 
 def test_the_kept_model_is_the_best_evaluation_not_the_newest(tmp_path, capsys):
     run = tmp_path / "run"
-    recipe = tiny_recipe(tmp_path, *FLAGS, 'train.early_stop="none"', "train.keep_checkpoints=1")
+    recipe = tiny_recipe(tmp_path, *FLAGS, 'eval.early_stop="none"', "checkpoint.keep=1")
     summary = Trainer(recipe, run, progress=False, callbacks=[Sabotage()]).fit()
     seen = evals(run)
     assert [s for s, _ in seen] == [5, 10, 15, 20, 25, 30, 35, 36]  # every 5 steps across the epochs, and the end
@@ -95,7 +95,7 @@ def test_the_kept_model_is_the_best_evaluation_not_the_newest(tmp_path, capsys):
 
 def test_early_stopping_ends_within_patience_of_the_best(tmp_path):
     run = tmp_path / "run"
-    recipe = tiny_recipe(tmp_path, *FLAGS, 'train.early_stop="auc"', "train.patience=2")
+    recipe = tiny_recipe(tmp_path, *FLAGS, 'eval.early_stop="auc"', "eval.patience=2")
     summary = Trainer(recipe, run, progress=False, callbacks=[Sabotage()]).fit()
     seen = evals(run)
     best_step = max(seen, key=lambda e: e[1])[0]
@@ -109,7 +109,7 @@ def test_early_stopping_ends_within_patience_of_the_best(tmp_path):
 def test_min_delta_counts_small_gains_as_no_improvement(tmp_path):
     # AUC gains of 0.05 and 0.03 over steps 5-15 (see the module docstring): with min_delta 0.2 only
     # the first evaluation is ever the best, and the run stops at the third
-    recipe = tiny_recipe(tmp_path, *FLAGS, 'train.early_stop="auc"', "train.patience=2", "train.min_delta=0.2")
+    recipe = tiny_recipe(tmp_path, *FLAGS, 'eval.early_stop="auc"', "eval.patience=2", "eval.min_delta=0.2")
     summary = Trainer(recipe, tmp_path / "run", progress=False).fit()
     assert (summary["best_step"], summary["steps"]) == (5, 15)
 
@@ -117,7 +117,7 @@ def test_min_delta_counts_small_gains_as_no_improvement(tmp_path):
 def test_early_stopping_state_survives_a_resume(tmp_path):
     """Best and evaluations-since-best travel in the checkpoint: a run resumed between its best
     evaluation and its stop stops where the straight run stops, with the same model."""
-    flags = [*FLAGS, 'train.early_stop="auc"', "train.patience=2"]  # saves: the best ones and the last
+    flags = [*FLAGS, 'eval.early_stop="auc"', "eval.patience=2"]  # saves: the best ones and the last
     straight = Trainer(tiny_recipe(tmp_path, *flags), tmp_path / "a", progress=False, callbacks=[Noise()])
     done = straight.fit()
     first = Trainer(tiny_recipe(tmp_path, *flags, "train.steps=20"), tmp_path / "b", progress=False,
@@ -138,7 +138,7 @@ def test_early_stopping_state_survives_a_resume(tmp_path):
 
 def test_callbacks_see_every_step_evaluation_and_checkpoint(tmp_path):
     record = Record()
-    recipe = tiny_recipe(tmp_path, *FLAGS, 'train.early_stop="none"', "train.checkpoint_every=12")
+    recipe = tiny_recipe(tmp_path, *FLAGS, 'eval.early_stop="none"', "checkpoint.every=12")
     Trainer(recipe, tmp_path / "run", progress=False, callbacks=[record, Sabotage()]).fit()
     assert [s for s, _ in record.steps] == list(range(1, 37)) and all(loss > 0 for _, loss in record.steps)
     assert [(s, auc) for s, auc, _ in record.evals] == evals(tmp_path / "run")
@@ -174,8 +174,8 @@ def test_evaluating_an_older_checkpoint_leaves_best_json_naming_the_best(tmp_pat
     """`cardinal eval RUN --checkpoint OLD` loads a checkpoint whose recorded best is older than the
     run's best: the marker must still name the run's best (it is repaired from the newest only)."""
     run = tmp_path / "run"
-    recipe = tiny_recipe(tmp_path, *FLAGS, "train.keep_checkpoints=50", "train.checkpoint_every=5",
-                         "train.early_stop='none'", "train.baseline='none'")
+    recipe = tiny_recipe(tmp_path, *FLAGS, "checkpoint.keep=50", "checkpoint.every=5",
+                         "eval.early_stop='none'", "train.baseline='none'")
     Trainer(recipe, run, progress=False, callbacks=[Noise()]).fit()
     root = run / "checkpoints"
     before = json.loads((root / "best.json").read_text())
@@ -198,7 +198,7 @@ def test_a_signal_at_an_evaluation_step_is_evaluated_on_resume(tmp_path):
             if step == 4:  # read at step 5's all-reduce: step 5, an evaluation's step, is saved and the run ends
                 os.kill(os.getpid(), signal.SIGINT)
 
-    flags = [*FLAGS, "train.early_stop='none'", "train.baseline='none'", "train.checkpoint_every=5"]
+    flags = [*FLAGS, "eval.early_stop='none'", "train.baseline='none'", "checkpoint.every=5"]
     straight = Record()
     Trainer(tiny_recipe(tmp_path, *flags), tmp_path / "a", progress=False, callbacks=[straight]).fit()
     stop = StopFlag()
@@ -215,14 +215,14 @@ def test_resuming_an_early_stopped_run_is_an_error_not_a_no_op(tmp_path, capsys)
     """`cardinal train --resume RUN` of a run that stopped early, with the same patience, would train
     nothing and overwrite its summary with 0 samples/s: refused, RUN unchanged; a larger patience goes on."""
     run = tmp_path / "run"
-    recipe = tiny_recipe(tmp_path, *FLAGS, 'train.early_stop="auc"', "train.patience=2", "train.min_delta=0.2")
+    recipe = tiny_recipe(tmp_path, *FLAGS, 'eval.early_stop="auc"', "eval.patience=2", "eval.min_delta=0.2")
     assert Trainer(recipe, run, progress=False).fit()["steps"] == 15  # stopped early (see above)
     before = {p: p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()}
     capsys.readouterr()
     assert cli.main(["train", "--resume", str(run)]) == 2
     assert f"run {run} stopped early at step 15" in capsys.readouterr().err
     assert {p: p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()} == before
-    assert cli.main(["train", "--resume", str(run), "--set", "train.patience=3"]) == 0
+    assert cli.main(["train", "--resume", str(run), "--set", "eval.patience=3"]) == 0
     assert json.loads((run / "summary.json").read_text())["steps"] == 20
 
 

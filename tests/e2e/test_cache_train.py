@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from cardinal.train import Trainer, config
+from cardinal.recipe import load
+from cardinal.train import Trainer
 from helpers.launch import CACHE, equal_models, model_of
 from helpers.recipes import tiny_recipe
 
@@ -16,7 +17,7 @@ pytestmark = pytest.mark.slow  # processes or whole runs: outside `pytest -m "no
 def test_staleness_zero_trains_bitwise_the_model_of_no_cache_in_one_process(tmp_path):
     runs = []
     for name, extra in (("plain", []), ("cached", CACHE)):
-        recipe = tiny_recipe(tmp_path, 'embedding.consistency="sync"', f'train.run_dir="{tmp_path / name}"',
+        recipe = tiny_recipe(tmp_path, 'consistency.mode="sync"', f'train.run_dir="{tmp_path / name}"',
                              "train.steps=8", *extra)
         summary = Trainer(recipe, tmp_path / name, progress=False).fit()
         runs.append(model_of(tmp_path, tmp_path / name))
@@ -29,12 +30,12 @@ def test_staleness_zero_trains_bitwise_the_model_of_no_cache_in_one_process(tmp_
 
 
 def test_the_cache_section_reads_sizes_and_refuses_geo():
-    assert config.load(None, ['cache.bytes="64MiB"']).cache.capacity == 64 << 20
-    assert config.load(None, ['cache.bytes="1.5GB"']).cache.capacity == 1_500_000_000
-    assert config.load(None, ["cache.bytes=4096"]).cache.capacity == 4096
+    assert load(None, ['cache.bytes="64MiB"']).cache.capacity == 64 << 20
+    assert load(None, ['cache.bytes="1.5GB"']).cache.capacity == 1_500_000_000
+    assert load(None, ["cache.bytes=4096"]).cache.capacity == 4096
     with pytest.raises(ValueError, match="cache.bytes must be an int or a size"):
-        config.load(None, ['cache.bytes="lots"'])
+        load(None, ['cache.bytes="lots"'])
     with pytest.raises(ValueError, match="GEO replica"):
-        config.load(None, ['cache.bytes="1MiB"', 'embedding.consistency="geo"'])
+        load(None, ['cache.bytes="1MiB"', 'consistency.mode="geo"'])
     with pytest.raises(ValueError, match="cache.policy"):
-        config.load(None, ['cache.policy="fifo"'])
+        load(None, ['cache.policy="fifo"'])

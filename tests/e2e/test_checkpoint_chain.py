@@ -32,8 +32,8 @@ from test_serve_process import call, started
 
 pytestmark = pytest.mark.slow
 # 12 steps of run a and run b (another sparse lr): checkpoints 4 (full), 8 (a delta on 4), 12 (a delta on 8)
-FLAGS = ("train.steps=12", "train.checkpoint_every=4", "train.full_every=3", "train.keep_checkpoints=10",
-         'train.early_stop="none"', "train.keep_best=false")
+FLAGS = ("train.steps=12", "checkpoint.every=4", "checkpoint.full_every=3", "checkpoint.keep=10",
+         'eval.early_stop="none"', "eval.keep_best=false")
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +85,7 @@ def swapped(a, b):  # the directories of steps 8 and 12 swapped
 def longer_than_full_every(a, b):  # step 12 (the second delta) says its run allowed one delta a chain
     edit_json(at(a, 12) / "commit.json", lambda c: c["run"].update(full_every=2))
     reseal(at(a, 12))
-    return at(a, 12), at(a, 12) / "commit.json", "deltas lead to it from its full checkpoint, its run.s train.full_every = 2 allows 1"
+    return at(a, 12), at(a, 12) / "commit.json", "deltas lead to it from its full checkpoint, its run.s checkpoint.full_every = 2 allows 1"
 
 
 def manifest_base_edited(a, b):  # a delta's shard manifest names another base than its commit

@@ -10,7 +10,8 @@ import torch
 
 from cardinal import cli
 from cardinal.checkpoint import layout
-from cardinal.train import Trainer, config
+from cardinal.recipe import from_dict
+from cardinal.train import Trainer
 from helpers.checkpoint_edit import edit_json, reseal
 from helpers.recipes import tiny_recipe
 
@@ -86,7 +87,7 @@ def test_eval_exits_non_zero_on_a_tampered_dense_state(saved_run, tmp_path, caps
 @pytest.mark.parametrize("edit", CASES, ids=[f.__name__ for f in CASES])
 def test_trainer_load_of_a_tampered_dense_state_changes_nothing(saved_run, tmp_path, edit):
     run = _tampered_copy(saved_run, tmp_path, edit)
-    trainer = Trainer(config.from_dict(json.loads((run / "recipe.json").read_text())), run, progress=False)
+    trainer = Trainer(from_dict(json.loads((run / "recipe.json").read_text())), run, progress=False)
     digest = trainer.client.digest("emb")
     model = {k: v.clone() for k, v in trainer.model.state_dict().items()}
     with pytest.raises(ValueError, match=r"state\.json|t\d+\.npy"):

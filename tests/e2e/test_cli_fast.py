@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cardinal.train import config
+from cardinal.recipe.model import MODEL_NAMES, SPARSE_OPTIMIZERS
 
 pytestmark = pytest.mark.slow  # processes or whole runs: outside `pytest -m "not slow"`
 
@@ -57,5 +57,5 @@ def test_the_cheap_name_lists_match_the_registries():
     from cardinal.models import MODELS
     from cardinal.optim import OPTIMIZERS
 
-    assert sorted(config.MODEL_NAMES) == sorted(MODELS)
-    assert sorted(config.SPARSE_OPTIMIZERS) == sorted(OPTIMIZERS)
+    assert sorted(MODEL_NAMES) == sorted(MODELS)
+    assert sorted(SPARSE_OPTIMIZERS) == sorted(OPTIMIZERS)

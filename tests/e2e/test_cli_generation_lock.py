@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from cardinal.data.generation_lock import generated_once
-from cardinal.train import config
+from cardinal.recipe import load
 from cardinal.train.readers import ensure_synthetic, synthetic_dir
 from helpers.processes import reaped, succeeded
 
@@ -23,9 +23,9 @@ SMALL = ["data.synthetic.rows=20000", "data.synthetic.eval_rows=2000", "data.syn
 
 READ = textwrap.dedent("""
     import hashlib, json, sys
-    from cardinal.train import config
+    from cardinal.recipe import load
     from cardinal.train.readers import ensure_synthetic, synthetic_dir
-    cfg = config.load(None, sys.argv[1:]).data
+    cfg = load(None, sys.argv[1:]).data
     teacher = ensure_synthetic(cfg, progress=False)
     d = synthetic_dir(cfg)
     print(json.dumps({name: hashlib.sha256((d / name).read_bytes()).hexdigest()
@@ -42,13 +42,13 @@ def test_two_processes_generating_the_same_data_set_at_once_both_read_one_copy(t
     with reaped(procs):
         first, second = (json.loads(out) for out in succeeded(procs))
     assert first == second
-    d = synthetic_dir(config.load(None, sets).data)
+    d = synthetic_dir(load(None, sets).data)
     assert first["train.tsv"] == hashlib.sha256((d / "train.tsv").read_bytes()).hexdigest()
     assert sorted(p.name for p in tmp_path.iterdir()) == [d.name, d.name + ".lock"]  # no half set left
 
 
 def test_a_crashed_generation_leaves_nothing_that_looks_complete(tmp_path, monkeypatch):
-    cfg = config.load(None, [f'data.cache_dir="{tmp_path}"', *SMALL]).data
+    cfg = load(None, [f'data.cache_dir="{tmp_path}"', *SMALL]).data
     import cardinal.train.readers as readers
 
     real = readers.generate

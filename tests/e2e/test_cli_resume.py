@@ -18,8 +18,8 @@ FROZEN_OVERRIDES = {  # an override -> the key the refusal names
     'model.name="dlrm"': "model.name",
     "embedding.shared=false": "embedding.shared",
     'embedding.pooling="mean"': "embedding.pooling",
-    'embedding.storage="int8"': "embedding.storage",
-    "embedding.hash_buckets=1000": "embedding.hash_buckets",
+    'compression.storage="int8"': "compression.storage",
+    "compression.hash_buckets=1000": "compression.hash_buckets",
     'sparse_optimizer.name="sgd"': "sparse_optimizer.name",
     'dense_optimizer.name="sgd"': "dense_optimizer.name",
     'data.format="parquet"': "data.format",
@@ -83,7 +83,7 @@ def test_an_override_that_repeats_the_runs_value_is_no_change(finished, override
 def test_a_checkpoint_that_does_not_load_leaves_the_run_as_it_was(tmp_path, small_tsv, capsys):
     """An allowed override (train.steps) and a damaged checkpoint: the load fails before
     recipe.json is rewritten with the new steps, so RUN and `cardinal eval RUN` stay as they were."""
-    run = train(tmp_path, small_tsv, "train.steps=2", "train.keep_checkpoints=2", "train.checkpoint_every=1")
+    run = train(tmp_path, small_tsv, "train.steps=2", "checkpoint.keep=2", "checkpoint.every=1")
     newest = layout.latest(run / "checkpoints")
     shard = next(p for p in sorted(newest.rglob("*")) if p.is_file() and "shard" in str(p.relative_to(newest))
                  and p.name != "manifest.json")
@@ -130,7 +130,8 @@ def test_a_run_stopped_by_a_signal_at_its_last_step_is_finished_by_its_resume(tm
     import os
     import signal
 
-    from cardinal.train import Callback, Trainer, config
+    from cardinal.recipe import load
+    from cardinal.train import Callback, Trainer
     from cardinal.train.interrupt import Interrupted, StopFlag
 
     class Kill(Callback):
@@ -138,9 +139,9 @@ def test_a_run_stopped_by_a_signal_at_its_last_step_is_finished_by_its_resume(tm
             if step == 2:  # read at step 3's all-reduce: the last step
                 os.kill(os.getpid(), signal.SIGINT)
 
-    recipe = config.load(None, ['data.format="criteo"', f"data.train={small_tsv / 'train.tsv'}",
-                                f"data.eval={small_tsv / 'eval.tsv'}", "data.batch_size=200", "data.eval_batch_size=400",
-                                "model.hidden=[8]", "embedding.dim=4", "train.steps=3"])
+    recipe = load(None, ['data.format="criteo"', f"data.train={small_tsv / 'train.tsv'}",
+                         f"data.eval={small_tsv / 'eval.tsv'}", "data.batch_size=200", "data.eval_batch_size=400",
+                         "model.hidden=[8]", "embedding.dim=4", "train.steps=3"])
     run, stop = tmp_path / "run", StopFlag()
     with stop.catching_signals(), pytest.raises(Interrupted) as stopped:
         Trainer(recipe, run, progress=False, callbacks=[Kill()], stop=stop).fit()
@@ -156,10 +157,10 @@ def test_a_run_stopped_by_a_signal_at_its_last_step_is_finished_by_its_resume(tm
 def test_a_resume_may_change_the_wire_codecs_and_the_refusal_says_so(tmp_path):
     """Codecs are how rows cross, not what a checkpoint holds: a run trained with fp32 may go on
     with bf16 or int8 (its tables and optimizer state stay float32 on the servers)."""
-    from cardinal.train import config
+    from cardinal.recipe import load
     from cardinal.train.resume import resumed_recipe
 
-    (tmp_path / "recipe.json").write_text(json.dumps(config.load(None, []).to_dict()))
+    (tmp_path / "recipe.json").write_text(json.dumps(load(None, []).to_dict()))
     resumed = resumed_recipe(tmp_path, ['wire.pull="bf16"', 'wire.push="int8"'])
     assert (resumed.wire.pull, resumed.wire.push) == ("bf16", "int8")
     with pytest.raises(ValueError, match=r"A resume may change .*wire\.\* \(codecs\)"):

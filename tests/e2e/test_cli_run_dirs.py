@@ -30,7 +30,7 @@ def test_a_name_taken_in_the_same_second_gets_a_suffix(tmp_path, monkeypatch):
 def sets(small_tsv: Path, runs: Path) -> list[str]:
     values = ['data.format="criteo"', f"data.train={small_tsv / 'train.tsv'}", f"data.eval={small_tsv / 'eval.tsv'}",
               "data.batch_size=200", "data.eval_batch_size=400", "model.hidden=[8]", "embedding.dim=4",
-              "train.log_every=1", f'train.run_dir="{runs}"']
+              "metrics.log_every=1", f'train.run_dir="{runs}"']
     return sum((["--set", v] for v in values), [])
 
 

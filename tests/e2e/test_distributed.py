@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 import torch
 
-from cardinal.train import Trainer, config, tables
+from cardinal.recipe import load
+from cardinal.train import Trainer, tables
 from helpers.cluster import JOB, TOKEN, Cluster
 from helpers.launch import launch_cmd, leftovers, run_launch
 from helpers.recipes import tiny_recipe
@@ -30,7 +31,7 @@ def recipe(tmp_path, *extra):
 
 def test_sync_worker_against_servers_is_bitwise_equal_to_the_embedded_default(tmp_path, monkeypatch):
     monkeypatch.setenv("CARDINAL_TOKEN", TOKEN)
-    sync = ['embedding.consistency="sync"', "train.steps=10", "train.checkpoint_every=5"]
+    sync = ['consistency.mode="sync"', "train.steps=10", "checkpoint.every=5"]
     local = Trainer(recipe(tmp_path, *sync), tmp_path / "local", progress=False)
     local.fit()
     cluster = Cluster(tables.store_config(recipe(tmp_path)), 3, tmp_path)
@@ -99,7 +100,7 @@ def wait_for_checkpoint(proc, step: int, out: list, limit_s: float = 180) -> Pat
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSTOP], ids=["killed", "frozen"])
 def test_a_failed_server_fails_the_job_naming_it_and_the_job_resumes_from_its_checkpoint(tmp_path, sig):
-    cmd = launch_cmd(tmp_path, 2, 1, "train.epochs=50", "train.checkpoint_every=4")
+    cmd = launch_cmd(tmp_path, 2, 1, "train.epochs=50", "checkpoint.every=4")
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         out = []
@@ -120,7 +121,7 @@ def test_a_failed_server_fails_the_job_naming_it_and_the_job_resumes_from_its_ch
     assert leftovers(tmp_path) == []
     if sig == signal.SIGSTOP:
         return  # resuming is the same as after a kill
-    code, out = run_launch(launch_cmd(tmp_path, 3, 1, "train.epochs=50", "train.checkpoint_every=4", "train.steps=14",
+    code, out = run_launch(launch_cmd(tmp_path, 3, 1, "train.epochs=50", "checkpoint.every=4", "train.steps=14",
                                       resume=run_dir))
     assert code == 0, out
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -139,12 +140,12 @@ def test_a_failed_server_fails_the_job_naming_it_and_the_job_resumes_from_its_ch
 def test_a_crash_at_each_step_of_a_save_leaves_a_loadable_checkpoint_and_the_job_resumes(
         tmp_path, monkeypatch, point, committed):
     monkeypatch.setenv("CARDINAL_FAILPOINTS", point)
-    code, out = run_launch(launch_cmd(tmp_path, 2, 1, "train.epochs=50", "train.checkpoint_every=4"))
+    code, out = run_launch(launch_cmd(tmp_path, 2, 1, "train.epochs=50", "checkpoint.every=4"))
     assert code != 0, out
     run_dir = Path(re.search(r"run directory (\S+)", out).group(1))
     assert config_steps(run_dir) == committed
     monkeypatch.delenv("CARDINAL_FAILPOINTS")
-    code, out = run_launch(launch_cmd(tmp_path, 1, 1, "train.epochs=50", "train.checkpoint_every=4", "train.steps=10",
+    code, out = run_launch(launch_cmd(tmp_path, 1, 1, "train.epochs=50", "checkpoint.every=4", "train.steps=10",
                                       resume=run_dir))
     assert code == 0, out
     assert json.loads((run_dir / "summary.json").read_text())["steps"] == 10
@@ -171,7 +172,7 @@ def test_a_worker_killed_mid_training_leaves_the_servers_running_and_whole(tmp_p
         addresses = [f"127.0.0.1:{p}" for p in ports]
         train_sets = [*sets, "ps.servers=[" + ",".join(f'"{a}"' for a in addresses) + "]",
                       f'data.cache_dir="{tmp_path / "data"}"', "data.synthetic.rows=200000", "data.batch_size=500",
-                      "train.log_every=1"]
+                      "metrics.log_every=1"]
         worker = subprocess.Popen([*me, "train", *sum((["--set", s] for s in train_sets), [])],
                                   env={**env, "CARDINAL_RUN_DIR": str(tmp_path / "run")},
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -221,7 +222,7 @@ def test_every_worker_whose_server_dies_exits_2_naming_it_on_one_line(tmp_path):
         ports = [dict(p.split("=", 1) for p in s.stdout.readline().split()[1:])["port"] for s in servers]
         train_sets = [*sets, "ps.servers=[" + ",".join(f'"127.0.0.1:{p}"' for p in ports) + "]", "ps.timeout_s=8",
                       f'data.cache_dir="{tmp_path / "data"}"', "data.synthetic.rows=6000", "data.batch_size=250",
-                      "train.epochs=1000", "train.log_every=1"]
+                      "train.epochs=1000", "metrics.log_every=1"]
         job = {"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
                "CARDINAL_RUN_DIR": str(tmp_path / "run")}
         for r, log in enumerate(logs):
@@ -256,7 +257,7 @@ def final_state(run_dir: Path, recipe_obj):
     return found.name, client.digest("emb"), Reader(found).dense_state()["model"]
 
 
-SYNC = ['embedding.consistency="sync"', "train.checkpoint_every=3", "train.epochs=5"]
+SYNC = ['consistency.mode="sync"', "checkpoint.every=3", "train.epochs=5"]
 
 
 @pytest.fixture(scope="module")
@@ -280,7 +281,7 @@ def test_stopping_everything_after_a_save_and_restarting_is_bitwise_equal(tmp_pa
     shutil.copytree(stopped_run, stopped)
     code, out = run_launch(launch_cmd(tmp_path, restart_servers, 1, *SYNC, "train.steps=9", resume=stopped))
     assert code == 0, out
-    recipe_obj = config.load("criteo_synthetic", ["embedding.dim=4", "model.hidden=[16]"])
+    recipe_obj = load("criteo_synthetic", ["embedding.dim=4", "model.hidden=[16]"])
     a, b = final_state(straight, recipe_obj), final_state(stopped, recipe_obj)
     assert a[0] == b[0] == "step-0000000009" and a[1] == b[1]
     assert all(torch.equal(a[2][k], b[2][k]) for k in a[2])

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.slow  # processes or whole runs: outside `pytest -m "no
 
 
 def recipe(tmp_path, *extra):
-    return tiny_recipe(tmp_path, "ps.shards=3", "train.steps=8", 'embedding.consistency="sync"', *extra)
+    return tiny_recipe(tmp_path, "ps.shards=3", "train.steps=8", 'consistency.mode="sync"', *extra)
 
 
 def test_sync_training_through_faults_ends_bitwise_where_it_does_without_them(tmp_path):

@@ -8,7 +8,7 @@ import pytest
 from helpers.launch import CACHE, STEPS, embedded, equal_models, largest_difference, launched, leftovers
 
 pytestmark = pytest.mark.slow  # processes or whole runs: outside `pytest -m "not slow"`
-SYNC = ['embedding.consistency="sync"', *STEPS]
+SYNC = ['consistency.mode="sync"', *STEPS]
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +40,7 @@ def test_sync_workers_on_a_global_batch_train_the_embedded_model(tmp_path, reque
 
 @pytest.mark.timeout(400)
 def test_async_workers_keep_the_staleness_bound_and_report_it(tmp_path):
-    sets = ['embedding.consistency="async"', "embedding.staleness=1", 'embedding.compensation="lr"', *STEPS]
+    sets = ['consistency.mode="async"', "consistency.async.staleness=1", 'consistency.async.compensation="lr"', *STEPS]
     alone = embedded(tmp_path, *sets)
     together = launched(tmp_path, 2, 2, *sets)
     assert together[0]["steps"] == 12 and together[0]["samples"] == alone[0]["samples"]

@@ -111,7 +111,7 @@ def test_a_job_across_four_hosts_as_the_docs_run_it(tmp_path):
             assert s.stdout.readline().startswith("CARDINAL_SERVER_READY"), "a server did not start"
         sets = [*job, "--set", f"ps.servers={hosts[0].address}:7000,{hosts[1].address}:7000",
                 "--set", f'data.cache_dir="{shared / "data"}"', "--set", "data.synthetic.rows=4000",
-                "--set", "data.batch_size=500", "--set", "train.log_every=1"]
+                "--set", "data.batch_size=500", "--set", "metrics.log_every=1"]
         master = hosts[2].address
         workers = []
         for rank in range(2):

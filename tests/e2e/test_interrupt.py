@@ -23,7 +23,7 @@ LINE = re.compile(r"^interrupted at step (\d+); resume with: cardinal train --re
 def train_cmd(tmp_path, *sets, resume=None):
     base = [f'data.cache_dir="{tmp_path / "data"}"', f'train.run_dir="{tmp_path / "runs"}"',
             "data.synthetic.rows=3000", "data.synthetic.eval_rows=1000", "data.synthetic.vocab=300",
-            "data.batch_size=256", "model.hidden=[16]", "embedding.dim=4", "train.log_every=1", *sets]
+            "data.batch_size=256", "model.hidden=[16]", "embedding.dim=4", "metrics.log_every=1", *sets]
     tail = ["--resume", str(resume)] if resume else []
     return [sys.executable, "-m", "cardinal.cli", "train", *sum((["--set", s] for s in base), []), *tail]
 
@@ -99,7 +99,7 @@ def launched_line(out: str) -> tuple[int, Path]:
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_ctrl_c_under_launch_lets_the_workers_save_before_the_servers_stop(tmp_path):
-    cmd = launch_cmd(tmp_path, 1, 2, "train.epochs=1000", "train.log_every=2")
+    cmd = launch_cmd(tmp_path, 1, 2, "train.epochs=1000", "metrics.log_every=2")
     code, out, leaked = signal_after(cmd, signal.SIGINT, r"\[worker 0\] training: step 4\b", marker=tmp_path)
     assert code == 130, out[-4000:]
     assert "Traceback" not in out and "while stopping" not in out, out[-4000:]
@@ -107,7 +107,7 @@ def test_ctrl_c_under_launch_lets_the_workers_save_before_the_servers_stop(tmp_p
     assert layout.committed_steps(run_dir / "checkpoints") == [step]
     assert re.search(r"cardinal launch: interrupted; resume with: cardinal launch --servers 1 --workers 2 -- .*"
                      rf"--resume {re.escape(str(run_dir))}", out), out[-3000:]
-    # off a terminal the workers print plain lines, one per log interval (train.log_every=2) and one
+    # off a terminal the workers print plain lines, one per log interval (metrics.log_every=2) and one
     # for the step they stopped at, no bars (worker 0 alone: it is the one that reports)
     logged = [int(s) for s in re.findall(r"\[worker \d\] training: step (\d+)", out)]
     assert logged == sorted({*range(2, step + 1, 2), step}) and "\r" not in out, out[-3000:]
@@ -119,7 +119,7 @@ def test_ctrl_c_under_launch_lets_the_workers_save_before_the_servers_stop(tmp_p
 def test_a_signal_to_one_worker_stops_every_worker_at_the_same_step(tmp_path):
     """Only worker 1 is signalled: the flag travels in the step's all-reduce, so worker 0 stops at the
     same step, saves it and exits 143 too (a worker left behind would fail in its next collective)."""
-    cmd = launch_cmd(tmp_path, 1, 2, "train.epochs=1000", "train.log_every=2")
+    cmd = launch_cmd(tmp_path, 1, 2, "train.epochs=1000", "metrics.log_every=2")
     code, out, leaked = signal_after(cmd, signal.SIGTERM, r"\[worker 0\] training: step 4\b",
                              target=lambda launcher: worker_pid(launcher, 1), marker=tmp_path)
     assert code == 143, out[-4000:]  # the launcher exits with the first failing worker's code

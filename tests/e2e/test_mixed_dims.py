@@ -11,10 +11,11 @@ import torch
 from cardinal import cli
 from cardinal.checkpoint import layout
 from cardinal.models.projection import Projected
+from cardinal.recipe import load
 from cardinal.serve.export import export_run
 from cardinal.serve.follow import Follower
 from cardinal.serve.model import ServingModel
-from cardinal.train import Trainer, config, tables
+from cardinal.train import Trainer, tables
 from cardinal.train.resume import resumed_recipe
 from helpers.recipes import tiny_recipe
 from helpers.serving import eval_probabilities
@@ -23,7 +24,7 @@ pytestmark = pytest.mark.slow  # processes or whole runs: outside `pytest -m "no
 
 MIXED = ["embedding.dim=16", "embedding.shared=false", "embedding.dims={C5=32}"]
 # the tiny recipe that learns (test_train.LEARNS): 36 steps, eval AUC well above 0.5
-LEARNS = ["data.synthetic.vocab=30", "train.epochs=3", "dense_optimizer.lr=0.01", 'train.early_stop="none"']
+LEARNS = ["data.synthetic.vocab=30", "train.epochs=3", "dense_optimizer.lr=0.01", 'eval.early_stop="none"']
 
 
 def recipe(tmp_path, *extra):
@@ -34,7 +35,7 @@ def recipe(tmp_path, *extra):
 def run(tmp_path_factory):
     """A finished mixed run: 36 steps, checkpoints at 12, 24 (a delta) and 36 (a delta)."""
     tmp = tmp_path_factory.mktemp("mixed")
-    r = recipe(tmp, *LEARNS, "train.checkpoint_every=12", "train.full_every=3", "train.keep_checkpoints=5")
+    r = recipe(tmp, *LEARNS, "checkpoint.every=12", "checkpoint.full_every=3", "checkpoint.keep=5")
     trainer = Trainer(r, tmp / "run", progress=False)
     start = trainer.model.projections["C5"].weight.detach().clone()
     summary = trainer.fit()
@@ -99,9 +100,10 @@ def test_export_serves_what_eval_predicts_and_follows_new_checkpoints(run, tmp_p
     (["embedding.dims={C5=true}"], "embedding.dims maps table names to their dims"),
     (["embedding.dims={C5=2.5}"], "embedding.dims maps table names to their dims"),
     (["embedding.dims=32"], "embedding.dims maps table names to their dims"),
-    (["embedding.dims={C5=32}", "embedding.chunks=2"], "embedding.dims with embedding.chunks > 1 is not supported"),
-    (["embedding.dims={C5=32}", "embedding.saec_ratio=20", "embedding.saec_at=5", "train.full_every=1"],
-     "embedding.dims with embedding.saec_ratio is not supported"),
+    (["embedding.dims={C5=32}", "compression.fiited.chunks=2"],
+     "embedding.dims with compression.fiited.chunks > 1 is not supported"),
+    (["embedding.dims={C5=32}", "compression.saec.ratio=20", "compression.saec.at=5", "checkpoint.full_every=1"],
+     "embedding.dims with compression.saec.ratio is not supported"),
 ])
 def test_bad_dims_are_refused_by_the_recipe(tmp_path, sets, says):
     with pytest.raises(ValueError, match=says):
@@ -115,13 +117,13 @@ def test_bad_dims_are_refused_by_the_recipe(tmp_path, sets, says):
     (['model.name="lr"', "embedding.shared=false", "embedding.dims={C5=32}"], "model 'lr' has no embedding values"),
 ])
 def test_dims_naming_no_table_of_the_recipe_are_refused(tmp_path, sets, says):
-    r = config.load(None, [f'data.cache_dir="{tmp_path}"', *sets])
+    r = load(None, [f'data.cache_dir="{tmp_path}"', *sets])
     with pytest.raises(ValueError, match=says):
         tables.store_config(r)
 
 
 def test_shared_table_may_have_its_own_dim(tmp_path):
-    r = config.load(None, ["embedding.dim=16", "embedding.dims={emb=32}"])
+    r = load(None, ["embedding.dim=16", "embedding.dims={emb=32}"])
     widths = {t.name: t.dim for t in tables.store_config(r).tables}
     assert widths == {"emb": 33, "lr_emb": 1}
 
@@ -147,7 +149,7 @@ def test_two_sync_workers_train_the_projection_one_process_trains(tmp_path):
     a global batch end where one process does, up to float rounding (as tests/e2e/test_global_batch.py)."""
     from helpers.launch import STEPS, embedded, launched, largest_difference
 
-    sets = ['embedding.consistency="sync"', *STEPS, *MIXED]
+    sets = ['consistency.mode="sync"', *STEPS, *MIXED]
     alone = embedded(tmp_path, *sets)
     together = launched(tmp_path, 1, 2, *sets)
     assert together[0]["workers"] == 2 and "projections.C5.weight" in together[1]

@@ -10,7 +10,8 @@ step: 0.712, untrained: 0.472), so its target there is 0.80.
 
 import pytest
 
-from cardinal.train import Trainer, config
+from cardinal.recipe import load
+from cardinal.train import Trainer
 from helpers.movielens_copy import SHARED, write_movielens
 
 pytestmark = pytest.mark.slow  # processes or whole runs: outside `pytest -m "not slow"`
@@ -19,6 +20,6 @@ pytestmark = pytest.mark.slow  # processes or whole runs: outside `pytest -m "no
 def test_the_shipped_recipe_reaches_its_target_on_the_time_split(tmp_path):
     real = SHARED.is_dir()
     folder = SHARED if real else write_movielens(tmp_path / "movielens", users=200, movies=300, ratings=10_000)
-    recipe = config.load("movielens", [f'data.train="{folder}"'])
+    recipe = load("movielens", [f'data.train="{folder}"'])
     summary = Trainer(recipe, tmp_path / "run", progress=False).fit()
     assert summary["eval_auc"] >= (0.69 if real else 0.80), (folder, summary["eval_auc"])

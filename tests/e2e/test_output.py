@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow  # processes or whole runs: outside `pytest -m "no
 
 def train(tmp_path, train_file, eval_file, *sets, fmt="criteo") -> int:
     values = [f'data.format="{fmt}"', f"data.train={train_file}", f"data.eval={eval_file}", "data.batch_size=200",
-              "data.eval_batch_size=400", "model.hidden=[8]", "embedding.dim=4", "train.log_every=2",
+              "data.eval_batch_size=400", "model.hidden=[8]", "embedding.dim=4", "metrics.log_every=2",
               f'train.run_dir="{tmp_path / "runs"}"', *sets]
     return cli.main(["train", *sum((["--set", v] for v in values), [])])
 
@@ -87,7 +87,7 @@ def test_tsv_row_estimate_from_the_size_and_the_first_lines(small_tsv):
 def test_tensorboard_without_the_package_is_an_error_naming_pip_install(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # as when tensorboard is not installed
     with pytest.raises(ValueError, match=r"pip install tensorboard"):
-        Trainer(tiny_recipe(tmp_path, "train.tensorboard=true"), tmp_path / "run", progress=False)
+        Trainer(tiny_recipe(tmp_path, "metrics.tensorboard=true"), tmp_path / "run", progress=False)
 
 
 class FakeWriter:
@@ -107,7 +107,7 @@ def test_tensorboard_gets_loss_rate_auc_and_logloss(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", types.SimpleNamespace(SummaryWriter=FakeWriter))
     FakeWriter.scalars = []
     run = tmp_path / "run"
-    Trainer(tiny_recipe(tmp_path, "train.tensorboard=true", "train.steps=4", "train.eval_every=2"), run,
+    Trainer(tiny_recipe(tmp_path, "metrics.tensorboard=true", "train.steps=4", "eval.every=2"), run,
             progress=False).fit()
     by_tag = {}
     for tag, step, value in FakeWriter.scalars:

@@ -1,10 +1,12 @@
-"""Checkpoints by time, on by default: ``train.checkpoint_minutes`` by worker 0's clock (a fake
+"""Checkpoints by time, on by default: ``checkpoint.minutes`` by worker 0's clock (a fake
 clock here: no test waits for wall-clock time)."""
 
 import pytest
 
 from cardinal.checkpoint import layout
-from cardinal.train import Trainer, config
+from cardinal.recipe import load
+from cardinal.recipe.checkpoint import CheckpointConfig
+from cardinal.train import Trainer
 from cardinal.train.checkpoint_clock import CheckpointClock
 from helpers.recipes import tiny_recipe
 
@@ -23,15 +25,15 @@ class FakeClock:
 
 
 def test_a_run_saves_every_checkpoint_minutes_by_default_on():
-    assert config.TrainConfig().checkpoint_minutes == 10
-    assert config.load(None, ["train.checkpoint_minutes=0.25"]).train.checkpoint_minutes == 0.25  # fractions too
-    with pytest.raises(ValueError, match="train.checkpoint_minutes must be >= 0"):
-        config.load(None, ["train.checkpoint_minutes=-1"])
+    assert CheckpointConfig().minutes == 10
+    assert load(None, ["checkpoint.minutes=0.25"]).checkpoint.minutes == 0.25  # fractions too
+    with pytest.raises(ValueError, match="checkpoint.minutes must be >= 0"):
+        load(None, ["checkpoint.minutes=-1"])
 
 
 @pytest.mark.parametrize("minutes,expected", [(0.5, [3, 6, 9, 10]), (0, [10])], ids=["every-half-minute", "off"])
 def test_checkpoints_follow_the_clock(tmp_path, minutes, expected):
-    recipe = tiny_recipe(tmp_path, "train.steps=10", "train.keep_checkpoints=100", f"train.checkpoint_minutes={minutes}")
+    recipe = tiny_recipe(tmp_path, "train.steps=10", "checkpoint.keep=100", f"checkpoint.minutes={minutes}")
     trainer = Trainer(recipe, tmp_path / "run", progress=False)
     # 10 s per look at the clock: restart (0), then due() at each step; due when 30 s passed, i.e.
     # at the 3rd look after a restart; a save restarts the clock (one more look)

@@ -92,34 +92,34 @@ def baseline_checks(straight, resumed, tmp_path):
 
 # a memory budget that evicts every step (3 shards of ~330 KB fixed state, 1100 KiB in all:
 # test_budget_floods.py), a disk tier that holds most rows (560 KiB of RAM)
-MEMORY = ["ps.shards=3", 'embedding.consistency="sync"', 'admission.policy="count"', "admission.threshold=2",
-          'ps.memory_budget="1100KiB"', "eviction.ttl_steps=1", "eviction.every=3", "train.epochs=3"]
-DISK = ["ps.shards=3", 'embedding.consistency="sync"', "train.epochs=2", 'ps.memory_budget="560KiB"',
-        'ps.disk_budget="1GiB"', "eviction.protect_steps=0", 'ps.disk_dir="{run}/tiers"']
+MEMORY = ["ps.shards=3", 'consistency.mode="sync"', 'ps.memory.admission.policy="count"', "ps.memory.admission.threshold=2",
+          'ps.memory.budget="1100KiB"', "ps.memory.eviction.ttl_steps=1", "ps.memory.eviction.every=3", "train.epochs=3"]
+DISK = ["ps.shards=3", 'consistency.mode="sync"', "train.epochs=2", 'ps.memory.budget="560KiB"',
+        'ps.memory.disk_budget="1GiB"', "ps.memory.eviction.protect_steps=0", 'ps.memory.disk_dir="{run}/tiers"']
 REGULARISERS = ["sparse_optimizer.l2=1e-3", "embedding.clip_ratio=1.0", "embedding.clip_min=1e-4", "model.dropout=0.3",
                 "dense_optimizer.warmup_steps=5", 'dense_optimizer.decay="cosine"', "dense_optimizer.min_lr_ratio=0.1"]
-LEARNS = ["ps.shards=3", "data.synthetic.vocab=30", "train.epochs=3", "dense_optimizer.lr=0.01", "train.eval_every=12"]
-SAEC = ["ps.shards=2", "train.epochs=2", "embedding.saec_ratio=4", 'embedding.consistency="sync"']
+LEARNS = ["ps.shards=3", "data.synthetic.vocab=30", "train.epochs=3", "dense_optimizer.lr=0.01", "eval.every=12"]
+SAEC = ["ps.shards=2", "train.epochs=2", "compression.saec.ratio=4", 'consistency.mode="sync"']
 MIXED = ["ps.shards=2", "embedding.dim=16", "embedding.shared=false", "embedding.dims={C5=32}", "train.epochs=2"]
 
 VARIANTS = {
-    **{c: Variant(["ps.shards=3", f'embedding.consistency="{c}"', "train.epochs=3", "train.checkpoint_every=7"],
+    **{c: Variant(["ps.shards=3", f'consistency.mode="{c}"', "train.epochs=3", "checkpoint.every=7"],
                   7, 17, check=consistency_checks) for c in ("async", "sync", "geo")},
-    "delta checkpoints": Variant(["ps.shards=3", 'embedding.consistency="sync"', "train.epochs=3",
-                                  "train.checkpoint_every=3", "train.full_every=3", "train.keep_checkpoints=2",
-                                  "train.keep_best=false"], 10, 20, check_stopped=delta_bases),
-    **{f"cache {c}": Variant(["ps.shards=3", f'embedding.consistency="{c}"', "train.epochs=3",
-                              "train.checkpoint_every=7", 'cache.bytes="1MiB"', "cache.staleness=2"],
+    "delta checkpoints": Variant(["ps.shards=3", 'consistency.mode="sync"', "train.epochs=3",
+                                  "checkpoint.every=3", "checkpoint.full_every=3", "checkpoint.keep=2",
+                                  "eval.keep_best=false"], 10, 20, check_stopped=delta_bases),
+    **{f"cache {c}": Variant(["ps.shards=3", f'consistency.mode="{c}"', "train.epochs=3",
+                              "checkpoint.every=7", 'cache.bytes="1MiB"', "cache.staleness=2"],
                              7, 17, check=cache_checks) for c in ("async", "sync")},
     # clustered before the checkpoint, and after it
-    **{f"saec at {at}": Variant([*SAEC, f"embedding.saec_at={at}", "train.checkpoint_every=7"], 7, 14,
+    **{f"saec at {at}": Variant([*SAEC, f"compression.saec.at={at}", "checkpoint.every=7"], 7, 14,
                                 check=saec_checks) for at in (5, 9)},
-    "mixed dims": Variant([*MIXED, "train.checkpoint_every=7"], 7, 17, tables=("C5", "C6", "C1", "lr_C5")),
-    "memory budget": Variant([*MEMORY, "train.checkpoint_every=7"], 7, 20, check=memory_checks),
-    "disk tier": Variant([*DISK, "train.checkpoint_every=7"], 7, 17, check=disk_checks),
-    "every regulariser": Variant(["ps.shards=2", "train.epochs=3", *REGULARISERS, "train.checkpoint_every=7"], 7, 17,
+    "mixed dims": Variant([*MIXED, "checkpoint.every=7"], 7, 17, tables=("C5", "C6", "C1", "lr_C5")),
+    "memory budget": Variant([*MEMORY, "checkpoint.every=7"], 7, 20, check=memory_checks),
+    "disk tier": Variant([*DISK, "checkpoint.every=7"], 7, 17, check=disk_checks),
+    "every regulariser": Variant(["ps.shards=2", "train.epochs=3", *REGULARISERS, "checkpoint.every=7"], 7, 17,
                                  crash=True, check=regulariser_checks),
-    "lr baseline": Variant([*LEARNS, "train.checkpoint_every=5"], 10, 17, check=baseline_checks),
+    "lr baseline": Variant([*LEARNS, "checkpoint.every=5"], 10, 17, check=baseline_checks),
 }
 
 

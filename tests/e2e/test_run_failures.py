@@ -67,7 +67,7 @@ def test_a_file_of_garbage_stops_the_run_naming_its_first_bad_lines(tmp_path, da
 
 
 def test_a_non_finite_loss_stops_the_run_without_a_checkpoint(tmp_path, data, capsys):
-    code, run = train(tmp_path, data, "dense_optimizer.lr=1e12", "train.checkpoint_every=2")
+    code, run = train(tmp_path, data, "dense_optimizer.lr=1e12", "checkpoint.every=2")
     assert code == 2 and committed(run) == []
     err = capsys.readouterr().err
     assert "the loss at step 2 is inf" in err and "Lower dense_optimizer.lr" in err
@@ -75,7 +75,7 @@ def test_a_non_finite_loss_stops_the_run_without_a_checkpoint(tmp_path, data, ca
 
 def test_rows_gone_huge_are_never_checkpointed(tmp_path, data, capsys):
     # step 1's loss is finite, but its update leaves rows near 1e30: its checkpoint must not commit
-    code, run = train(tmp_path, data, "sparse_optimizer.lr=1e30", "train.checkpoint_every=1")
+    code, run = train(tmp_path, data, "sparse_optimizer.lr=1e30", "checkpoint.every=1")
     assert code == 2 and committed(run) == []
     assert "step 1 left the model non-finite" in capsys.readouterr().err
 

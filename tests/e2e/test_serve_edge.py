@@ -29,7 +29,7 @@ WIDEST = {c: -99999999999999999 if c[0] == "I" else "ffffffff" for c in COLUMNS}
 @pytest.fixture(scope="module")
 def export(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("edge")
-    trainer = Trainer(tiny_recipe(tmp, "train.steps=4", "train.checkpoint_every=4", 'train.early_stop="none"'),
+    trainer = Trainer(tiny_recipe(tmp, "train.steps=4", "checkpoint.every=4", 'eval.early_stop="none"'),
                       tmp / "run", progress=False)
     trainer.fit()
     trainer.close()

@@ -20,7 +20,7 @@ from helpers.processes import reaped
 from helpers.raw_http import poll_for
 
 pytestmark = pytest.mark.slow
-FLAGS = ("train.checkpoint_every=4", "train.full_every=4", 'train.early_stop="none"', "train.keep_checkpoints=10")
+FLAGS = ("checkpoint.every=4", "checkpoint.full_every=4", 'eval.early_stop="none"', "checkpoint.keep=10")
 
 
 def call(port, path, body=None, timeout=10):

@@ -1,4 +1,4 @@
-"""What a server holds besides its tables is sized from ps.memory_budget (issue 25, item 5):
+"""What a server holds besides its tables is sized from ps.memory.budget (issue 25, item 5):
 RocksDB's memtables and block cache, and the rows a full checkpoint copies out at a time."""
 
 import os
@@ -73,7 +73,7 @@ print(rss() - before)
 @pytest.mark.skipif(not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc",
                     reason="glibc only: elsewhere the heap settings do nothing")
 def test_under_a_budget_the_heap_keeps_a_bounded_share_of_freed_buffers():
-    """heap.py keeps freed message buffers for reuse; under ps.memory_budget its arenas are capped
+    """heap.py keeps freed message buffers for reuse; under ps.memory.budget its arenas are capped
     and each keeps at most a 16th of the budget, so 8 server threads do not keep 8 heaps."""
     budget = 64 * MIB
     done = subprocess.run([sys.executable, "-c", HEAP, str(budget)], capture_output=True, text=True, timeout=120,

@@ -20,8 +20,9 @@ JOB, TOKEN = "reclaim-job", "s3cret"
 def start_server(tmp_path) -> tuple[subprocess.Popen, str]:
     """A real ``cardinal server`` with a disk tier under tmp_path/tiers; (process, its READY line)."""
     cmd = [sys.executable, "-m", "cardinal.cli", "server", "--shard", "0/1", "--data-dir", str(tmp_path / "data"),
-           *sum((["--set", s] for s in [f'ps.job="{JOB}"', "embedding.dim=4", "ps.memory_budget=4194304",
-                                        "ps.disk_budget=16777216", f'ps.disk_dir="{tmp_path / "tiers"}"']), [])]
+           *sum((["--set", s] for s in [f'ps.job="{JOB}"', "embedding.dim=4", "ps.memory.budget=4194304",
+                                        "ps.memory.disk_budget=16777216",
+                                        f'ps.memory.disk_dir="{tmp_path / "tiers"}"']), [])]
     proc = subprocess.Popen(cmd, env={**os.environ, "CARDINAL_TOKEN": TOKEN}, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     return proc, proc.stdout.readline()

@@ -6,7 +6,9 @@ import json
 import pytest
 
 from cardinal import cli
-from cardinal.train import Trainer, config
+from cardinal.recipe import RECIPES, load
+from cardinal.recipe.consistency import ConsistencyConfig
+from cardinal.train import Trainer
 from helpers.recipes import tiny_recipe
 
 pytestmark = pytest.mark.slow  # processes or whole runs: outside `pytest -m "not slow"`
@@ -24,7 +26,7 @@ LEARNS = ["data.synthetic.vocab=30", "train.epochs=3", "dense_optimizer.lr=0.01"
 
 def test_a_run_learns_and_writes_metrics_curves_summary_and_a_checkpoint(tmp_path):
     run = tmp_path / "run"
-    summary = Trainer(recipe(tmp_path, *LEARNS, "train.eval_every=18"), run, progress=False).fit()
+    summary = Trainer(recipe(tmp_path, *LEARNS, "eval.every=18"), run, progress=False).fit()
     assert summary["steps"] == 36 and summary["teacher_eval_auc"] > 0.75
     assert 0.6 < summary["eval_auc"] <= 1, "the tiny recipe should learn well above chance (0.5)"
     assert set(summary["timings_s"]) >= {"data", "compute", "dedup", "pull_wait", "push"}
@@ -67,22 +69,22 @@ def test_bad_recipe_values_are_named_errors(capsys):
 
 
 def test_switching_model_by_override_starts_from_its_defaults():
-    r = config.load("criteo_synthetic", ["model.top=[32]", 'model.name="dlrm"'])
+    r = load("criteo_synthetic", ["model.top=[32]", 'model.name="dlrm"'])
     assert r.model == {"name": "dlrm", "top": [32]}
 
 
 def test_switching_sparse_optimizer_by_override_starts_from_its_defaults():
     # the default recipe's adagrad has initial_accumulator, which adam does not take
-    assert config.load("criteo_synthetic", ['sparse_optimizer.name="adam"']).sparse_optimizer == {"name": "adam"}
-    r = config.load("criteo_synthetic", ["sparse_optimizer.lr=0.5", 'sparse_optimizer.name="ftrl"'])
+    assert load("criteo_synthetic", ['sparse_optimizer.name="adam"']).sparse_optimizer == {"name": "adam"}
+    r = load("criteo_synthetic", ["sparse_optimizer.lr=0.5", 'sparse_optimizer.name="ftrl"'])
     assert r.sparse_optimizer == {"name": "ftrl", "lr": 0.5}
-    assert config.load("criteo_synthetic", ['sparse_optimizer.name="adagrad"']).sparse_optimizer["lr"] == 0.03
+    assert load("criteo_synthetic", ['sparse_optimizer.name="adagrad"']).sparse_optimizer["lr"] == 0.03
 
 
 def test_shipped_recipes_load():
-    for path in sorted(config.RECIPES.glob("*.toml")):
-        config.load(path)
-    assert {p.stem for p in config.RECIPES.glob("*.toml")} >= {"criteo_synthetic", "movielens"}
+    for path in sorted(RECIPES.glob("*.toml")):
+        load(path)
+    assert {p.stem for p in RECIPES.glob("*.toml")} >= {"criteo_synthetic", "movielens"}
 
 
 def test_no_new_cli_options():
@@ -105,8 +107,8 @@ def test_no_new_cli_options():
 
 
 def test_auto_consistency_is_async_in_one_process_and_sync_with_servers_or_workers(tmp_path):
-    e = config.EmbeddingConfig()
-    assert e.consistency == "auto"
-    assert (e.mode(distributed=False), e.mode(distributed=True)) == ("async", "sync")
-    assert config.EmbeddingConfig(consistency="async").mode(distributed=True) == "async"
+    c = ConsistencyConfig()
+    assert c.mode == "auto"
+    assert (c.resolve(distributed=False), c.resolve(distributed=True)) == ("async", "sync")
+    assert ConsistencyConfig(mode="async").resolve(distributed=True) == "async"
     assert Trainer(tiny_recipe(tmp_path), tmp_path / "run", progress=False).consistency == "async"

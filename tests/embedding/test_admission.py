@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 from cardinal.checkpoint import layout, write
 from cardinal.embedding import EmbeddingTable, TableConfig
 from cardinal.embedding.admission import make_filter
-from cardinal.memory_config import AdmissionConfig
 from cardinal.optim import make_optimizer
 from cardinal.ps import ShardStore, StoreConfig, StoreFull, StoreLimits
+from cardinal.recipe.admission import AdmissionConfig
 from cardinal.sharding.routing import route
 
 TABLES = (TableConfig("user", 4, seed=1), TableConfig("item", 3, seed=2))

@@ -15,10 +15,11 @@ from cardinal.embedding import EmbeddingTable, TableConfig
 from cardinal.embedding.hashing import init_rows
 from cardinal.embedding.table import NonFiniteUpdate
 from cardinal.embedding.tiers import RocksTier
-from cardinal.memory_config import EvictionConfig
 from cardinal.optim import make_optimizer
 from cardinal.ps import ShardStore, StoreConfig, StoreLimits
-from cardinal.train import config, resume
+from cardinal.recipe import load, load_dict
+from cardinal.recipe.eviction import EvictionConfig
+from cardinal.train import resume
 from cardinal.train.tables import store_config
 from helpers.resharded import pulled_resharded
 
@@ -307,21 +308,23 @@ def test_the_recipe_and_the_configs_check_their_chunk_keys(tmp_path):
             TableConfig("t", **{"dim": 8, "chunks": 4, **kw})
     with pytest.raises(ValueError, match="chunk_every must be"):
         StoreConfig((TableConfig("t", 8),), chunk_every=0)
-    for embedding, match in [({"dim": 18}, "dividing embedding.dim"), ({"chunks": 1, "chunk_target": 0.5}, "only with"),
-                             ({"chunk_target": 0.2}, r"\[1 / chunks, 1\]"), ({"chunk_every": 0}, "chunk_every must"),
-                             ({"storage": "bf16"}, "set embedding.storage = 'fp32'")]:
+    for sets, match in [(["embedding.dim=18"], "must divide embedding.dim"),
+                        (["compression.fiited.chunks=1", "compression.fiited.target=0.5"], "only with"),
+                        (["compression.fiited.target=0.2"], r"\[1 / chunks, 1\]"),
+                        (["compression.fiited.every=0"], "fiited.every must"),
+                        (['compression.storage="bf16"'], "set compression.storage = 'fp32'")]:
         with pytest.raises(ValueError, match=match):
-            config.load_dict({"embedding": {"chunks": 4, **embedding}})
-    for recipe, match in [({"train": {"full_every": 3}}, "train.full_every = 1"),
+            load(None, ["compression.fiited.chunks=4", *sets])
+    for recipe, match in [({"checkpoint": {"full_every": 3}}, "checkpoint.full_every = 1"),
                           ({"model": {"name": "lr"}}, "no embedding values to chunk")]:
         with pytest.raises(ValueError, match=match):
-            store_config(config.load_dict({"embedding": {"chunks": 4}, **recipe}))
-    recipe = config.load_dict({"embedding": {"dim": 64, "chunks": 4, "chunk_target": 0.35, "chunk_every": 50},
-                               "train": {"baseline": "lr"}})
+            store_config(load_dict({"compression": {"fiited": {"chunks": 4}}, **recipe}))
+    recipe = load_dict({"embedding": {"dim": 64}, "compression": {"fiited": {"chunks": 4, "target": 0.35, "every": 50}},
+                        "train": {"baseline": "lr"}})
     got = {t.name: (t.dim, t.chunks, t.chunk_target, t.chunk_tail) for t in store_config(recipe).tables}
     assert got == {"emb": (65, 4, 0.35, 1), "lr_emb": (1, 1, 1.0, 0)} and store_config(recipe).chunk_every == 50
     (tmp_path / "recipe.json").write_text(json.dumps(recipe.to_dict()))
-    with pytest.raises(ValueError, match="cannot change embedding.chunks"):  # the saved rows' layout
-        resume.resumed_recipe(tmp_path, ["embedding.chunks=8"])
-    changed = resume.resumed_recipe(tmp_path, ["embedding.chunk_target=0.5", "embedding.chunk_every=10"])
-    assert (changed.embedding.chunk_target, changed.embedding.chunk_every) == (0.5, 10)  # a run may change its target
+    with pytest.raises(ValueError, match="cannot change compression.fiited.chunks"):  # the saved rows' layout
+        resume.resumed_recipe(tmp_path, ["compression.fiited.chunks=8"])
+    changed = resume.resumed_recipe(tmp_path, ["compression.fiited.target=0.5", "compression.fiited.every=10"])
+    assert (changed.compression.fiited.target, changed.compression.fiited.every) == (0.5, 10)  # a run may change them

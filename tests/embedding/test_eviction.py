@@ -8,8 +8,9 @@ from cardinal.checkpoint import layout, write
 from cardinal.embedding import TableConfig
 from cardinal.embedding.eviction import Decayed, L2, LFU, LRU, lowest
 from cardinal.embedding.storage import Columns
-from cardinal.memory_config import AdmissionConfig, EvictionConfig
 from cardinal.ps import ShardStore, StoreConfig, StoreLimits
+from cardinal.recipe.admission import AdmissionConfig
+from cardinal.recipe.eviction import EvictionConfig
 
 TABLES = (TableConfig("user", 8, seed=1), TableConfig("item", 2, seed=2))
 
@@ -139,11 +140,11 @@ def test_the_same_requests_evict_the_same_rows(tmp_path):
 
 
 def test_bad_eviction_settings_are_errors_naming_them():
-    with pytest.raises(ValueError, match="eviction.policy"):
+    with pytest.raises(ValueError, match="ps.memory.eviction.policy"):
         EvictionConfig(policy="random")
-    with pytest.raises(ValueError, match="eviction.every"):
+    with pytest.raises(ValueError, match="ps.memory.eviction.every"):
         EvictionConfig(every=0)
-    with pytest.raises(ValueError, match="admission.threshold"):
+    with pytest.raises(ValueError, match="ps.memory.admission.threshold"):
         AdmissionConfig(policy="bloom", threshold=300)
-    with pytest.raises(ValueError, match="ps.memory_budget"):
+    with pytest.raises(ValueError, match="ps.memory.budget"):
         StoreLimits(memory_budget=-1)

@@ -16,9 +16,10 @@ from cardinal.embedding.formats.rounding import INIT_STEP, bits
 from cardinal.embedding.hashing import init_rows
 from cardinal.embedding.table import NonFiniteUpdate
 from cardinal.optim import make_optimizer
-from cardinal.memory_config import EvictionConfig
 from cardinal.ps import ShardStore, StoreConfig, StoreLimits
-from cardinal.train import config
+from cardinal.recipe import load_dict
+from cardinal.recipe.compression import STORAGE
+from cardinal.recipe.eviction import EvictionConfig
 from helpers.resharded import pulled_resharded
 
 CODED = ("fp16", "bf16", "int8")
@@ -276,18 +277,18 @@ def test_a_coded_table_with_a_disk_tier_is_bitwise_the_one_all_in_ram(name, tmp_
 def test_recipe_storage_is_checked_and_baseline_tables_stay_exact():
     from cardinal.train.tables import store_config
 
-    assert config.STORAGE == tuple(formats.FORMATS)
-    recipe = config.load_dict({"embedding": {"storage": "int8", "table_storage": {"lr_emb": "bf16"}},
-                               "train": {"baseline": "lr"}})
+    assert STORAGE == tuple(formats.FORMATS)
+    recipe = load_dict({"compression": {"storage": "int8", "table_storage": {"lr_emb": "bf16"}},
+                        "train": {"baseline": "lr"}})
     assert {t.name: t.storage for t in store_config(recipe).tables} == {"emb": "int8", "lr_emb": "bf16"}
-    recipe = config.load_dict({"embedding": {"storage": "bf16"}, "train": {"baseline": "lr"}})
+    recipe = load_dict({"compression": {"storage": "bf16"}, "train": {"baseline": "lr"}})
     assert {t.name: t.storage for t in store_config(recipe).tables} == {"emb": "bf16", "lr_emb": "fp32"}
-    with pytest.raises(ValueError, match="embedding.storage must be one of"):
-        config.load_dict({"embedding": {"storage": "int4"}})
-    with pytest.raises(ValueError, match="embedding.table_storage.emb must be one of"):
-        config.load_dict({"embedding": {"table_storage": {"emb": "fp8"}}})
-    with pytest.raises(ValueError, match="embedding.table_storage names 'user'"):
-        store_config(config.load_dict({"embedding": {"table_storage": {"user": "fp16"}}}))
+    with pytest.raises(ValueError, match="compression.storage must be one of"):
+        load_dict({"compression": {"storage": "int4"}})
+    with pytest.raises(ValueError, match="compression.table_storage.emb must be one of"):
+        load_dict({"compression": {"table_storage": {"emb": "fp8"}}})
+    with pytest.raises(ValueError, match="compression.table_storage names 'user'"):
+        store_config(load_dict({"compression": {"table_storage": {"user": "fp16"}}}))
 
 
 def test_the_l2_eviction_score_reads_decoded_values():

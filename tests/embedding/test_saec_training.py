@@ -12,10 +12,11 @@ from cardinal.embedding.clustered_table import SaecTable
 from cardinal.embedding.table_config import SaecSpec
 from cardinal.embedding import TableConfig
 from cardinal.embedding.hashing import init_rows
-from cardinal.memory_config import AdmissionConfig
 from cardinal.optim import make_optimizer, reference
 from cardinal.ps import ShardStore, StoreConfig
-from cardinal.train import Trainer, config
+from cardinal.recipe import load
+from cardinal.recipe.admission import AdmissionConfig
+from cardinal.train import Trainer
 from helpers.recipes import tiny_recipe
 
 DIM = 4
@@ -248,20 +249,20 @@ def test_an_edited_file_another_shard_count_and_a_delta_are_refused(tmp_path):
 
 
 @pytest.mark.parametrize("sets, match", [
-    (["embedding.saec_ratio=0.5", "embedding.saec_at=3"], "saec_ratio must be 0"),
-    (["embedding.saec_ratio=20"], "needs embedding.saec_at >= 1"),
-    (["embedding.saec_at=5"], "saec_at = 5 applies only with"),
-    (["embedding.saec_ratio=20", "embedding.saec_at=5", "embedding.chunks=2"], "Saec clusters whole rows"),
-    (["embedding.saec_ratio=20", "embedding.saec_at=5", "embedding.hash_buckets=100"], "hash_buckets"),
-    (["embedding.saec_ratio=20", "embedding.saec_at=5", 'embedding.consistency="geo"'], "GEO replica"),
-    (["embedding.saec_ratio=20", "embedding.saec_at=5", "train.full_every=2"], "full_every = 1"),
-    (["embedding.saec_ratio=20", "embedding.saec_at=5", "cache.bytes=1000000"], "cache.bytes = 0"),
-    (["embedding.saec_ratio=20", "embedding.saec_at=5", 'sparse_optimizer.name="ftrl"'], "ftrl"),
-    (['embedding.saec_ratio="x"'], "saec_ratio must be float"),
+    (["compression.saec.ratio=0.5", "compression.saec.at=3"], "saec.ratio must be 0"),
+    (["compression.saec.ratio=20"], "needs compression.saec.at >= 1"),
+    (["compression.saec.at=5"], "saec.at = 5 applies only with"),
+    (["compression.saec.ratio=20", "compression.saec.at=5", "compression.fiited.chunks=2"], "Saec clusters whole rows"),
+    (["compression.saec.ratio=20", "compression.saec.at=5", "compression.hash_buckets=100"], "hash_buckets"),
+    (["compression.saec.ratio=20", "compression.saec.at=5", 'consistency.mode="geo"'], "GEO replica"),
+    (["compression.saec.ratio=20", "compression.saec.at=5", "checkpoint.full_every=2"], "full_every = 1"),
+    (["compression.saec.ratio=20", "compression.saec.at=5", "cache.bytes=1000000"], "cache.bytes = 0"),
+    (["compression.saec.ratio=20", "compression.saec.at=5", 'sparse_optimizer.name="ftrl"'], "ftrl"),
+    (['compression.saec.ratio="x"'], "saec.ratio must be float"),
 ])
 def test_recipe_errors_name_the_key(sets, match):
     with pytest.raises(ValueError, match=match):
-        config.load("criteo_synthetic", sets)
+        load("criteo_synthetic", sets)
 
 
 def test_the_store_config_checks_its_specs():
@@ -276,22 +277,22 @@ def test_the_store_config_checks_its_specs():
 def test_the_recipe_clusters_the_model_tables_only_with_each_formats_field_bits(tmp_path):
     from cardinal.train import tables
 
-    r = tiny_recipe(tmp_path, "embedding.saec_ratio=20", "embedding.saec_at=5")
+    r = tiny_recipe(tmp_path, "compression.saec.ratio=20", "compression.saec.at=5")
     spec = tables.store_config(r).saec
     assert set(spec) == {"emb"} and spec["emb"] == SaecSpec(20.0, 5, 32)  # lr_emb, the baseline's, stays whole
-    ml = config.load("movielens", ["embedding.saec_ratio=20", "embedding.saec_at=5"])
+    ml = load("movielens", ["compression.saec.ratio=20", "compression.saec.at=5"])
     assert tables.store_config(ml).saec["emb"].shift == 40
 
 
 def run(tmp_path, name, *sets):
-    r = tiny_recipe(tmp_path, "ps.shards=2", "train.epochs=2", "embedding.saec_ratio=4", *sets)
+    r = tiny_recipe(tmp_path, "ps.shards=2", "train.epochs=2", "compression.saec.ratio=4", *sets)
     trainer = Trainer(r, tmp_path / name, progress=False)
     return trainer, trainer.fit()
 
 
 @pytest.mark.slow
 def test_a_run_clusters_mid_run_trains_on_and_evaluates(tmp_path):
-    trainer, summary = run(tmp_path, "a", "embedding.saec_at=12")
+    trainer, summary = run(tmp_path, "a", "compression.saec.at=12")
     assert summary["steps"] == 24 and np.isfinite(summary["eval_auc"]) and 0 < summary["eval_auc"] < 1
     stats = trainer.client.stats()
     assert all(isinstance(st.tables["emb"], SaecTable) for st in trainer.client.transport.stores)
@@ -306,12 +307,12 @@ def test_a_run_clusters_mid_run_trains_on_and_evaluates(tmp_path):
 def test_a_resume_cannot_change_the_clustering(tmp_path):
     from cardinal.train import resume
 
-    r = tiny_recipe(tmp_path, "embedding.saec_ratio=4", "embedding.saec_at=5")
+    r = tiny_recipe(tmp_path, "compression.saec.ratio=4", "compression.saec.at=5")
     (tmp_path / "recipe.json").write_text(json.dumps(r.to_dict()))
-    for key in ("embedding.saec_at=6", "embedding.saec_ratio=8"):
+    for key in ("compression.saec.at=6", "compression.saec.ratio=8"):
         with pytest.raises(ValueError, match=f"--resume cannot change {key.split('=')[0]}"):
             resume.resumed_recipe(tmp_path, [key])
-    assert resume.resumed_recipe(tmp_path, ["train.steps=30"]).embedding.saec_at == 5
+    assert resume.resumed_recipe(tmp_path, ["train.steps=30"]).compression.saec.at == 5
 
 
 def test_over_grpc_the_clustered_tables_are_bitwise_the_embedded_ones(tmp_path):

@@ -1,4 +1,4 @@
-"""The disk tier: rows leave RAM past ps.memory_budget and come back when used, so a run is bitwise
+"""The disk tier: rows leave RAM past ps.memory.budget and come back when used, so a run is bitwise
 the run held all in RAM; its own budget evicts; checkpoints hold every tier's rows; a failed
 tier write changes nothing."""
 
@@ -10,8 +10,8 @@ from cardinal.checkpoint import layout, write
 from cardinal.embedding import TableConfig
 from cardinal.embedding.storage import Columns
 from cardinal.embedding.tiers import RocksTier
-from cardinal.memory_config import EvictionConfig
 from cardinal.ps import ShardStore, StoreConfig, StoreLimits
+from cardinal.recipe.eviction import EvictionConfig
 from cardinal.sharding.routing import route
 
 TABLES = (TableConfig("user", 8, seed=1), TableConfig("item", 3, seed=2))
@@ -215,7 +215,7 @@ def test_a_failed_demotion_keeps_the_rows_in_ram_and_the_request_succeeds(stores
 
 
 def test_disk_budget_without_a_memory_budget_is_an_error():
-    with pytest.raises(ValueError, match="ps.disk_budget needs ps.memory_budget"):
+    with pytest.raises(ValueError, match="ps.memory.disk_budget needs ps.memory.budget"):
         StoreLimits(disk_budget=1 << 30)
 
 

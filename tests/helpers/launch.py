@@ -15,12 +15,13 @@ import numpy as np
 from cardinal.checkpoint.reader import Reader
 from cardinal.ps import ShardStore
 from cardinal.sharding.plan import ShardingPlan
-from cardinal.train import Trainer, config, tables
+from cardinal.recipe import from_dict, load
+from cardinal.train import Trainer, tables
 
 def launch_cmd(tmp_path, servers, workers, *sets, resume=None):
     base = [f'data.cache_dir="{tmp_path / "data"}"', f'train.run_dir="{tmp_path / "runs"}"',
             "data.synthetic.rows=6000", "data.synthetic.eval_rows=1000", "data.synthetic.vocab=300",
-            "data.batch_size=250", "model.hidden=[16]", "embedding.dim=4", "train.log_every=1", "ps.timeout_s=8", *sets]
+            "data.batch_size=250", "model.hidden=[16]", "embedding.dim=4", "metrics.log_every=1", "ps.timeout_s=8", *sets]
     args = sum((["--set", s] for s in base), [])
     tail = ["--resume", str(resume)] if resume else []
     return [sys.executable, "-m", "cardinal.cli", "launch", "--servers", str(servers), "--workers", str(workers),
@@ -43,7 +44,7 @@ def run_launch(cmd, timeout=240):
     return proc.returncode, out
 
 
-STEPS = ["train.steps=12", "train.eval_every=0"]
+STEPS = ["train.steps=12", "eval.every=0"]
 
 
 def model_of(tmp_path, run_dir: Path) -> tuple[dict, dict, dict]:
@@ -52,7 +53,7 @@ def model_of(tmp_path, run_dir: Path) -> tuple[dict, dict, dict]:
     step = Path(summary["checkpoint"])
     saved = Reader(step)
     dense = saved.dense_state()["model"]
-    recipe = config.from_dict(json.loads((run_dir / "recipe.json").read_text()))
+    recipe = from_dict(json.loads((run_dir / "recipe.json").read_text()))
     fresh = ShardStore(tables.store_config(recipe))._fresh_tables()
     rows = {}
     for name, cols in saved.shard_rows(ShardingPlan(1), 0, fresh).items():
@@ -64,7 +65,7 @@ def model_of(tmp_path, run_dir: Path) -> tuple[dict, dict, dict]:
 def embedded(tmp_path, *sets):
     base = launch_cmd(tmp_path, 1, 1, *sets)
     overrides = [base[i + 1] for i, a in enumerate(base) if a == "--set"]
-    recipe = config.load("criteo_synthetic", [*overrides, f'train.run_dir="{tmp_path / "alone"}"'])
+    recipe = load("criteo_synthetic", [*overrides, f'train.run_dir="{tmp_path / "alone"}"'])
     Trainer(recipe, tmp_path / "alone", progress=False).fit()
     return model_of(tmp_path, tmp_path / "alone")
 

@@ -13,8 +13,8 @@ import sys
 import numpy as np
 
 from cardinal.embedding import TableConfig
-from cardinal.memory_config import EvictionConfig
 from cardinal.ps import StoreConfig, StoreLimits, connect
+from cardinal.recipe.eviction import EvictionConfig
 
 root, n_shards, tiers = sys.argv[1], int(sys.argv[2]), sys.argv[3:] == ["tiers"]
 limits = StoreLimits(memory_budget=180_000, disk_budget=1 << 30) if tiers else None  # 164 KB: the indexes

@@ -18,7 +18,7 @@ def tiny(tmp_path) -> list[str]:
     """The default recipe shrunk to seconds (as conftest.tiny_recipe): 3,000 generated rows, 12 steps."""
     return [f'data.cache_dir="{tmp_path / "data"}"', "data.synthetic.rows=3000", "data.synthetic.eval_rows=1000",
             "data.synthetic.vocab=300", "data.batch_size=256", "data.eval_batch_size=1000", "model.hidden=[16]",
-            "train.log_every=4"]
+            "metrics.log_every=4"]
 
 
 @pytest.fixture
@@ -134,7 +134,7 @@ def test_a_sigterm_of_the_sweep_stops_its_training_child_too(tmp_path, child_env
     from helpers.launch import leftovers
 
     cmd = [sys.executable, "-m", "cardinal.cli", "sweep", "--out", str(tmp_path / "runs"),
-           *sum((["--set", s] for s in [*tiny(tmp_path), "train.epochs=1000", 'train.early_stop="none"']), []),
+           *sum((["--set", s] for s in [*tiny(tmp_path), "train.epochs=1000", 'eval.early_stop="none"']), []),
            "--grid", "embedding.dim=4,8"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:

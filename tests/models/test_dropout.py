@@ -5,7 +5,7 @@ import torch
 
 from cardinal.models import MODELS, dropout_seed
 from cardinal.models.base import mlp
-from cardinal.train import config
+from cardinal.recipe import load, parse_override
 
 DEEP = sorted(set(MODELS) - {"lr"})  # the models with hidden layers (lr has no dropout)
 
@@ -70,11 +70,11 @@ def test_default_draws_no_random_number(name):
 
 def test_recipe_takes_dropout_for_each_deep_model_and_names_bad_rates():
     for name in DEEP:
-        recipe = config.load(None, [f'model.name="{name}"', "model.dropout=0.2"])
+        recipe = load(None, [f'model.name="{name}"', "model.dropout=0.2"])
         assert recipe.model["dropout"] == 0.2
     for bad in ("1.0", "-0.1", "true"):
         with pytest.raises(ValueError, match="model.dropout must be a number in"):
-            MODELS["deepfm"](N_DENSE, N_FIELDS, DIM, dropout=config.parse_override(f"x={bad}")[1])
+            MODELS["deepfm"](N_DENSE, N_FIELDS, DIM, dropout=parse_override(f"x={bad}")[1])
 
 
 def test_dropout_seed_depends_on_seed_step_and_worker():

@@ -11,7 +11,7 @@ from cardinal.optim import make_optimizer
 from cardinal.optim.l2 import variants
 from cardinal.optim.reference import initial_state, update_row
 from cardinal.ps import ShardStore, StoreConfig
-from cardinal.train import config
+from cardinal.recipe import load
 
 WITH_L2 = ("sgd", "adagrad", "rowwise_adagrad", "adam")
 DIM = 4
@@ -111,9 +111,9 @@ def test_l2_push_resent_is_applied_once():
 
 
 def test_recipe_takes_l2_and_names_weight_decay():
-    recipe = config.load(None, ["sparse_optimizer.name=\"adam\"", "sparse_optimizer.l2=1e-6"])
+    recipe = load(None, ["sparse_optimizer.name=\"adam\"", "sparse_optimizer.l2=1e-6"])
     assert make_optimizer(recipe.sparse_optimizer).config.l2 == 1e-6
     with pytest.raises(ValueError, match="call weight decay 'l2'"):
-        config.load(None, ["sparse_optimizer.weight_decay=1e-6"])
+        load(None, ["sparse_optimizer.weight_decay=1e-6"])
     with pytest.raises(ValueError, match="l2 must be >= 0"):
-        config.load(None, ["sparse_optimizer.l2=-1.0"])
+        load(None, ["sparse_optimizer.l2=-1.0"])

@@ -151,7 +151,7 @@ def test_a_budget_too_small_for_all_tables_is_an_error_naming_sizes():
     with pytest.raises(ValueError, match=r"the tables need about 0.28 GB \(wide 63.4 MB, C\d+ [\d.]+ MB, C\d+ "
                                          r"[\d.]+ MB\.\.\.\), 4 servers of 70.6 MB hold 0.28 GB "
                                          rf"\({total:,} bytes against {(total // 4 - 1000) * 4:,}\): add servers, "
-                                         r"raise ps.memory_budget") as e:
+                                         r"raise ps.memory.budget") as e:
         propose(stats, 4, budget=total // 4 - 1000)
     biggest = max(stats, key=lambda t: t.bytes)
     assert f"{biggest.name} {biggest.bytes / 1e6:.1f} MB" in str(e.value)
@@ -334,7 +334,7 @@ def test_from_sample_widths_follow_the_model_and_dim(tmp_path):
 
 
 def test_from_sample_knows_the_row_format(tmp_path):
-    r = recipe(tmp_path, "embedding.shared=false", 'embedding.storage="fp16"')
+    r = recipe(tmp_path, "embedding.shared=false", 'compression.storage="fp16"')
     stats = {s.name: s for s in from_sample(tables.plan_inputs(r), 600)}
     opt = make_optimizer(dict(r.sparse_optimizer))
     assert stats["C1"].storage == "fp16"
@@ -354,7 +354,7 @@ def test_from_sample_one_shared_table(tmp_path):
 
 
 def test_from_sample_folds_ids_with_hash_buckets(tmp_path):
-    r = recipe(tmp_path, "embedding.shared=false", "embedding.hash_buckets=40")
+    r = recipe(tmp_path, "embedding.shared=false", "compression.hash_buckets=40")
     whole = from_sample(tables.plan_inputs(r), 10**6)
     assert all(s.rows <= 40 and s.ids_per_step <= 40 for s in whole)
     assert max(s.rows for s in whole) > 30  # the large fields fill (nearly) every bucket
@@ -389,9 +389,9 @@ def test_from_run_counts_the_checkpoints_rows_in_any_plan(tmp_path, kind):
     only the rows touched since; the table's rows are its chain's (less the ids a time-to-live
     deleted since, with ttl)."""
     path = plan_file(tmp_path)
-    sets = ["embedding.shared=false", "data.synthetic.vocab=3000", "train.steps=10", "train.checkpoint_every=5",
-            f"train.full_every={1 if kind == 'full' else 2}", f'ps.plan="{path}"',
-            *(["eviction.ttl_steps=2", "eviction.every=1"] if kind == "delta_ttl" else [])]
+    sets = ["embedding.shared=false", "data.synthetic.vocab=3000", "train.steps=10", "checkpoint.every=5",
+            f"checkpoint.full_every={1 if kind == 'full' else 2}", f'plan.layout="{path}"',
+            *(["ps.memory.eviction.ttl_steps=2", "ps.memory.eviction.every=1"] if kind == "delta_ttl" else [])]
     r = recipe(tmp_path, *sets)
     trainer = Trainer(r, tmp_path / "run", progress=False)
     trainer.fit()
@@ -425,12 +425,12 @@ def test_from_run_without_a_checkpoint_is_an_error(tmp_path):
 def test_resolve_hash_and_a_file(tmp_path):
     assert planner.resolve(tables.plan_inputs(recipe(tmp_path)), 3) == ShardingPlan(3)
     path = plan_file(tmp_path)
-    plan = planner.resolve(tables.plan_inputs(recipe(tmp_path, "embedding.shared=false", f'ps.plan="{path}"')), 3)
+    plan = planner.resolve(tables.plan_inputs(recipe(tmp_path, "embedding.shared=false", f'plan.layout="{path}"')), 3)
     assert plan == ShardingPlan.from_json({"n_shards": 3, "tables": TABLEWISE}) and planner.read(path) == plan
     assert json.loads(path.read_text()) == plan.to_json()
-    with pytest.raises(ValueError, match=rf"ps.plan {re.escape(str(path))} is a plan for 3 servers, this job has 4: "
+    with pytest.raises(ValueError, match=rf"plan.layout {re.escape(str(path))} is a plan for 3 servers, this job has 4: "
                                          r"make one with cardinal plan RECIPE --set ps.shards=4 --out FILE"):
-        planner.resolve(tables.plan_inputs(recipe(tmp_path, f'ps.plan="{path}"')), 4)
+        planner.resolve(tables.plan_inputs(recipe(tmp_path, f'plan.layout="{path}"')), 4)
 
 
 @pytest.mark.parametrize("content, text", [
@@ -451,7 +451,7 @@ def test_a_bad_plan_file_is_an_error_naming_it(tmp_path, content, text):
     if content is not None:
         path.write_text(content)
     with pytest.raises(ValueError, match=text) as e:
-        planner.resolve(tables.plan_inputs(recipe(tmp_path, f'ps.plan="{path}"')), 2)
+        planner.resolve(tables.plan_inputs(recipe(tmp_path, f'plan.layout="{path}"')), 2)
     assert str(path) in str(e.value)
     with pytest.raises(ValueError, match=text):
         planner.read(path)
@@ -468,41 +468,41 @@ def test_a_server_given_a_plan_file_naming_a_table_twice_or_nested_deep_exits_2_
     path = tmp_path / "plan.json"
     path.write_text(content)
     cmd = [sys.executable, "-m", "cardinal.cli", "server", "--shard", "0/2", "--data-dir", str(tmp_path),
-           "--set", f'ps.plan="{path}"']
+           "--set", f'plan.layout="{path}"']
     done = subprocess.run(cmd, env={**os.environ, "CARDINAL_TOKEN": "t"}, capture_output=True, text=True, timeout=100)
     assert done.returncode == 2 and done.stdout == "", done.stderr[-3000:]
     (line,) = done.stderr.splitlines()  # one line, no traceback
-    assert line.startswith(f"cardinal server: error: ps.plan {path}: {says}"), line
+    assert line.startswith(f"cardinal server: error: plan.layout {path}: {says}"), line
 
 
 def test_resolve_auto_is_the_proposal_from_a_sample(tmp_path):
-    r = recipe(tmp_path, "embedding.shared=false", 'ps.plan="auto"')
+    r = recipe(tmp_path, "embedding.shared=false", 'plan.layout="auto"')
     plan = planner.resolve(tables.plan_inputs(r), 3)
-    assert plan == propose(from_sample(tables.plan_inputs(r), 200_000), 3, r.ps.budget())
+    assert plan == propose(from_sample(tables.plan_inputs(r), 200_000), 3, r.ps.memory.budget_bytes())
     assert not plan.is_hash()
     assert planner.resolve(tables.plan_inputs(r), 3, sample_rows=512) == propose(from_sample(tables.plan_inputs(r), 512), 3)
-    assert planner.resolve(tables.plan_inputs(recipe(tmp_path, "embedding.shared=false", 'ps.plan="auto"')), 1) == ShardingPlan(1)
+    assert planner.resolve(tables.plan_inputs(recipe(tmp_path, "embedding.shared=false", 'plan.layout="auto"')), 1) == ShardingPlan(1)
 
 
 def test_resolve_auto_within_a_budget(tmp_path, caplog):
     """A budget the proposal must fit (``budget``: an embedded shard's share); tables past all the
     servers' budgets are no error in a run (rows past it are evicted): the hash plan."""
-    r = recipe(tmp_path, "embedding.shared=false", 'ps.plan="auto"')
+    r = recipe(tmp_path, "embedding.shared=false", 'plan.layout="auto"')
     stats = from_sample(tables.plan_inputs(r), 200_000)
     unbounded = planner.resolve(tables.plan_inputs(r), 3)
     budget = int(1.001 * sum(t.bytes for t in stats) / 3)
     assert loads(unbounded, stats)["bytes"].max() > budget
     bounded = planner.resolve(tables.plan_inputs(r), 3, budget=budget)
     assert bounded == propose(stats, 3, budget) and loads(bounded, stats)["bytes"].max() <= budget
-    assert planner.resolve(tables.plan_inputs(recipe(tmp_path, "embedding.shared=false", 'ps.plan="auto"',
-                                                     f"ps.memory_budget={budget}")), 3) == bounded
-    small = recipe(tmp_path, "embedding.shared=false", 'ps.plan="auto"', "ps.memory_budget=10000")
+    assert planner.resolve(tables.plan_inputs(recipe(tmp_path, "embedding.shared=false", 'plan.layout="auto"',
+                                                     f"ps.memory.budget={budget}")), 3) == bounded
+    small = recipe(tmp_path, "embedding.shared=false", 'plan.layout="auto"', "ps.memory.budget=10000")
     with pytest.raises(ValueError, match="the tables need about"):
         propose(stats, 3, 10_000)
     with caplog.at_level("WARNING", logger="cardinal.planner"):
         assert planner.resolve(tables.plan_inputs(small), 3) == ShardingPlan(3)
     need = sum(t.bytes for t in stats) / 1e6
-    assert f'ps.plan = "auto": the tables need about {need:.1f} MB, 3 servers of ps.memory_budget hold 0.0 MB: rows ' \
+    assert f'plan.layout = "auto": the tables need about {need:.1f} MB, 3 servers of ps.memory.budget hold 0.0 MB: rows ' \
         "past it are evicted (or go to disk); the hash plan spreads them evenly" in caplog.text
 
 
@@ -528,10 +528,10 @@ def test_cardinal_plan_prints_each_table_and_each_server(tmp_path, capsys):
     printed = re.search(r"train with it: (cardinal train .*)$", out, re.M).group(1)  # the plan's --set values too
     args = shlex.split(printed)[2:]
     assert args[0] == "criteo_synthetic" and args[1::2] == ["--set"] * (len(args) // 2)
-    assert args[2::2] == [*plan_args(tmp_path)[2::2], f"ps.plan={out_file}"]
+    assert args[2::2] == [*plan_args(tmp_path)[2::2], f"plan.layout={out_file}"]
     r = plan_args(tmp_path)
-    from cardinal.train import config
-    recipe_obj = config.load("criteo_synthetic", r[2::2])
+    from cardinal.recipe import load
+    recipe_obj = load("criteo_synthetic", r[2::2])
     assert plan == propose(from_sample(tables.plan_inputs(recipe_obj)), 4)
 
 
@@ -551,9 +551,9 @@ def test_cardinal_plan_with_a_bad_stats_dir_exits_2(tmp_path, capsys):
     assert cli.main([*plan_args(tmp_path), "--stats", str(tmp_path / "no_run")]) == 2
     err = capsys.readouterr().err
     assert "cardinal plan: error:" in err and "no_run has no committed checkpoint" in err
-    assert cli.main([*plan_args(tmp_path, "ps.memory_budget=10000")]) == 2
+    assert cli.main([*plan_args(tmp_path, "ps.memory.budget=10000")]) == 2
     assert re.search(r"cardinal plan: error: the tables need about [\d.]+ MB .* 4 servers of 0.0 MB hold 0.0 MB "
-                     r"\([\d,]+ bytes against 40,000\): add servers, raise ps.memory_budget", capsys.readouterr().err)
+                     r"\([\d,]+ bytes against 40,000\): add servers, raise ps.memory.budget", capsys.readouterr().err)
 
 
 # --- 8. training with a plan --------------------------------------------------------------------
@@ -580,7 +580,7 @@ def test_training_with_the_auto_plan_is_bitwise_the_hash_plans_model(tmp_path):
     sets = ["embedding.shared=false", "train.steps=5"]
     hashed = Trainer(recipe(tmp_path, *sets), tmp_path / "hash", progress=False)
     hashed.fit()
-    auto = Trainer(recipe(tmp_path, *sets, 'ps.plan="auto"'), tmp_path / "auto", progress=False)
+    auto = Trainer(recipe(tmp_path, *sets, 'plan.layout="auto"'), tmp_path / "auto", progress=False)
     summary = auto.fit()
     plan = planner.read(tmp_path / "auto" / "plan.json")
     assert not plan.is_hash() and plan == auto.client.plan
@@ -595,12 +595,12 @@ def test_training_with_the_auto_plan_is_bitwise_the_hash_plans_model(tmp_path):
 def test_a_hash_plan_run_resumes_in_a_table_wise_plan(tmp_path):
     """Bitwise the run trained straight through in the hash plan: the tiny recipe's sparse optimizer
     is row-wise Adagrad, the same in any plan that keeps rows whole (one accumulator a piece)."""
-    sets = ["embedding.shared=false", "train.checkpoint_every=3"]
+    sets = ["embedding.shared=false", "checkpoint.every=3"]
     straight = Trainer(recipe(tmp_path, *sets, "train.steps=6"), tmp_path / "a", progress=False)
     straight.fit()
     Trainer(recipe(tmp_path, *sets, "train.steps=3"), tmp_path / "b", progress=False).fit()
     path = plan_file(tmp_path, placed={t: p for t, p in TABLEWISE.items() if t != "C7"})  # rows whole
-    resumed = Trainer(recipe(tmp_path, *sets, "train.steps=6", f'ps.plan="{path}"'), tmp_path / "b", progress=False)
+    resumed = Trainer(recipe(tmp_path, *sets, "train.steps=6", f'plan.layout="{path}"'), tmp_path / "b", progress=False)
     summary = resumed.fit(resume=True)
     assert summary["steps"] == 6 and resumed.client.plan == planner.read(path)
     assert planner.read(tmp_path / "b" / "plan.json") == planner.read(path)
@@ -610,31 +610,32 @@ def test_a_hash_plan_run_resumes_in_a_table_wise_plan(tmp_path):
 
 @pytest.mark.slow
 def test_a_worker_refuses_servers_started_with_another_plan(tmp_path, monkeypatch):
-    """Servers built as ``cardinal server`` builds them (its recipe's ps.plan), in this process."""
+    """Servers built as ``cardinal server`` builds them (its recipe's plan.layout), in this process."""
     from cardinal.ps import ShardStore
+    from cardinal.ps.limits import store_limits
     from cardinal.ps.server.process import ServerOptions, ShardServer
     from helpers.cluster import JOB, TOKEN
 
     monkeypatch.setenv("CARDINAL_TOKEN", TOKEN)
     served = plan_file(tmp_path, 2, {"C1": [{"servers": [1], "columns": None}]})
     other = plan_file(tmp_path, 2, {"C1": [{"servers": [0], "columns": None}]}, name="other")
-    server_recipe = recipe(tmp_path, "embedding.shared=false", f'ps.plan="{served}"')
+    server_recipe = recipe(tmp_path, "embedding.shared=false", f'plan.layout="{served}"')
     servers = []
     try:
         for i in range(2):
-            store = ShardStore(tables.store_config(server_recipe), i, 2, server_recipe.ps.store_limits(),
-                               server_recipe.ps.disk_dir, planner.resolve(tables.plan_inputs(server_recipe), 2))
+            store = ShardStore(tables.store_config(server_recipe), i, 2, store_limits(server_recipe.ps),
+                               server_recipe.ps.memory.disk_dir, planner.resolve(tables.plan_inputs(server_recipe), 2))
             servers.append(ShardServer(store, tmp_path, JOB, TOKEN, ServerOptions()).start())
         addresses = "ps.servers=[" + ",".join(f'"127.0.0.1:{s.port}"' for s in servers) + "]"
         worker = [addresses, f'ps.job="{JOB}"', "embedding.shared=false", "train.steps=2", "ps.timeout_s=10"]
         for wrong in (other, "hash"):
-            plan = f'ps.plan="{wrong}"'
+            plan = f'plan.layout="{wrong}"'
             with pytest.raises(ValueError, match=r"server 0 was started with another sharding plan \(it holds tables "
                                                  r"\[.*\], this worker's plan puts \[.*'C1'.*\] there\): start every "
                                                  r"server and worker with the same recipe \(.*where they live, "
-                                                 r"ps.plan\)"):
+                                                 r"plan.layout\)"):
                 Trainer(recipe(tmp_path, *worker, plan), tmp_path / f"bad-{Path(wrong).stem}", progress=False)
-        good = Trainer(recipe(tmp_path, *worker, f'ps.plan="{served}"'), tmp_path / "good", progress=False)
+        good = Trainer(recipe(tmp_path, *worker, f'plan.layout="{served}"'), tmp_path / "good", progress=False)
         assert good.fit()["steps"] == 2
         good.client.transport.close()
     finally:
@@ -649,14 +650,14 @@ def test_a_worker_refuses_servers_started_with_another_plan(tmp_path, monkeypatc
 def test_launch_resolves_auto_once_and_every_process_uses_its_plan(tmp_path):
     from helpers.launch import launch_cmd, leftovers, run_launch
 
-    code, out = run_launch(launch_cmd(tmp_path, 2, 1, 'ps.plan="auto"', "embedding.shared=false", "train.steps=4",
-                                      "train.eval_every=0"), timeout=100)
+    code, out = run_launch(launch_cmd(tmp_path, 2, 1, 'plan.layout="auto"', "embedding.shared=false", "train.steps=4",
+                                      "eval.every=0"), timeout=100)
     assert code == 0, out[-3000:]
     (run_dir,) = (tmp_path / "runs").iterdir()
     plan = planner.read(run_dir / "plan.json")
     assert plan.n_shards == 2 and not plan.is_hash()
     r = json.loads((run_dir / "recipe.json").read_text())
-    assert r["ps"]["plan"] == str(run_dir / "plan.json")
+    assert r["plan"]["layout"] == str(run_dir / "plan.json")
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["steps"] == 4
     commit = json.loads((Path(summary["checkpoint"]) / "commit.json").read_text())
@@ -673,18 +674,19 @@ def test_launch_resolves_auto_once_and_every_process_uses_its_plan(tmp_path):
 
 def test_clustered_tables_stay_row_wise_over_every_server_in_auto_plans(tmp_path):
     """Saec tables can only be row-wise over every server: "auto" and `cardinal plan` leave them so."""
-    r = recipe(tmp_path, "embedding.shared=false", 'ps.plan="auto"', "embedding.saec_ratio=2.0", "embedding.saec_at=5")
+    r = recipe(tmp_path, "embedding.shared=false", 'plan.layout="auto"', "compression.saec.ratio=2.0",
+               "compression.saec.at=5")
     pinned = planner.pinned(tables.plan_inputs(r))
     assert pinned == {t for t in tables.features(r).values()} and pinned  # the model's tables, not lr_*
     plan = planner.resolve(tables.plan_inputs(r), 3)
     assert not set(plan.tables) & pinned
     ShardingPlan.shard_config(plan, tables.store_config(r), 0)  # a store takes it
-    free = propose(from_sample(tables.plan_inputs(r)), 3, r.ps.budget())
+    free = propose(from_sample(tables.plan_inputs(r)), 3, r.ps.memory.budget_bytes())
     assert set(free.tables) & pinned, "without pinning the planner would place some of them"
 
 
 def test_a_server_refuses_auto_plans(tmp_path, capsys):
-    code = cli.main(["server", "--shard", "0/2", "--data-dir", str(tmp_path), "--set", 'ps.plan="auto"'])
+    code = cli.main(["server", "--shard", "0/2", "--data-dir", str(tmp_path), "--set", 'plan.layout="auto"'])
     assert code == 2 and "make the plan once (cardinal plan RECIPE --out FILE)" in capsys.readouterr().err
 
 

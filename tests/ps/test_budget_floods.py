@@ -1,6 +1,6 @@
-"""ps.memory_budget under a flood of new ids, sent as a hostile client would: everything a server
+"""ps.memory.budget under a flood of new ids, sent as a hostile client would: everything a server
 keeps stays inside the budget. New rows that protected rows leave no room for are refused
-(RESOURCE_EXHAUSTED naming ps.memory_budget) and change nothing, or go to the disk tier when
+(RESOURCE_EXHAUSTED naming ps.memory.budget) and change nothing, or go to the disk tier when
 there is one; admission counters age out; a Bloom filter past its fill decays instead of
 admitting every id."""
 
@@ -11,10 +11,11 @@ import pytest
 
 from cardinal.embedding import TableConfig
 from cardinal.embedding.admission.bloom import MAX_FILL
-from cardinal.memory_config import AdmissionConfig, EvictionConfig
 from cardinal.ps import ShardStore, StoreConfig, StoreFull, StoreLimits
 from cardinal.ps.transport.grpc_transport import GrpcTransport, ShardRequestError
 from cardinal.ps.transport.requests import PullRequest, PushRequest
+from cardinal.recipe.admission import AdmissionConfig
+from cardinal.recipe.eviction import EvictionConfig
 from helpers.cluster import JOB, TOKEN, Cluster
 from test_grpc import server_process
 
@@ -52,13 +53,13 @@ def test_a_flood_of_new_ids_at_one_step_is_refused_at_the_budget_over_grpc(tmp_p
                 refusals.append(str(e))
                 after = raw.stats(0, digest=True).wait()
                 assert after["tables"] == before["tables"]  # rows, bytes, digests: the refused pull changed nothing
-                with pytest.raises(ShardRequestError, match="RESOURCE_EXHAUSTED.*ps.memory_budget"):
+                with pytest.raises(ShardRequestError, match="RESOURCE_EXHAUSTED.*ps.memory.budget"):
                     raw.push(0, PushRequest("emb", ids, np.ones((len(ids), 8), np.float32), 5)).wait()
                 assert raw.stats(0, digest=True).wait()["tables"] == before["tables"]
             assert raw.stats(0).wait()["bytes"] <= BUDGET * 1.02
             if len(refusals) == 3:
                 break
-        assert len(refusals) == 3 and all("RESOURCE_EXHAUSTED" in r and "ps.memory_budget" in r for r in refusals)
+        assert len(refusals) == 3 and all("RESOURCE_EXHAUSTED" in r and "ps.memory.budget" in r for r in refusals)
         assert k < 48  # the first refusals came once the budget was full, not after the whole flood
         # three steps on the flood's rows are no longer protected: new rows evict them again
         raw.pull(0, PullRequest("emb", flood(5_000, 1)[0], True, 8)).wait()
@@ -72,10 +73,10 @@ def test_a_flood_of_new_ids_at_one_step_is_refused_at_the_budget_over_grpc(tmp_p
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_real_server_refuses_a_flood_past_its_budget_from_the_recipe(tmp_path):
-    with server_process(tmp_path, 'ps.memory_budget="4MiB"') as (_, fields):
+    with server_process(tmp_path, 'ps.memory.budget="4MiB"') as (_, fields):
         raw = GrpcTransport([f"127.0.0.1:{fields['port']}"], JOB, TOKEN, timeout=30)
         try:
-            with pytest.raises(ShardRequestError, match="RESOURCE_EXHAUSTED.*ps.memory_budget is full"):
+            with pytest.raises(ShardRequestError, match="RESOURCE_EXHAUSTED.*ps.memory.budget is full"):
                 for ids in flood(400_000, 9):  # rows of dim 5 (DeepFM's 4 + 1), all at step 1
                     raw.pull(0, PullRequest("emb", ids, True, 1)).wait()
                     assert raw.stats(0).wait()["bytes"] <= BUDGET * 1.02
@@ -137,7 +138,7 @@ def test_a_bloom_filter_past_its_fill_decays_and_never_admits_everything():
 
 
 def test_bloom_filters_must_leave_the_rows_half_the_budget():
-    with pytest.raises(ValueError, match="admission.bloom_bytes.*ps.memory_budget"):
+    with pytest.raises(ValueError, match="ps.memory.admission.bloom_bytes.*ps.memory.budget"):
         ShardStore(config(AdmissionConfig(policy="bloom", bloom_bytes=3 << 20)),
                    limits=StoreLimits(memory_budget=BUDGET))
     ShardStore(config(AdmissionConfig(policy="bloom", bloom_bytes=1 << 20)), limits=StoreLimits(memory_budget=BUDGET))
@@ -146,12 +147,12 @@ def test_bloom_filters_must_leave_the_rows_half_the_budget():
 
 def test_a_refused_push_is_refused_whole_in_process():
     s = ShardStore(config(), limits=StoreLimits(memory_budget=BUDGET))
-    with pytest.raises(StoreFull, match="ps.memory_budget is full"):
+    with pytest.raises(StoreFull, match="ps.memory.budget is full"):
         for ids in flood(200_000, 7):
             s.pull("emb", ids, step=3)
     mixed = np.concatenate([s.tables["emb"].export()["ids"][:100], flood(20_000, 8)[0]])  # 100 rows held, the rest new
     before = (s.tables["emb"].digest(), s.tables["lr"].digest(), s.stats()["bytes"])
-    with pytest.raises(StoreFull, match="ps.memory_budget is full"):
+    with pytest.raises(StoreFull, match="ps.memory.budget is full"):
         s.push("emb", mixed, np.ones((len(mixed), 8), np.float32), step=3)
     assert (s.tables["emb"].digest(), s.tables["lr"].digest(), s.stats()["bytes"]) == before
     s.check()

@@ -1,5 +1,5 @@
 """A flood of made-up client names over gRPC, sent by a token holder as raw requests: it once
-filled ps.max_clients in under two seconds and shut every restarted worker out for ten minutes.
+filled ps.limits.max_clients in under two seconds and shut every restarted worker out for ten minutes.
 Now the least recently heard quiet client makes room (``ps/server/request_log.py``): real workers
 train on, a restarted one gets in, and nothing is applied twice."""
 
@@ -28,7 +28,7 @@ def test_a_flood_of_client_names_cannot_shut_workers_out(tmp_path):
     try:
         for s in range(1, 41):  # a worker that has trained a while
             step(c.client, s)
-        flood = [f"{os.urandom(6).hex()}-1" for _ in range(64)]  # four times ps.max_clients
+        flood = [f"{os.urandom(6).hex()}-1" for _ in range(64)]  # four times ps.limits.max_clients
         for k, rid in enumerate(flood):
             raw(c.addresses[0], "Push", push(IDS, GRADS, step=40, request_id=rid))
             if k % 8 == 0:

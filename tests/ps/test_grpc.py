@@ -253,12 +253,12 @@ def test_server_process_reports_its_port_and_stops_cleanly_on_sigterm(tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_server_process_takes_its_limits_from_the_recipe(tmp_path):
-    with server_process(tmp_path, "ps.max_message_mb=1", "ps.max_rows=100", "ps.max_concurrent_calls=3") \
-            as (_, fields):
+    with server_process(tmp_path, "ps.limits.max_message_mb=1", "ps.limits.max_rows=100",
+                        "ps.limits.max_concurrent_calls=3") as (_, fields):
         address = f"127.0.0.1:{fields['port']}"
         client = connect(servers=[address], job=JOB, token=TOKEN, timeout=20, max_message_mb=1)
         client.pull("emb", np.arange(100, dtype=np.int64)).wait()
-        with pytest.raises(ShardRequestError, match="RESOURCE_EXHAUSTED.*store full.*ps.max_rows = 100"):
+        with pytest.raises(ShardRequestError, match="RESOURCE_EXHAUSTED.*store full.*ps.limits.max_rows = 100"):
             client.pull("emb", np.arange(100, 101, dtype=np.int64)).wait()
         with pytest.raises(grpc.RpcError) as err:  # 1.5 MiB of ids: over the 1 MiB message limit
             with grpc.insecure_channel(address) as ch:

@@ -11,6 +11,7 @@ import pytest
 from cardinal.embedding import TableConfig
 from cardinal.embedding.table import NonFiniteUpdate
 from cardinal.ps import ShardStore, StoreConfig, StoreFull, StoreLimits
+from cardinal.ps.limits import store_limits
 from cardinal.ps.server import request_log
 from cardinal.ps.server.request_log import FirstAttemptFailed, RequestIdError, RequestLog
 
@@ -50,7 +51,7 @@ NEW = np.arange(1000, 1060, dtype=np.int64)
 def test_a_full_store_refuses_whole_requests_and_creates_nothing():
     store = store_with_rows(StoreLimits(max_rows=150))  # holds 110 rows
     mixed = np.concatenate([KNOWN[:5], NEW])  # 5 known (their sightings must not count), 60 new
-    refused(store, lambda: store.pull("user", mixed, step=2), StoreFull, "store full.*ps.max_rows = 150")
+    refused(store, lambda: store.pull("user", mixed, step=2), StoreFull, "store full.*ps.limits.max_rows = 150")
     refused(store, lambda: store.push("item", mixed, np.ones((len(mixed), 4), np.float32), step=2), StoreFull,
             "store full")
     store.pull("user", NEW[:40], step=2)  # up to the limit: fine
@@ -73,7 +74,7 @@ def test_rows_one_request_may_create_are_bounded():
     ({"name": "ftrl"}, 1e20),                      # n overflows
 ])
 def test_a_push_that_would_make_a_row_non_finite_is_refused_whole(optimizer, grad):
-    store = store_with_rows(StoreLimits(max_gradient=float("inf")), optimizer)  # the guard behind ps.max_gradient
+    store = store_with_rows(StoreLimits(max_gradient=float("inf")), optimizer)  # the guard behind ps.limits.max_gradient
     ids = np.concatenate([KNOWN[:3], NEW[:2]])  # known rows and new ones: none updated, none created
     grads = np.zeros((len(ids), 8), np.float32)
     grads[1, 2] = grad
@@ -229,26 +230,25 @@ def test_a_refused_push_spanning_many_blocks_restores_every_block():
 
 
 def test_recipe_limits_are_validated_and_reach_the_store():
-    from cardinal.train import config
+    from cardinal.recipe import load
 
-    ps = config.load(None, ["ps.max_rows=500", "ps.max_new_rows_per_request=7", "ps.request_window=9",
-                            "ps.max_clients=3", "ps.client_idle_s=5.5", "ps.max_gradient=1e4"]).ps
-    assert ps.store_limits() == StoreLimits(500, 7, 9, 3, 5.5, max_gradient=1e4)
-    for bad in ["ps.max_rows=0", "ps.max_rows=true", "ps.max_message_mb=0", "ps.max_message_mb=4096",
-                "ps.max_concurrent_calls=0", "ps.request_window=1.5", "ps.client_idle_s=0", "ps.max_gradient=0.5",
-                "ps.max_gradient=nan", "ps.max_gradient=true"]:
-        with pytest.raises(ValueError, match=bad.split("=")[0].split(".")[1]):
-            config.load(None, [bad])
+    ps = load(None, ["ps.limits.max_rows=500", "ps.limits.max_new_rows_per_request=7", "ps.limits.request_window=9",
+                     "ps.limits.max_clients=3", "ps.limits.client_idle_s=5.5", "ps.limits.max_gradient=1e4"]).ps
+    assert store_limits(ps) == StoreLimits(500, 7, 9, 3, 5.5, max_gradient=1e4)
+    for bad in ["max_rows=0", "max_rows=true", "max_message_mb=0", "max_message_mb=4096", "max_concurrent_calls=0",
+                "request_window=1.5", "client_idle_s=0", "max_gradient=0.5", "max_gradient=nan", "max_gradient=true"]:
+        with pytest.raises(ValueError, match=f"ps.limits.{bad.split('=')[0]}"):
+            load(None, [f"ps.limits.{bad}"])
 
 
 @pytest.mark.parametrize("field, value, says", [
-    ("max_rows", 1.5, "ps.max_rows must be an integer, got float 1.5"),
-    ("memory_budget", 1e9, "ps.memory_budget must be an integer, got float 1000000000.0"),
-    ("request_window", True, "ps.request_window must be an integer, got bool True"),
-    ("max_clients", "8", "ps.max_clients must be an integer, got str '8'"),
-    ("client_idle_s", False, "ps.client_idle_s must be a number, got bool False"),
-    ("max_gradient", float("nan"), "ps.max_gradient must be >= 1, got nan"),
-    ("max_rows", 0, "ps.max_rows must be >= 1, got 0"),
+    ("max_rows", 1.5, "ps.limits.max_rows must be an integer, got float 1.5"),
+    ("memory_budget", 1e9, "ps.memory.budget must be an integer, got float 1000000000.0"),
+    ("request_window", True, "ps.limits.request_window must be an integer, got bool True"),
+    ("max_clients", "8", "ps.limits.max_clients must be an integer, got str '8'"),
+    ("client_idle_s", False, "ps.limits.client_idle_s must be a number, got bool False"),
+    ("max_gradient", float("nan"), "ps.limits.max_gradient must be >= 1, got nan"),
+    ("max_rows", 0, "ps.limits.max_rows must be >= 1, got 0"),
 ])
 def test_store_limits_take_integers_where_they_count_and_refuse_bools(field, value, says):
     with pytest.raises(ValueError, match=re.escape(says)):

@@ -109,7 +109,7 @@ def test_a_workers_metrics_move_with_its_steps(tmp_path):
             if step in (3, 9):
                 seen[step] = scrape(trainer.live.port)
 
-    trainer = Trainer(tiny_recipe(tmp_path, "train.metrics_port=0", "train.log_every=2"), tmp_path / "run",
+    trainer = Trainer(tiny_recipe(tmp_path, "metrics.port=0", "metrics.log_every=2"), tmp_path / "run",
                       progress=False, callbacks=[Scrape()])
     trainer.fit()
     port = trainer.live.port

@@ -88,8 +88,8 @@ def test_a_plan_with_copies_survives_json_and_one_without_reads_as_before():
     assert "replicas" not in ShardingPlan(N, plan.tables).to_json()
     assert "copied_ids" not in PSClient(InProcessTransport([ShardStore(config(), s, N) for s in range(N)])).metrics()
     for bad in ({"user": {"ids": [1], "staleness": 2, "x": 1}}, {"user": [1, 2]}, []):
-        with pytest.raises(ValueError, match="ps.plan f: .*replicas"):
-            ShardingPlan.from_json({**plan.to_json(), "replicas": bad}, "ps.plan f")
+        with pytest.raises(ValueError, match="plan.layout f: .*replicas"):
+            ShardingPlan.from_json({**plan.to_json(), "replicas": bad}, "plan.layout f")
 
 
 @settings(max_examples=60, deadline=None)
@@ -300,7 +300,7 @@ def test_copies_take_their_bytes_from_the_memory_budget():
     assert store.stats()["bytes"] == 320_000 + sum(t.nbytes for t in store.tables.values())
     assert store.stats()["memory_budget"] == 1_000_000
     with pytest.raises(ValueError, match="the copies of hot rows .* take 320000 bytes on each server, "
-                                         "ps.memory_budget is 300000"):
+                                         "ps.memory.budget is 300000"):
         ShardStore(config(), 0, N, limits=StoreLimits(memory_budget=300_000), plan=big)
 
 
@@ -387,14 +387,14 @@ def test_cardinal_plan_copies_the_ids_in_the_most_batches(tmp_path, capsys):
     proposed = planner.read(first)
     table = next(t for t, (p,) in sorted(proposed.tables.items()) if len(p.servers) == 1 and not t.startswith("lr_"))
     capsys.readouterr()
-    assert cli.main([*plan_args(tmp_path, "ps.replicate={C99=5}")]) == 2
-    assert "ps.replicate: no table 'C99'" in capsys.readouterr().err
+    assert cli.main([*plan_args(tmp_path, "plan.replicate={C99=5}")]) == 2
+    assert "plan.replicate: no table 'C99'" in capsys.readouterr().err
     out = tmp_path / "plan.json"
-    sets = [f"ps.replicate={{{table}=5}}", "ps.replica_staleness=2"]  # as the error for a plan file says
+    sets = [f"plan.replicate={{{table}=5}}", "plan.replica_staleness=2"]  # as the error for a plan file says
     assert cli.main([*plan_args(tmp_path, *sets), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert f"{table}'s 5 hottest ids" in printed
-    assert "ps.replicate" not in printed.splitlines()[-1]  # the printed command trains with the file alone
+    assert "plan.replicate" not in printed.splitlines()[-1]  # the printed command trains with the file alone
     plan = planner.read(out)
     assert set(plan.replicas) == {table} and plan.replicas[table].staleness == 2 and plan.tables == proposed.tables
     r = tiny_recipe(tmp_path, "data.batch_size=256", "embedding.shared=false")  # plan_args' data and batches
@@ -405,18 +405,18 @@ def test_cardinal_plan_copies_the_ids_in_the_most_batches(tmp_path, capsys):
             batches[i] = batches.get(i, 0) + 1
     top = sorted(batches.values(), reverse=True)[:5]
     assert sorted(batches[i] for i in plan.replicas[table].ids) == sorted(top)
-    spread, lines = planner.replicate(tables.plan_inputs(tiny_recipe(tmp_path, "embedding.shared=false", 'ps.plan="auto"',
-                                                                     *sets)), ShardingPlan(4))
+    r = tiny_recipe(tmp_path, "embedding.shared=false", 'plan.layout="auto"', *sets)
+    spread, lines = planner.replicate(tables.plan_inputs(r), ShardingPlan(4))
     assert spread == ShardingPlan(4) and lines == [f"no copies of {table}: the plan spreads it over every server, "
                                                    "which spreads its reads already"]
 
 
 @pytest.mark.parametrize("sets, text", [
-    (["ps.replicate={C1=5}"], 'ps.replicate copies hot rows in the planner\'s plan: set ps.plan = "auto", or make a '
-                              'plan file with `cardinal plan RECIPE --set ps.replicate=... --out FILE`'),
-    (['ps.plan="auto"', "ps.replicate={C1=0}"], "ps.replicate must map tables to a number of hot ids >= 1"),
-    (['ps.plan="auto"', 'ps.replicate={C1="x"}'], "ps.replicate must map tables"),
-    (['ps.plan="auto"', "ps.replica_staleness=0"], "ps.replica_staleness must be an integer >= 1"),
+    (["plan.replicate={C1=5}"], 'plan.replicate copies hot rows in the planner\'s plan: set plan.layout = "auto", '
+                                'or make a plan file with `cardinal plan RECIPE --set plan.replicate=... --out FILE`'),
+    (['plan.layout="auto"', "plan.replicate={C1=0}"], "plan.replicate must map tables to a number of hot ids >= 1"),
+    (['plan.layout="auto"', 'plan.replicate={C1="x"}'], "plan.replicate must map tables"),
+    (['plan.layout="auto"', "plan.replica_staleness=0"], "plan.replica_staleness must be an integer >= 1"),
 ])
 def test_bad_replicate_settings_are_named(tmp_path, sets, text):
     with pytest.raises(ValueError, match=text):
@@ -428,13 +428,13 @@ def test_bad_replicate_settings_are_named(tmp_path, sets, text):
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_launch_two_workers_with_auto_and_replicate_read_a_tables_hot_rows_from_copies(tmp_path):
-    """`cardinal launch --servers 2 --workers 2` with ps.plan = "auto" and ps.replicate: the
+    """`cardinal launch --servers 2 --workers 2` with plan.layout = "auto" and plan.replicate: the
     launcher's plan copies C1's hot rows (the planner keeps C1 whole on one server here), hands
     the processes the file alone, and worker 1 reads them from the other server."""
     from helpers.launch import launch_cmd, leftovers, run_launch
 
-    sets = ["embedding.shared=false", "train.steps=8", "train.eval_every=0", 'ps.plan="auto"',
-            "ps.replicate={C1=20}", "ps.replica_staleness=2"]
+    sets = ["embedding.shared=false", "train.steps=8", "eval.every=0", 'plan.layout="auto"',
+            "plan.replicate={C1=20}", "plan.replica_staleness=2"]
     code, out = run_launch(launch_cmd(tmp_path, 2, 2, *sets))
     assert code == 0, out[-3000:]
     (run_dir,) = (tmp_path / "runs").iterdir()
@@ -442,7 +442,7 @@ def test_launch_two_workers_with_auto_and_replicate_read_a_tables_hot_rows_from_
     assert len(plan.pieces("C1")[0].servers) == 1 and len(plan.replicas["C1"].ids) == 20
     assert plan.replicas["C1"].staleness == 2
     recipe = json.loads((run_dir / "recipe.json").read_text())
-    assert recipe["ps"]["plan"] == str(run_dir / "plan.json") and recipe["ps"]["replicate"] == {}
+    assert recipe["plan"]["layout"] == str(run_dir / "plan.json") and recipe["plan"]["replicate"] == {}
     summary = json.loads((run_dir / "summary.json").read_text())
     last = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if '"loss"' in x][-1]
     assert summary["steps"] == 8 and np.isfinite(last["loss"])

@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 
 from cardinal.embedding import TableConfig
-from cardinal.memory_config import EvictionConfig
 from cardinal.ps import ShardStore, StoreConfig, StoreLimits
-from cardinal.train import config
+from cardinal.ps.limits import store_limits
+from cardinal.recipe import load
+from cardinal.recipe.eviction import EvictionConfig
 from helpers.cluster import Cluster
 from test_wire_corpus import GRADS, IDS, push, raw
 
@@ -34,7 +35,7 @@ def test_a_push_from_the_future_over_grpc_is_refused_and_every_trained_row_survi
         with pytest.raises(grpc.RpcError) as err:  # a second client, past every client-side check
             raw(c.addresses[0], "Push", push(IDS, GRADS, step=2**32 - 1))
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-        assert "ps.max_step_ahead" in err.value.details()
+        assert "ps.limits.max_step_ahead" in err.value.details()
         assert c.stores[0].stats(digest=True)["tables"]["user"]["digest_parts"] == digest  # nothing changed
         assert c.stores[0].step == 5
         np.testing.assert_array_equal(c.client.pull("user", IDS_TRAINED, create=False).wait(), trained)
@@ -51,9 +52,9 @@ def test_a_step_within_the_window_is_taken_and_moves_the_clock_by_at_most_the_wi
     assert s.step == 8
     before = s.stats(digest=True)["tables"]["user"]["digest_parts"]
     for bad in (17, 2**32 - 1):
-        with pytest.raises(ValueError, match="ps.max_step_ahead = 8"):
+        with pytest.raises(ValueError, match="ps.limits.max_step_ahead = 8"):
             s.push("user", ids, np.ones((5, 8), np.float32), step=bad)
-        with pytest.raises(ValueError, match="ps.max_step_ahead = 8"):
+        with pytest.raises(ValueError, match="ps.limits.max_step_ahead = 8"):
             s.pull("user", np.arange(100, 105, dtype=np.int64), step=bad)
     assert s.stats(digest=True)["tables"]["user"]["digest_parts"] == before and s.step == 8
     s.push("user", ids, np.ones((5, 8), np.float32), step=16)
@@ -78,9 +79,9 @@ def test_a_loaded_checkpoint_sets_the_clock(tmp_path):
 
 
 def test_the_window_is_a_recipe_key_and_geo_pushes_fit_in_it(tmp_path):
-    assert config.load(None, ["ps.max_step_ahead=200"]).ps.store_limits().max_step_ahead == 200
-    with pytest.raises(ValueError, match="ps.max_step_ahead must be"):
-        config.load(None, ["ps.max_step_ahead=0"])
-    with pytest.raises(ValueError, match="raise ps.max_step_ahead"):
-        config.load(None, ['embedding.consistency="geo"', "embedding.geo_interval=100"])
-    config.load(None, ['embedding.consistency="geo"', "embedding.geo_interval=100", "ps.max_step_ahead=100"])
+    assert store_limits(load(None, ["ps.limits.max_step_ahead=200"]).ps).max_step_ahead == 200
+    with pytest.raises(ValueError, match="ps.limits.max_step_ahead must be"):
+        load(None, ["ps.limits.max_step_ahead=0"])
+    with pytest.raises(ValueError, match="raise ps.limits.max_step_ahead"):
+        load(None, ['consistency.mode="geo"', "consistency.geo.interval=100"])
+    load(None, ['consistency.mode="geo"', "consistency.geo.interval=100", "ps.limits.max_step_ahead=100"])

@@ -54,7 +54,7 @@ NEW = np.arange(10_000, 10_004, dtype=np.int64).tobytes()  # ids the server has 
 GRADS = np.ones((4, 8), np.float32).tobytes()
 NAN = np.full((4, 8), np.nan, np.float32).tobytes()
 HUGE = np.full((4, 8), 3e38, np.float32).tobytes()
-FAR = np.full((4, 8), 1e19, np.float32).tobytes()  # finite, past ps.max_gradient
+FAR = np.full((4, 8), 1e19, np.float32).tobytes()  # finite, past ps.limits.max_gradient
 DEEP = b"[" * 60_000 + b"]" * 60_000
 LONG = "t" * 12_000  # under the header limit: the field itself is refused
 CORPUS = {
@@ -84,7 +84,7 @@ CORPUS = {
     "wrong dim": ("Push", push(IDS, np.ones((4, 5), np.float32).tobytes(), dim=5), INVALID, r"\(4, 8\)"),
     "dim a bool": ("Push", push(IDS, GRADS, dim=True), INVALID, "dim: expected int, got bool"),
     "nan gradient": ("Push", push(IDS, NAN), INVALID, "NaN"),
-    "a finite 1e19 gradient": ("Push", push(IDS, FAR), INVALID, r"reach 1e\+19 .*past ps.max_gradient = 1e\+09"),
+    "a finite 1e19 gradient": ("Push", push(IDS, FAR), INVALID, r"reach 1e\+19 .*past ps.limits.max_gradient = 1e\+09"),
     "gradients that overflow a new row": ("Push", push(NEW[:8] * 4, HUGE, kind="delta", step=2), INVALID,
                                           "NaN or Inf"),
     "unknown table": ("Push", push(IDS, GRADS, table="x"), INVALID, "unknown table"),
@@ -114,7 +114,7 @@ CORPUS = {
     "origin far ahead of the slowest": ("Push", push(IDS, GRADS, worker=0, workers=2, step=65), INVALID,
                                         "more than 64 steps ahead"),  # the server's clock is at 1: within its window
     "a push from the future": ("Push", push(IDS, GRADS, step=2**32 - 1), INVALID, "past this server's clock"),
-    "a pull from the future": ("Pull", pull(NEW, step=66), INVALID, "ps.max_step_ahead = 64"),
+    "a pull from the future": ("Pull", pull(NEW, step=66), INVALID, "ps.limits.max_step_ahead = 64"),
     "bad step": ("Pull", pull(IDS, step=-5), INVALID, "step"),
     "step a bool": ("Pull", pull(IDS, step=True), INVALID, "step: expected int, got bool"),
     "create an int": ("Pull", pull(NEW, create=1), INVALID, "create: expected bool"),
@@ -233,7 +233,7 @@ def test_a_1e19_gradient_is_refused_and_its_rows_train_on_as_if_it_never_came(tm
         server.client.pull("user", KNOWN, step=1).wait()
         twin.pull("user", KNOWN, step=1)
         grad = np.linspace(-1, 1, 32, dtype=np.float32).reshape(4, 8)
-        assert_refused(server, "Push", push(IDS, FAR), INVALID, "past ps.max_gradient = 1e\\+09")
+        assert_refused(server, "Push", push(IDS, FAR), INVALID, "past ps.limits.max_gradient = 1e\\+09")
         for step in (2, 3):
             raw(server.addresses[0], "Push", push(IDS, grad.tobytes(), step=step))
             twin.push("user", np.frombuffer(IDS, np.int64), grad, step=step)

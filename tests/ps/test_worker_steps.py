@@ -165,7 +165,7 @@ def test_a_combined_step_is_compensated_by_the_largest_staleness_of_its_pushes()
 def test_a_combined_step_refused_when_applied_keeps_the_other_workers_pushes_held():
     """The push that completes a step is refused (its result would not be finite): it changes
     nothing, the other worker's acknowledged push stays held, and a good resend completes it."""
-    one, s = store_with_rows(), store_with_rows(StoreLimits(max_gradient=float("inf")))  # past ps.max_gradient's check
+    one, s = store_with_rows(), store_with_rows(StoreLimits(max_gradient=float("inf")))  # past ps.limits.max_gradient's check
     one.push("a", np.concatenate([SHARES[0][0], SHARES[1][0]]), np.concatenate([SHARES[0][1], SHARES[1][1]]), step=1)
     s.push("a", *SHARES[0], step=1, origin=Origin(0, 2, combine=True))
     before = values(s)
@@ -211,9 +211,9 @@ def test_staleness_compensation_is_refused_for_ftrl():
     """FTRL recomputes a weight from its accumulators with the lr: a smaller lr for one push
     would rescale the whole weight, so compensation is refused, in the recipe and on the server."""
     from cardinal.optim import make_optimizer
-    from cardinal.train import config
+    from cardinal.recipe import load
 
     with pytest.raises(ValueError, match="does not apply to sparse_optimizer ftrl"):
-        config.load(None, ['embedding.compensation="lr"', 'sparse_optimizer.name="ftrl"'])
+        load(None, ['consistency.async.compensation="lr"', 'sparse_optimizer.name="ftrl"'])
     with pytest.raises(ValueError, match="does not apply to FTRL"):
         make_optimizer({"name": "ftrl"}).scaled(0.5)

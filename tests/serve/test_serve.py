@@ -30,8 +30,8 @@ from helpers.recipes import tiny_recipe
 from helpers.serving import eval_probabilities
 
 # 12 steps; a checkpoint every 4 (4 full, 8 and 12 deltas on it), one evaluation at the end
-FLAGS = ("ps.shards=2", "train.checkpoint_every=4", "train.full_every=3",
-         "train.keep_checkpoints=5", 'train.early_stop="none"', "sparse_optimizer.lr=0.3")
+FLAGS = ("ps.shards=2", "checkpoint.every=4", "checkpoint.full_every=3",
+         "checkpoint.keep=5", 'eval.early_stop="none"', "sparse_optimizer.lr=0.3")
 
 
 @pytest.fixture(scope="module")
@@ -485,8 +485,8 @@ def generate(server):
 
 @pytest.mark.slow
 def test_a_run_trained_on_clustered_rows_exports_what_eval_predicts(tmp_path):
-    """embedding.saec_ratio: the export reads each id's cluster row, as training's evaluation does."""
-    recipe = tiny_recipe(tmp_path, "ps.shards=2", "embedding.saec_ratio=4", "embedding.saec_at=6")
+    """compression.saec.ratio: the export reads each id's cluster row, as training's evaluation does."""
+    recipe = tiny_recipe(tmp_path, "ps.shards=2", "compression.saec.ratio=4", "compression.saec.at=6")
     trainer = Trainer(recipe, tmp_path / "run", progress=False)
     trainer.fit()
     trainer.close()

@@ -11,10 +11,10 @@ import pytest
 from cardinal.checkpoint.durable import crc32_json, write_json
 from cardinal.embedding import EmbeddingTable, TableConfig
 from cardinal.embedding.hashing import init_rows
-from cardinal.memory_config import AdmissionConfig
 from cardinal.optim import make_optimizer
 from cardinal.ps import PSClient, ShardStore, StoreConfig, connect
 from cardinal.ps.transport.requests import Origin
+from cardinal.recipe.admission import AdmissionConfig
 from cardinal.sharding.plan import Piece, ShardingPlan
 from cardinal.sharding.routing import route
 from helpers.checkpoint_edit import reseal
@@ -640,11 +640,11 @@ def test_check_plan_over_grpc_names_the_server_started_with_another_plan(tmp_pat
             with pytest.raises(ValueError, match=rf"server {shard} was started with another sharding plan \(it holds "
                                                  rf"tables .*, this worker's plan puts .* there\): start every "
                                                  rf"server and worker with the same recipe \(its tables follow "
-                                                 rf"model.name, .* and train.baseline; where they live, ps.plan\)"):
+                                                 rf"model.name, .* and train.baseline; where they live, plan.layout\)"):
                 client(other).check_plan(list(DIMS))
         routed = ShardingPlan(3, {**served.tables, "user": (user[0], P(2, 1, columns=(3, 9)))})  # servers reordered
         with pytest.raises(ValueError, match=r"server 0 was started with another sharding plan \(the same tables, "
-                                             r"their rows on other servers: .*the same ps.plan$"):
+                                             r"their rows on other servers: .*the same plan.layout$"):
             client(routed).check_plan(list(DIMS))
     finally:
         for c in clients:

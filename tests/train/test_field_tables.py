@@ -4,7 +4,8 @@ cannot change them."""
 
 import pytest
 
-from cardinal.train import Trainer, config, tables
+from cardinal.recipe import load
+from cardinal.train import Trainer, tables
 from cardinal.train.resume import resumed_recipe
 from helpers.recipes import tiny_recipe
 
@@ -12,7 +13,7 @@ SHARED = ["embedding.shared=false", 'embedding.field_tables={C2="C1", C3="C1", C
 
 
 def test_named_fields_read_the_table_named_and_the_others_their_own():
-    r = config.load("criteo_synthetic", SHARED)
+    r = load("criteo_synthetic", SHARED)
     f = tables.features(r)
     assert f["C1"] == f["C2"] == f["C3"] == "C1" and f["C9"] == f["C10"] == "hot" and f["C4"] == "C4"
     names = [t.name for t in tables.store_config(r).tables]
@@ -27,7 +28,7 @@ def test_named_fields_read_the_table_named_and_the_others_their_own():
 ])
 def test_bad_field_tables_are_refused_by_name(sets, message):
     with pytest.raises(ValueError, match=message):
-        tables.store_config(config.load("criteo_synthetic", sets))
+        tables.store_config(load("criteo_synthetic", sets))
 
 
 @pytest.mark.slow

@@ -5,7 +5,8 @@ import math
 import pytest
 import torch
 
-from cardinal.train import config
+from cardinal.recipe import load
+from cardinal.recipe.dense_optimizer import DenseOptimizerConfig
 from cardinal.train.schedule import DenseSchedule, lr_factor
 
 
@@ -35,19 +36,19 @@ def test_warmup_alone_rises_linearly_then_holds():
 def test_schedule_sets_every_param_group_and_nothing_when_off():
     params = [torch.nn.Parameter(torch.zeros(2)), torch.nn.Parameter(torch.zeros(3))]
     opt = torch.optim.Adam([{"params": params[:1]}, {"params": params[1:]}], lr=0.5)
-    d = config.DenseOptimizerConfig(lr=0.01, warmup_steps=2, decay="linear", min_lr_ratio=0.1)
+    d = DenseOptimizerConfig(lr=0.01, warmup_steps=2, decay="linear", min_lr_ratio=0.1)
     DenseSchedule(d, 0.01, 6).apply(opt, 3)
     assert [g["lr"] for g in opt.param_groups] == pytest.approx([0.00775, 0.00775], rel=1e-12)
-    off = DenseSchedule(config.DenseOptimizerConfig(), 0.01, 6)
+    off = DenseSchedule(DenseOptimizerConfig(), 0.01, 6)
     off.apply(opt, 1)
     assert [g["lr"] for g in opt.param_groups] == pytest.approx([0.00775, 0.00775], rel=1e-12)  # untouched
 
 
 def test_decay_needs_a_known_total_and_recipe_values_are_checked():
     with pytest.raises(ValueError, match="needs the run's total steps"):
-        DenseSchedule(config.DenseOptimizerConfig(decay="cosine"), 0.01, None)
-    DenseSchedule(config.DenseOptimizerConfig(warmup_steps=10), 0.01, None)  # warmup alone needs no total
+        DenseSchedule(DenseOptimizerConfig(decay="cosine"), 0.01, None)
+    DenseSchedule(DenseOptimizerConfig(warmup_steps=10), 0.01, None)  # warmup alone needs no total
     for bad in ('dense_optimizer.decay="exp"', "dense_optimizer.warmup_steps=-1", "dense_optimizer.min_lr_ratio=1.5",
                 "dense_optimizer.min_lr_ratio=nan"):
         with pytest.raises(ValueError, match="dense_optimizer: warmup_steps must be"):
-            config.load(None, [bad])
+            load(None, [bad])

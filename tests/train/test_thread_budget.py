@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from cardinal import parallel
-from cardinal.train import Trainer, config, threads
+from cardinal.recipe import load
+from cardinal.train import Trainer, threads
 from helpers.recipes import tiny_recipe
 
 
@@ -39,7 +40,7 @@ def test_zero_means_the_launchers_share_else_this_process_cores(monkeypatch):
 
 def test_a_negative_budget_is_refused_naming_the_key():
     with pytest.raises(ValueError, match="train.threads"):
-        config.load(None, ["train.threads=-1"])
+        load(None, ["train.threads=-1"])
     with pytest.raises(ValueError, match="train.threads"):
         threads.budget(-2)
 

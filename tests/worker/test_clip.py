@@ -8,7 +8,7 @@ import pytest
 
 from cardinal.embedding import TableConfig
 from cardinal.ps import StoreConfig, connect
-from cardinal.train import config
+from cardinal.recipe import load
 from cardinal.worker import EmbeddingCollection
 from cardinal.worker.clip import CowClip
 from helpers.bags import bag
@@ -75,9 +75,9 @@ def test_collection_clips_each_id_by_its_uses_and_pulled_row():
 
 def test_clipping_is_off_by_default():
     ids, raw, _ = pushed(None)
-    recipe = config.load(None, [])
+    recipe = load(None, [])
     assert recipe.embedding.clip_ratio == 0 and CowClip.from_config(recipe.embedding) is None
-    assert CowClip.from_config(config.load(None, ["embedding.clip_ratio=1.0"]).embedding) == CowClip(1.0, 1e-5)
+    assert CowClip.from_config(load(None, ["embedding.clip_ratio=1.0"]).embedding) == CowClip(1.0, 1e-5)
     client = connect(CONFIG, 2)
     assert EmbeddingCollection(client, {"x": "a", "y": "a"}, "sum").clip is None
 
@@ -86,4 +86,4 @@ def test_bad_clip_settings_are_named():
     for bad in ("embedding.clip_ratio=-1.0", "embedding.clip_min=-1e-5", "embedding.clip_ratio=inf",
                 "embedding.clip_ratio=nan"):
         with pytest.raises(ValueError, match="embedding.clip_ratio and clip_min must be finite and >= 0"):
-            config.load(None, [bad])
+            load(None, [bad])

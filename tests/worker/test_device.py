@@ -17,7 +17,9 @@ import torch.distributed as dist
 from cardinal.embedding import TableConfig
 from cardinal.models.global_norm import GlobalBatchNorm
 from cardinal.ps import StoreConfig, connect
-from cardinal.train import Trainer, config, trainer as trainer_module, workers as workers_module
+from cardinal.recipe import load
+from cardinal.recipe.train import TrainConfig
+from cardinal.train import Trainer, trainer as trainer_module, workers as workers_module
 from cardinal.train.input_meter import InputMeter
 from cardinal.worker import EmbeddingCollection
 from cardinal.worker import device as device_module
@@ -54,9 +56,9 @@ def test_device_resolution(monkeypatch):
 
 
 def test_train_device_is_checked_in_the_recipe_and_by_the_trainer(tmp_path, monkeypatch):
-    assert config.TrainConfig().device == "auto"
+    assert TrainConfig().device == "auto"
     with pytest.raises(ValueError, match="train.device must be 'cpu', 'cuda' or 'auto', got 'gpu'"):
-        config.load(None, ['train.device="gpu"'])
+        load(None, ['train.device="gpu"'])
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(ValueError, match="train.device = 'cuda'"):
         Trainer(tiny_recipe(tmp_path, 'train.device="cuda"'), tmp_path / "run", progress=False)
@@ -230,7 +232,7 @@ def rows_of(trainer, table="emb"):
 
 @pytest.mark.slow
 def test_a_run_through_the_staged_path_equals_the_cpu_path(tmp_path, monkeypatch):
-    flags = ["train.steps=10", "train.baseline=\"none\"", "train.checkpoint_minutes=0"]
+    flags = ["train.steps=10", "train.baseline=\"none\"", "checkpoint.minutes=0"]
     plain = Trainer(tiny_recipe(tmp_path, *flags), tmp_path / "plain", progress=False)
     s_plain = plain.fit()
     assert plain.staging is None and s_plain["h2d_bytes"] == 0 and s_plain["device"] == "cpu"

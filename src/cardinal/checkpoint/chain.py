@@ -7,7 +7,7 @@ marker (``write.commit``) carries
 
     "run": {"id": "9f2c...", "full_every": 3}   the run's identity: a random id made when the run
                                                  starts, kept across its resumes; and the
-                                                 train.full_every it was saved under
+                                                 checkpoint.full_every it was saved under
     "base_sha256": "5be1..."                     a delta's: the sha256 of its base's commit marker
 
 and a load walks a chain (``walk``) from its head down to its full checkpoint, every link checked
@@ -91,7 +91,7 @@ def check_marker(marker: Path, info: dict) -> None:
 def walk(head: Path, read) -> list[tuple[Path, dict]]:
     """[(step dir, ``read(step dir)``)] of ``head``'s chain, oldest (the full checkpoint) first, each
     link checked against the one it applies on; the walk stops at a directory seen before and past
-    the chain length the head's train.full_every allows."""
+    the chain length the head's checkpoint.full_every allows."""
     chain, seen = [(head, read(head))], {head.resolve()}
     limit = (chain[0][1].get(RUN) or {}).get("full_every")
     while (base := chain[-1][1].get("base")) is not None:
@@ -132,4 +132,4 @@ def _check_link(path: Path, info: dict, base_path: Path, base_info: dict) -> Non
 
 def _too_long(path: Path, full_every: int, deltas: str) -> None:
     raise ValueError(f"{path / COMMIT}: {deltas} deltas lead to it from its full checkpoint, its run's "
-                     f"train.full_every = {full_every} allows {full_every - 1}: a chain no run of it wrote")
+                     f"checkpoint.full_every = {full_every} allows {full_every - 1}: a chain no run of it wrote")

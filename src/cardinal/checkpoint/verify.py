@@ -197,12 +197,12 @@ def check_compatible(step_path: Path, info: dict, tables: dict, plan: ShardingPl
         if storage(s) != table.format.name:
             raise ValueError(f"{where}: table {name!r} stores its values as {storage(s)}, the store as "
                              f"{table.format.name} (rows load in the form they were saved: set the table's "
-                             f"embedding.storage to {storage(s)!r})")
+                             f"compression.storage to {storage(s)!r})")
         layout = (chunks(s), s.get("chunk_tail", 0))
         if layout != (table.config.chunks, table.config.chunk_tail):
             raise ValueError(f"{where}: table {name!r} was saved with {layout[0]} chunks a row (tail {layout[1]}), "
                              f"the store has {table.config.chunks} (tail {table.config.chunk_tail}): rows load in "
-                             f"the layout they were saved in; set embedding.chunks = {layout[0]}")
+                             f"the layout they were saved in; set compression.fiited.chunks = {layout[0]}")
         if same and s["width"] != table.portable_width:
             raise ValueError(f"{where}: table {name!r} has rows of width {s['width']}, "
                              f"the store's are {table.portable_width} wide")

@@ -122,7 +122,7 @@ class SaecTable:
         replaces it by the result (``table`` itself is left as it was)."""
         if table.config.chunks != 1:
             raise ValueError(f"table {table.config.name!r}: Saec clusters whole rows; chunked rows "
-                             "(embedding.chunks > 1) cannot be clustered")
+                             "(compression.fiited.chunks > 1) cannot be clustered")
         dim = table.dim
         saved = table.export()
         ids, counts = saved["ids"], saved["count"]

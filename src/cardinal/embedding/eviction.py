@@ -66,7 +66,7 @@ POLICIES = {p.name: p for p in (LRU, LFU, L2, Decayed)}
 
 
 def make_policy(name: str, decay: float = 0.99) -> EvictionPolicy:
-    """A policy by name (``memory_config.EVICTION_POLICIES``, checked when the recipe loads)."""
+    """A policy by name (``cardinal.recipe.eviction.EVICTION_POLICIES``, checked when the recipe loads)."""
     return Decayed(decay) if name == "decayed" else POLICIES[name]()
 
 

@@ -86,7 +86,7 @@ class WholeTableViews:
     def delta_refused(self) -> str | None:
         """Why a delta cannot follow: the deletion log let go of its ids (``DeletionLog.cap``)."""
         if self.deleted.overflowed:
-            return (f"deleted more ids from table {self.config.name!r} than its log keeps under ps.memory_budget "
+            return (f"deleted more ids from table {self.config.name!r} than its log keeps under ps.memory.budget "
                     f"({self.deleted.cap:,} bytes)")
         return None
 

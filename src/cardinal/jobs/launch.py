@@ -32,7 +32,8 @@ from pathlib import Path
 
 from cardinal import planner
 from cardinal.ps.server.process import READY
-from cardinal.train import config, tables
+from cardinal.recipe import load
+from cardinal.train import tables
 from cardinal.train import resume as resuming
 from cardinal.train.recipe_toml import to_toml
 from cardinal.train.run_dirs import new_run_dir
@@ -108,22 +109,24 @@ def launch(n_servers: int, n_workers: int, train_args: list[str],
         scratch = tempfile.TemporaryDirectory(prefix="cardinal-launch-")  # the servers' tables are the run's,
         server_recipe = str(Path(scratch.name) / "recipe.toml")            # not RECIPE's (workers read recipe.json)
         Path(server_recipe).write_text(to_toml(recipe))
-    else:  # two launches in the same second get two directories
-        recipe = config.load(recipe_name, sets)
+    else:
+        recipe = load(recipe_name, sets)
+    recipe.consistency.resolve(distributed=True)  # a job of servers: a knob of the mode "auto" is not, refused now
+    if not resume:  # two launches in the same second get two directories
         run_dir = new_run_dir(Path(recipe.train.run_dir), recipe.train.name).resolve()
     job = f"{recipe.train.name}-{secrets.token_hex(4)}"
     env = {**os.environ, "CARDINAL_TOKEN": secrets.token_hex(16), "PYTHONUNBUFFERED": "1"}
     common = [*sum((["--set", s] for s in sets), []), "--set", f'ps.job="{job}"']
     plan_file = run_dir / "plan.json"
-    if recipe.ps.plan == "auto" or resume and _replans(recipe.ps.plan, plan_file, n_servers):
+    if recipe.plan.layout == "auto" or resume and _replans(recipe.plan.layout, plan_file, n_servers):
         # the planner once, its plan to every process (each would read the data)
         run_dir.mkdir(parents=True, exist_ok=True)
-        plan = planner.resolve(tables.plan_inputs(replace(recipe, ps=replace(recipe.ps, plan="auto"))), n_servers)
+        plan = planner.resolve(tables.plan_inputs(replace(recipe, plan=replace(recipe.plan, layout="auto"))), n_servers)
         planner.write(plan, plan_file)
         say(f"cardinal launch: sharding plan for {n_servers} servers in {plan_file}: {len(plan.tables)} tables placed, "
             "the rest row-wise over every server")
         common = [*sum((["--set", s] for s in planner.without_plan_settings(sets)), []), "--set", f'ps.job="{job}"',
-                  "--set", f'ps.plan="{plan_file}"']  # the settings the file holds now: a process would refuse them
+                  "--set", f'plan.layout="{plan_file}"']  # the settings the file holds now: a process would refuse them
     me = [sys.executable, "-m", "cardinal.cli"]
     processes: list[Process] = []
     interrupted = Signals()
@@ -141,8 +144,8 @@ def launch(n_servers: int, n_workers: int, train_args: list[str],
         addresses = [f"127.0.0.1:{p.fields['port']}" for p in processes]
         say(f"cardinal launch: {n_servers} servers at {', '.join(addresses)}; run directory {run_dir}")
         watch = [f"127.0.0.1:{p.fields['metrics']}" for p in processes if "metrics" in p.fields]
-        if recipe.train.metrics_port > 0:  # each worker at that port + its rank
-            watch += [f"127.0.0.1:{recipe.train.metrics_port + r}" for r in range(n_workers)]
+        if recipe.metrics.port > 0:  # each worker at that port + its rank
+            watch += [f"127.0.0.1:{recipe.metrics.port + r}" for r in range(n_workers)]
         if watch:
             say(f"cardinal launch: watch it with: cardinal top {' '.join(watch)}")
         threads = str(max(1, (os.cpu_count() or 1) // n_workers))  # each worker its share: no oversubscription

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cardinal.parallel import available_cores
-from cardinal.train import config
+from cardinal.recipe import load, parse_override
 
 DEFAULT_TIMEOUT_S = 6 * 3600.0  # one setting's deadline: a hung child becomes an error row
 
@@ -94,7 +94,7 @@ def settings(grid: dict[str, list[str]], base: list[str]) -> list[Setting]:
     out = []
     for i, combo in enumerate(itertools.product(*(grid[k] for k in keys))):
         overrides = [*base, *(f"{k}={v}" for k, v in zip(keys, combo))]
-        values = {k: config.parse_override(f"{k}={v}")[1] for k, v in zip(keys, combo)}
+        values = {k: parse_override(f"{k}={v}")[1] for k, v in zip(keys, combo)}
         out.append(Setting(i, values, overrides))
     return out
 
@@ -124,7 +124,7 @@ def prepare(recipe: str, items: list[Setting], out: Path, threads: int | None) -
         if threads is not None and not any(o.startswith("train.threads=") for o in s.overrides):
             s.overrides.insert(0, f"train.threads={threads}")
         try:
-            loaded = config.load(recipe, s.overrides)
+            loaded = load(recipe, s.overrides)
         except ValueError as e:
             s.error = str(e)
             continue
@@ -205,7 +205,7 @@ def run(recipe: str, grids: list[str], base: list[str], parallel: int = 1, out_r
     if not timeout_s > 0:
         raise ValueError(f"--timeout must be > 0 seconds, got {timeout_s}")
     items = settings(parse_grid(grids), base)
-    first = config.load(recipe, base)  # the base recipe must load, else nothing is worth running
+    first = load(recipe, base)  # the base recipe must load, else nothing is worth running
     recipe = str(Path(recipe).resolve()) if Path(recipe).exists() else recipe
     out = sweep_dir(Path(out_root or first.train.run_dir), first.train.name)
     threads = max(1, available_cores() // parallel) if parallel > 1 else None

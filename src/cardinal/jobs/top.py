@@ -1,7 +1,7 @@
 """``cardinal top ADDRESS ...``: a running job's servers and workers, refreshed in the terminal.
 
 Each ADDRESS is a metrics endpoint, ``host:port``: a server's (``ps.metrics_port``, printed on its
-ready line as ``metrics=PORT``) or a worker's (``train.metrics_port``). Every ``--interval``
+ready line as ``metrics=PORT``) or a worker's (``metrics.port``). Every ``--interval``
 seconds each is scraped; rates come from the difference between two scrapes:
 
     servers: calls/s and ids/s, p50 and p99 call latency over the interval (from the histogram's

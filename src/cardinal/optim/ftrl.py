@@ -89,7 +89,7 @@ class FTRL(SparseOptimizer):
     def scaled(self, factor: float) -> "SparseOptimizer":
         """FTRL recomputes each weight from its accumulators with the lr, so a smaller lr for one
         push would rescale the whole weight, not that push's step: no staleness compensation."""
-        raise ValueError("embedding.compensation = 'lr' does not apply to FTRL (its lr rescales the whole "
+        raise ValueError("consistency.async.compensation = 'lr' does not apply to FTRL (its lr rescales the whole "
                          "weight); use 'none' with FTRL")
 
     def apply(self, data, rows, grads, dim, counts=None):

@@ -18,8 +18,8 @@ The steps a row was not seen are *not* made up for (no ``(1 - lr l2)^k`` catch-u
   - the decay per sighting is what CTR practice wants: a rare id is shrunk when it speaks,
     not silenced for having been quiet (its few sightings would otherwise be erased).
 So L2 acts per sighting, like the optimizer's state (``optim/base.py``: untouched rows do
-not change). With several workers and ``embedding.combine = true`` a step's pushes are one
-update, so one decay; with ``combine = false`` each worker's push decays the row once. In
+not change). With several workers and ``consistency.<mode>.combine = true`` a step's pushes are
+one update, so one decay; with ``combine = false`` each worker's push decays the row once. In
 GEO mode the worker's replica applies the recipe's optimizer, L2 included, and the servers
 add the resulting changes (``kind="delta"``) without a second decay. A counted push (``k``
 updates a worker cache held and summed, ``optim/base.py``) is k sightings: ``g += k * l2 * w``,

@@ -15,9 +15,9 @@ def hot_ids(inputs: PlanInputs, want: dict[str, int], rows: int = 200_000) -> di
     known = _table_ids(inputs)
     for table, k in want.items():
         if table not in known:
-            raise ValueError(f"ps.replicate: no table {table!r}; the recipe's tables are {sorted(known)}")
+            raise ValueError(f"plan.replicate: no table {table!r}; the recipe's tables are {sorted(known)}")
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
-            raise ValueError(f"ps.replicate: {table}={k!r}: give the number of hot ids to copy, an integer >= 1")
+            raise ValueError(f"plan.replicate: {table}={k!r}: give the number of hot ids to copy, an integer >= 1")
     train, _, _ = inputs.readers()
     seen: dict[str, list[np.ndarray]] = {t: [] for t in want}
     read = 0

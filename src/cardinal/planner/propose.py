@@ -59,7 +59,7 @@ def propose(stats: list[TableStats], n_servers: int, budget: int = 0, tolerance:
             pinned=()) -> ShardingPlan:
     """The plan with the fewest requests a step found within ``tolerance`` (and ``budget`` bytes a
     server, 0: none); a ValueError when the tables cannot fit the servers' budget at all.
-    ``pinned``: tables that stay row-wise over every server (clustered ones, ``embedding.saec_ratio``)."""
+    ``pinned``: tables that stay row-wise over every server (clustered ones, ``compression.saec.ratio``)."""
     if n_servers < 1:
         raise ValueError(f"a plan needs at least one server, got {n_servers}")
     if tolerance < 1:
@@ -68,8 +68,8 @@ def propose(stats: list[TableStats], n_servers: int, budget: int = 0, tolerance:
     if budget and total > budget * n_servers:
         raise ValueError(f"the tables need about {_gb(total)} ({', '.join(f'{t.name} {_gb(t.bytes)}' for t in _big(stats))}"
                          f"...), {n_servers} servers of {_gb(budget)} hold {_gb(budget * n_servers)} ({total:,} bytes "
-                         f"against {budget * n_servers:,}): add servers, raise ps.memory_budget, or store rows smaller "
-                         "(embedding.storage)")
+                         f"against {budget * n_servers:,}): add servers, raise ps.memory.budget, or store rows smaller "
+                         "(compression.storage)")
     hash_plan = ShardingPlan(n_servers)
     for spread_at in SPREAD_AT:
         plan = _pack(stats, n_servers, spread_at, set(pinned))

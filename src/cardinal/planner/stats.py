@@ -36,7 +36,7 @@ class TableStats:
     words: int            # float32 words a stored row takes (values and optimizer state)
     ids_per_step: float   # distinct ids a global batch pulls (and pushes)
     state_per_column: int = 1  # optimizer words that scale with the row's width (Adagrad: 1)
-    storage: str = "fp32"      # the row format (embedding.storage): words its values take
+    storage: str = "fp32"      # the row format (compression.storage): words its values take
 
     def row_bytes(self, width: int | None = None) -> int:
         """Bytes a stored row (or a piece of ``width`` of its columns) takes: the piece's encoded
@@ -121,7 +121,7 @@ def _widths(inputs: PlanInputs) -> dict[str, tuple[int, int]]:
 
 
 def _storages(inputs: PlanInputs) -> dict[str, str]:
-    """table -> its row format (embedding.storage, embedding.table_storage)."""
+    """table -> its row format (compression.storage, compression.table_storage)."""
     return {t.name: t.storage for t in inputs.store.tables}
 
 

@@ -1,6 +1,7 @@
 """What one shard store may hold and create: limits that concern rows, enforced by the store.
 
-They hold for every transport (the in-process one too) and are tested without sockets.
+They hold for every transport (the in-process one too) and are tested without sockets. The
+recipe's ``[ps.limits]`` and ``[ps.memory]`` budgets set them (``store_limits``).
 Limits that concern bytes and calls (message size, concurrent calls, header size and depth)
 belong to the server and the wire (``server/process.py``, ``transport/wire.py``).
 
@@ -28,7 +29,7 @@ belong to the server and the wire (``server/process.py``, ``transport/wire.py``)
 
 from dataclasses import dataclass, fields
 
-MAX_STEP_AHEAD = 64  # the default of ps.max_step_ahead: the combined-step window (server/worker_steps.py MAX_AHEAD)
+MAX_STEP_AHEAD = 64  # ps.limits.max_step_ahead's default: the combined-step window (server/worker_steps.py MAX_AHEAD)
 
 
 class StoreFull(ValueError):
@@ -50,12 +51,27 @@ class StoreLimits:
 
     def __post_init__(self):
         for f in fields(self):
-            value, whole = getattr(self, f.name), f.type is int
+            value, whole, name = getattr(self, f.name), f.type is int, RECIPE_KEYS.get(f.name, f"ps.limits.{f.name}")
             if isinstance(value, bool) or not isinstance(value, int if whole else (int, float)):
-                raise ValueError(f"ps.{f.name} must be {'an integer' if whole else 'a number'}, "
+                raise ValueError(f"{name} must be {'an integer' if whole else 'a number'}, "
                                  f"got {type(value).__name__} {value!r}")
             least = 0 if f.name.endswith("_budget") else 1
             if not value >= least:
-                raise ValueError(f"ps.{f.name} must be >= {least}, got {value!r}")
+                raise ValueError(f"{name} must be >= {least}, got {value!r}")
         if self.disk_budget and not self.memory_budget:
-            raise ValueError("ps.disk_budget needs ps.memory_budget: rows go to disk when RAM is past its budget")
+            raise ValueError("ps.memory.disk_budget needs ps.memory.budget: rows go to disk when RAM is past its "
+                             "budget")
+
+
+RECIPE_KEYS = {"memory_budget": "ps.memory.budget", "disk_budget": "ps.memory.disk_budget"}  # the others: ps.limits.*
+
+
+def store_limits(ps, shares: int = 1) -> StoreLimits:
+    """The limits of one store from the recipe's ``[ps]`` (its ``[ps.limits]`` and ``[ps.memory]``);
+    ``shares`` stores (embedded shards) split the memory budgets."""
+    lim, memory = ps.limits, ps.memory
+    return StoreLimits(max_rows=lim.max_rows, max_new_rows_per_request=lim.max_new_rows_per_request,
+                       request_window=lim.request_window, max_clients=lim.max_clients,
+                       client_idle_s=lim.client_idle_s, max_step_ahead=lim.max_step_ahead,
+                       memory_budget=memory.budget_bytes() // shares, disk_budget=memory.disk_bytes() // shares,
+                       max_gradient=lim.max_gradient)

@@ -41,15 +41,15 @@ def check_grads(grads, n: int, dim: int, table: str) -> None:
 
 
 def check_bound(grads: np.ndarray, kind: str, bound: float, table: str) -> None:
-    """Finite gradients past ``bound`` (``ps.max_gradient``) would overflow the optimizers'
+    """Finite gradients past ``bound`` (``ps.limits.max_gradient``) would overflow the optimizers'
     float32 accumulators of squares within a few pushes and freeze their rows: refused.
     Pushes of other kinds carry values (deltas, copies of rows), not gradients."""
     if kind != "grad" or not grads.size or max(grads.max(), -grads.min()) <= bound:
         return
     bad = int(np.flatnonzero((np.abs(grads) > bound).any(axis=1))[0])
     raise ValueError(f"gradients for table {table!r} reach {float(np.abs(grads).max()):.4g} (first at row {bad}), "
-                     f"past ps.max_gradient = {bound:g}: lower the learning rate or clip gradients "
-                     "(or raise ps.max_gradient)")
+                     f"past ps.limits.max_gradient = {bound:g}: lower the learning rate or clip gradients "
+                     "(or raise ps.limits.max_gradient)")
 
 
 def check_encodable(grads: np.ndarray, codec, table: str) -> None:

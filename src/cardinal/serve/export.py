@@ -45,10 +45,10 @@ def find_checkpoint(run_dir: Path, checkpoint: str | Path | None = None) -> Path
 
 
 def run_recipe(run_dir: Path):
-    from cardinal.train import config
+    from cardinal.recipe import from_dict
     from cardinal.train.resume import saved_recipe
 
-    return config.from_dict(saved_recipe(Path(run_dir)))
+    return from_dict(saved_recipe(Path(run_dir)))
 
 
 def model_of(recipe, state: dict):
@@ -178,7 +178,7 @@ def _write(recipe, model, stores: list, saved, out: Path, form: str, ratio: floa
                 "data_format": recipe.data.format, "model": recipe.model["name"],
                 "dim": recipe.embedding.dim, "uses_wide": bool(model.uses_wide),
                 "uses_embedding": bool(model.uses_embedding), "pooling": recipe.embedding.pooling,
-                "hash_buckets": recipe.embedding.hash_buckets, "dense_fields": dense_fields(recipe),
+                "hash_buckets": recipe.compression.hash_buckets, "dense_fields": dense_fields(recipe),
                 "features": [[f, t] for f, t in tables.features(recipe).items()],  # pairs: the JSON sorts keys
                 "tables": table_info, "files": files,
                 **({"dims": model.dims} if isinstance(model, Projected) else {}),  # the graph's emb: side by side
@@ -189,6 +189,4 @@ def _write(recipe, model, stores: list, saved, out: Path, form: str, ratio: floa
 
 
 def recipe_dict(recipe) -> dict:
-    from dataclasses import asdict
-
-    return json.loads(json.dumps(asdict(recipe), default=str))
+    return json.loads(json.dumps(recipe.to_dict(), default=str))

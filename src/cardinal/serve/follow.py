@@ -5,7 +5,7 @@
 
 The newest checkpoint's whole chain is verified first (``checkpoint/chain.py``: each link of the
 run and the very commit its delta was saved on, steps their directories', no loop, no longer
-than train.full_every allows): a chain that fails is a failed reload, and the old model stays.
+than checkpoint.full_every allows): a chain that fails is a failed reload, and the old model stays.
 A delta chain that passes through the very checkpoint served (its directory, and the digest of
 its commit when it was loaded: a base swapped on disk since is not it) is applied as it is:
 only the rows (new and changed) and deleted ids of the links after it, over copies of the served

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from cardinal.netguard import ConnectionCap, HttpLimits
-from cardinal.train.config import build, parse_override
+from cardinal.recipe import parse_override
+from cardinal.recipe.build import build
 
 REFUSED = b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
 

@@ -207,11 +207,11 @@ class ShardingPlan:
                 raise ValueError(f"plan: table {t.name!r} is {t.dim} columns wide, its pieces cover "
                                  f"[0, {pieces[-1].columns[1]})")
             if t.name in self.tables and t.saec is not None:
-                raise ValueError(f"plan: table {t.name!r} is clustered (embedding.saec_ratio): it can only be row-wise "
-                                 "over every server; leave it out of the plan")
+                raise ValueError(f"plan: table {t.name!r} is clustered (compression.saec.ratio): it can only be "
+                                 "row-wise over every server; leave it out of the plan")
             if len(pieces) > 1 and t.chunks > 1:
-                raise ValueError(f"plan: table {t.name!r} has chunked rows (embedding.chunks): it cannot be split by "
-                                 "columns; place it whole (row-wise or table-wise)")
+                raise ValueError(f"plan: table {t.name!r} has chunked rows (compression.fiited.chunks): it cannot be "
+                                 "split by columns; place it whole (row-wise or table-wise)")
             for p in pieces:
                 if shard not in p.servers:
                     continue

@@ -1,11 +1,10 @@
-"""Training: recipes, the loop, checkpoints, metrics.
+"""Training: the loop, checkpoints, metrics (the recipe it trains is ``cardinal.recipe``'s).
 
-``Trainer`` loads on first use, so reading a recipe imports no torch (fast errors)."""
+``Trainer`` loads on first use, so importing this package imports no torch (fast errors)."""
 
 from cardinal.train.callbacks import Callback, EarlyStopping
-from cardinal.train.config import Recipe, load
 
-__all__ = ["Callback", "EarlyStopping", "Recipe", "load", "Trainer"]
+__all__ = ["Callback", "EarlyStopping", "Trainer"]
 
 
 def __getattr__(name: str):

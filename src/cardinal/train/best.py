@@ -1,9 +1,9 @@
 """The best evaluation a run has seen: how the trainer judges which checkpoint to keep as the best.
 
 Plain CTR models overfit from their second epoch, so the newest checkpoint is often not the
-best one. The trainer judges every evaluation by one metric (``train.early_stop``, AUC when
+best one. The trainer judges every evaluation by one metric (``eval.early_stop``, AUC when
 that is "none"), checkpoints the model at each evaluation that improves on the best by more
-than ``train.min_delta``, and keeps that checkpoint beside the newest ones:
+than ``eval.min_delta``, and keeps that checkpoint beside the newest ones:
 
     checkpoints/step-0000000300/      the best (protected from keep_checkpoints)
     checkpoints/step-0000000450/      the newest

@@ -16,8 +16,11 @@ from cardinal import planner
 from cardinal.models import MODELS
 from cardinal.models.projection import with_projections
 from cardinal.ps import PSClient, connect
+from cardinal.ps.limits import store_limits
+from cardinal.recipe import Recipe
+from cardinal.recipe.data import DataConfig
+from cardinal.recipe.dense_optimizer import DENSE_OPTIMIZERS
 from cardinal.train import tables
-from cardinal.train.config import DENSE_OPTIMIZERS, DataConfig, Recipe
 from cardinal.train.readers import make_readers
 from cardinal.train.schedule import DenseSchedule
 from cardinal.train.workers import Workers
@@ -82,27 +85,29 @@ def client(recipe: Recipe, workers: Workers, run_dir: Path) -> PSClient:
     the run's plan.json when it is not the hash plan); servers are checked to hold what it says."""
     ps, codecs = recipe.ps, {"pull_codec": recipe.wire.pull, "push_codec": recipe.wire.push}
     plan = planner.resolve(tables.plan_inputs(recipe), len(ps.servers) or ps.shards,  # embedded shards split the budget
-                           budget=None if ps.servers else ps.budget() // ps.shards)
+                           budget=None if ps.servers else ps.memory.budget_bytes() // ps.shards)
     record = run_dir / "plan.json"
     if workers.leader and not (plan.is_hash() and not plan.replicas) and \
-            Path(ps.plan).resolve() != record.resolve():
+            Path(recipe.plan.layout).resolve() != record.resolve():
         planner.write(plan, record)  # not the file the job reads (cardinal launch's): others read it now
     if ps.servers:  # how to reach the servers; else what this process's shard stores are made of
         where = {"servers": ps.servers, "job": ps.job, "token": ps.token(), "timeout": ps.timeout_s,
-                 "tls_ca": ps.tls_ca or None, "max_message_mb": ps.max_message_mb, "calls": ps.max_concurrent_calls,
-                 "worker": workers.rank, "workers": workers.world}
+                 "tls_ca": ps.tls_ca or None, "max_message_mb": ps.limits.max_message_mb,
+                 "calls": ps.limits.max_concurrent_calls, "worker": workers.rank, "workers": workers.world}
     else:
-        where = {"concurrent": ps.concurrent, "limits": ps.store_limits(ps.shards), "tier_dir": ps.disk_dir}
+        where = {"concurrent": ps.concurrent, "limits": store_limits(ps, ps.shards), "tier_dir": ps.memory.disk_dir}
     return connect(tables.store_config(recipe), ps.shards, plan=plan, **codecs, **where)
 
 
 def source(recipe: Recipe, ps_client: PSClient, workers: Workers, consistency: str):
-    """Where one collection's rows come from: the servers (with the in-flight window), or a GEO replica."""
-    e, timeout = recipe.embedding, recipe.ps.timeout_s
+    """Where one collection's rows come from: the servers (with the in-flight window), or a GEO replica.
+    ``consistency``: the mode the run trains in (``ConsistencyConfig.resolve``), whose sub-table it reads."""
+    c, timeout = recipe.consistency, recipe.ps.timeout_s
     if consistency == "geo":
-        return GeoReplica(ps_client, recipe.sparse_optimizer, e.geo_interval, timeout)
-    return PSSource(ps_client, e.max_in_flight, timeout, worker=workers.rank, workers=workers.world, combine=e.combine,
-                    compensate=e.compensation == "lr")
+        return GeoReplica(ps_client, recipe.sparse_optimizer, c.geo.interval, timeout)
+    return PSSource(ps_client, c.max_in_flight, timeout, worker=workers.rank, workers=workers.world,
+                    combine=c.of(consistency).combine,
+                    compensate=consistency == "async" and c.async_.compensation == "lr")
 
 
 def cached(recipe: Recipe, rows, device: torch.device):
@@ -117,9 +122,10 @@ def cached(recipe: Recipe, rows, device: torch.device):
 
 def embedding(recipe: Recipe, ps_client: PSClient, workers: Workers, consistency: str, device: torch.device,
               staging) -> EmbeddingCollection:
-    """The model's embedding collection: rows pulled ahead by ``embedding.staleness`` steps in async mode."""
+    """The model's embedding collection: rows pulled ahead by ``consistency.async.staleness`` steps in async mode."""
     e = recipe.embedding
-    staleness = e.staleness if consistency == "async" else None
+    staleness = recipe.consistency.async_.staleness if consistency == "async" else None
     return EmbeddingCollection(cached(recipe, source(recipe, ps_client, workers, consistency), device),
                                tables.features(recipe), e.pooling, staleness, timeout=recipe.ps.timeout_s,
-                               clip=CowClip.from_config(e), staging=staging, buckets=e.hash_buckets)
+                               clip=CowClip.from_config(e), staging=staging,
+                               buckets=recipe.compression.hash_buckets)

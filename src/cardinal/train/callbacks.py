@@ -32,7 +32,7 @@ class Callback:
 
 class EarlyStopping(Callback):
     """Stop once ``patience`` evaluations in a row have not improved on the best one (by more than
-    train.min_delta, in train.early_stop's metric): the run ends within patience of its best."""
+    eval.min_delta, in eval.early_stop's metric): the run ends within patience of its best."""
 
     def __init__(self, patience: int):
         self.patience = patience
@@ -41,4 +41,4 @@ class EarlyStopping(Callback):
         best = trainer.best
         if best.since >= self.patience and trainer.stop_reason is None:
             trainer.stop(f"early stop at step {step}: eval {best.metric} has not improved on step {best.step}'s "
-                         f"{best.value:.4f} for {best.since} evaluations (train.patience = {self.patience})")
+                         f"{best.value:.4f} for {best.since} evaluations (eval.patience = {self.patience})")

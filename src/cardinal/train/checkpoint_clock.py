@@ -1,6 +1,6 @@
-"""Time-based checkpoints: a run saves every ``train.checkpoint_minutes`` (by default), so a
+"""Time-based checkpoints: a run saves every ``checkpoint.minutes`` (by default), so a
 crash, a kill or a lost machine costs at most that much work even when nobody set
-``train.checkpoint_every``.
+``checkpoint.every``.
 
 One clock decides for every worker: worker 0's. Its ``due()`` is summed with the step's batch
 size in the all-reduce each step already makes, and every other worker contributes 0, so all

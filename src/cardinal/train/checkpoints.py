@@ -53,19 +53,19 @@ class Checkpoints:
         tr._flush()
         tr.workers.barrier()
         root = (tr.run_dir / "checkpoints").resolve()
-        is_best = tr.recipe.train.keep_best and tr.best.step == tr.step
+        is_best = tr.recipe.eval.keep_best and tr.best.step == tr.step
         if tr.workers.leader:
             position = {"step": tr.step, "epoch": tr.epoch, "batch_in_epoch": tr.batch_in_epoch,
                         "best": tr.best.state()}
             dense = {"model": tr.model.state_dict(), "optimizer": tr.optimizer.state_dict(),
                      "optimizer_name": tr.recipe.dense_optimizer.name,
                      **(tr.baseline.state() if tr.baseline is not None else {})}
-            keep = tr.recipe.train.keep_checkpoints
+            keep = tr.recipe.checkpoint.keep
             protect = {s for s in (self.kept_best, tr.step if is_best else None) if s is not None}
             base = self._delta_base(root)
             tr.client.save(str(root), tr.step, keep=keep, extra=position, protect=protect, base=base,
                            before_commit=lambda path: save_tree(path / DENSE, dense),
-                           run={"id": self.run_id, "full_every": tr.recipe.train.full_every})
+                           run={"id": self.run_id, "full_every": tr.recipe.checkpoint.full_every})
             if is_best:
                 write_marker(root, tr.best.step, tr.best.metric, tr.best.result)
                 remove_older(root, keep, protect={tr.step})
@@ -80,8 +80,8 @@ class Checkpoints:
 
     def _delta_base(self, root: Path) -> int | None:
         """The step this save is a delta on (the previous checkpoint, while its chain is shorter than
-        train.full_every - 1 and every shard can save one: ``ShardStore.health``), or None for a full one."""
-        prev, full_every = self.saved, self.trainer.recipe.train.full_every
+        checkpoint.full_every - 1 and every shard can save one: ``ShardStore.health``), or None for a full one."""
+        prev, full_every = self.saved, self.trainer.recipe.checkpoint.full_every
         if prev is None or full_every == 1 or not committed(step_dir(root, prev)):
             return None
         if deltas_since_full(root, prev) + 1 >= full_every:
@@ -94,7 +94,7 @@ class Checkpoints:
         root = (tr.run_dir / "checkpoints").resolve()
         if tr.workers.leader:
             write_marker(root, tr.best.step, tr.best.metric, tr.best.result)
-            remove_older(root, tr.recipe.train.keep_checkpoints, protect={tr.step})
+            remove_older(root, tr.recipe.checkpoint.keep, protect={tr.step})
         self.kept_best = tr.step
 
     def load(self, path: str | Path) -> dict:
@@ -132,7 +132,7 @@ class Checkpoints:
         self.kept_best = step_of(kept) if kept else None
         # a crash between the best checkpoint's commit and best.json: repaired from the newest checkpoint
         # only (an older one, loaded by `cardinal eval RUN --checkpoint`, records an older best)
-        if tr.recipe.train.keep_best and tr.best.step is not None and tr.best.step != self.kept_best \
+        if tr.recipe.eval.keep_best and tr.best.step is not None and tr.best.step != self.kept_best \
                 and found == latest(root) and committed(step_dir(root, tr.best.step)):
             if tr.workers.leader:
                 write_marker(root, tr.best.step, tr.best.metric, tr.best.result)

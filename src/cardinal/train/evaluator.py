@@ -1,9 +1,9 @@
 """Evaluation, and keeping the best model a run has seen, apart from the loop (``trainer.py``)
 that says when.
 
-Evaluation every ``train.eval_every`` steps (counted over epochs, and on from a resume), and at
+Evaluation every ``eval.every`` steps (counted over epochs, and on from a resume), and at
 the end. Each evaluation that improves on the best (``train/best.py``) is checkpointed and kept
-beside the newest checkpoints; ``train.early_stop`` ends the run once ``train.patience``
+beside the newest checkpoints; ``eval.early_stop`` ends the run once ``eval.patience``
 evaluations in a row have not improved (``callbacks.EarlyStopping``). The summary's headline
 eval_auc / eval_logloss are the best kept model's; last_eval_* are the last step's.
 With ``train.baseline = "lr"`` (``baseline.py``) logistic regression trains beside the model on
@@ -26,8 +26,8 @@ from cardinal.train.best import Best
 class Evaluator:
     def __init__(self, trainer):
         self.trainer = trainer
-        t = trainer.recipe.train
-        self.best = Best("logloss" if t.early_stop == "logloss" else "auc", t.min_delta)
+        ev = trainer.recipe.eval
+        self.best = Best("logloss" if ev.early_stop == "logloss" else "auc", ev.min_delta)
 
     def evaluate(self) -> dict:
         """AUC and logloss on the eval split, with lookup-only pulls (nothing is created)."""
@@ -89,7 +89,7 @@ class Evaluator:
         result = self._log_eval()
         if best.evaluated != tr.step:  # a resume that trains nothing judges no evaluation twice
             best.evaluated = tr.step
-            if best.update(tr.step, result) and tr.recipe.train.keep_best:
+            if best.update(tr.step, result) and tr.recipe.eval.keep_best:
                 if tr.checkpoints.saved == tr.step:
                     tr.checkpoints.mark_best()  # saved already (its checkpoint records the judging before this one)
                 elif batch is not None:
@@ -102,11 +102,11 @@ class Evaluator:
     def resumed(self) -> tuple[int, dict] | None:
         """On a resume: a run that had stopped early stays stopped, and a step a signal saved at an
         evaluation's step, unevaluated, is evaluated now: (step, result), else None."""
-        tr, t, best = self.trainer, self.trainer.recipe.train, self.best
-        if t.early_stop != "none" and best.since >= t.patience:
+        tr, ev, best = self.trainer, self.trainer.recipe.eval, self.best
+        if ev.early_stop != "none" and best.since >= ev.patience:
             tr.stop(f"the run had stopped early: eval {best.metric} did not improve for {best.since} "
-                    f"evaluations after step {best.step}; resume with a larger train.patience to go on")
-        if tr.stop_reason is None and t.eval_every and tr.step and tr.step % t.eval_every == 0 \
+                    f"evaluations after step {best.step}; resume with a larger eval.patience to go on")
+        if tr.stop_reason is None and ev.every and tr.step and tr.step % ev.every == 0 \
                 and best.evaluated != tr.step:  # a signal at an evaluation's step saved it unevaluated
             return tr.step, self.eval_and_keep(None)
         return None

@@ -1,11 +1,11 @@
-"""A worker's Prometheus endpoint (``train.metrics_port``): where a running job's time goes.
+"""A worker's Prometheus endpoint (``metrics.port``): where a running job's time goes.
 
     live = WorkerMetrics(rank=0, host="127.0.0.1", port=0)    # prints where it listens
     live.update(step=120, samples=491520, loss=0.45, samples_per_s=41000.0,
                 seconds={"data": 0.8, "dedup": 1.1, "pull_wait": 0.4, "compute": 6.2, "push": 0.3},
                 gauges={"staleness_p99": 1.0, "cache_emb_hit_rate_unique": 0.41})
 
-The trainer calls ``update`` at its log steps (``train.log_every``), with what it writes to
+The trainer calls ``update`` at its log steps (``metrics.log_every``), with what it writes to
 metrics.jsonl, so a worker pays nothing per step for being watched; a scrape reads the last
 snapshot. Series start ``cardinal_worker_`` and carry the worker's rank: steps and samples as
 counters, ``seconds_total{part}`` (the step time split: data, dedup, pull_wait, compute, push,

@@ -1,8 +1,8 @@
 """The servers' memory, summed over shards, for metrics.jsonl and summary.json.
 
     ps_rows, ps_bytes           rows (all tiers) and bytes in RAM of every table on every server
-    ps_bytes_max_shard          the fullest server's bytes in RAM (what ps.memory_budget bounds)
-    ps_disk_rows, ps_disk_bytes rows and bytes in the disk tiers (ps.disk_budget)
+    ps_bytes_max_shard          the fullest server's bytes in RAM (what ps.memory.budget bounds)
+    ps_disk_rows, ps_disk_bytes rows and bytes in the disk tiers (ps.memory.disk_budget)
     ps_disk_write_amp           bytes the disk tiers wrote to their files (flushes, compactions) over the bytes
                                 of rows put in them, so far (RocksDB's counters); absent before any
     ps_<table>_rows, _bytes     per table: rows (all tiers), bytes in RAM (rows in their format, hash index, ...
@@ -11,8 +11,8 @@
     ps_<table>_evicted_<why>    ... rows deleted, by reason: budget, disk_budget, ttl_steps, ttl_seconds
     ps_<table>_faulted, _demoted  ... rows read back from the disk tier, and written out to it
     ps_<table>_ram_hit_rate     ... the share of the ids training asked for that were in RAM (with a disk tier)
-    ps_<table>_live_chunks      ... the value chunks its RAM rows hold (embedding.chunks > 1)
-    ps_<table>_clusters         ... its cluster rows, once clustered (embedding.saec_ratio; rows: its ids)
+    ps_<table>_live_chunks      ... the value chunks its RAM rows hold (compression.fiited.chunks > 1)
+    ps_<table>_clusters         ... its cluster rows, once clustered (compression.saec.ratio; rows: its ids)
 """
 
 from cardinal.ps import PSClient

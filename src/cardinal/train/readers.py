@@ -11,7 +11,7 @@ from cardinal.data.download import default_dir
 from cardinal.data.generation_lock import generated_once
 from cardinal.progress import bar as progress_bar
 from cardinal.data.holdout import Holdout, count_rows
-from cardinal.train.config import DataConfig
+from cardinal.recipe.data import DataConfig
 
 
 def synthetic_dir(cfg: DataConfig) -> Path:

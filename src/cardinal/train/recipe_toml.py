@@ -1,10 +1,8 @@
 """``cardinal recipe show``: a resolved recipe printed as TOML, each key with its meaning.
 
-One source of truth for the meanings: the comments beside the dataclass fields (config.py,
-data/synthetic_config.py, each sparse optimizer's Config), read from the source here. A comment
-on its own line at the field's indent introduces the fields below it; one indented deeper goes
-on the comment of the field above. The model's and sparse optimizer's own settings are shown
-with their defaults, from the model's signature and the optimizer's Config.
+One source of truth for the meanings: each section's field metadata ("help", cardinal/recipe/),
+and a sub-table's help on a comment line above its header. The model's and sparse optimizer's
+own settings are shown with their defaults, from the model's signature and the optimizer's Config.
 
     [embedding]
     dim = 16  # ...
@@ -13,34 +11,10 @@ with their defaults, from the model's signature and the optimizer's Config.
 import inspect
 import json
 import math
-import re
 from dataclasses import fields, is_dataclass
 
-from cardinal.train.config import Recipe
-
-FIELD = re.compile(r"^(\s+)(\w+)\s*:[^#]*?(?:#\s?(.*))?$")
-COMMENT = re.compile(r"^(\s+)#\s?(.*)$")
-
-
-def field_notes(cls) -> dict[str, str]:
-    """{field name: the comment beside it (and its continuation lines)} from ``cls``'s source."""
-    notes, lead, last, indent = {}, [], None, None
-    for line in inspect.getsource(cls).splitlines()[1:]:
-        if (m := COMMENT.match(line)) is not None:
-            if last is not None and indent is not None and len(m.group(1)) > indent:
-                notes[last] = f"{notes[last]} {m.group(2)}".strip()
-            else:
-                lead.append(m.group(2))
-                last = None
-            continue
-        if (m := FIELD.match(line)) is None or m.group(2) == "def":
-            if line.strip().startswith("def "):
-                break
-            continue
-        last, indent = m.group(2), len(m.group(1))
-        notes[last] = "; ".join(x for x in (" ".join(lead), m.group(3) or "") if x)
-        lead = []
-    return notes
+from cardinal.recipe import Recipe
+from cardinal.recipe.build import key
 
 
 def value(v) -> str:
@@ -59,22 +33,21 @@ def value(v) -> str:
     raise TypeError(f"no TOML for {v!r}")
 
 
-def _table(name: str, items: list[tuple[str, object, str]], out: list[str]) -> None:
-    out += ["", f"[{name}]"]
-    for key, v, note in items:
+def _table(name: str, items: list[tuple[str, object, str]], out: list[str], about: str = "") -> None:
+    out += ["", *([f"# {about}"] if about else []), f"[{name}]"]
+    for k, v, note in items:
         if v is None:
-            out.append(f"# {key}: not set{f'  ({note})' if note else ''}")
+            out.append(f"# {k}: not set{f'  ({note})' if note else ''}")
         else:
-            out.append(f"{key} = {value(v)}" + (f"  # {note}" if note else ""))
+            out.append(f"{k} = {value(v)}" + (f"  # {note}" if note else ""))
 
 
-def _dataclass(name: str, obj, out: list[str]) -> None:
-    notes = field_notes(type(obj))
-    nested = []
-    _table(name, [(f.name, getattr(obj, f.name), notes.get(f.name, "")) for f in fields(obj)
-                  if not is_dataclass(getattr(obj, f.name)) or nested.append(f.name)], out)
-    for sub in nested:
-        _dataclass(f"{name}.{sub}", getattr(obj, sub), out)
+def _dataclass(name: str, obj, out: list[str], about: str = "") -> None:
+    nested = [f for f in fields(obj) if is_dataclass(getattr(obj, f.name))]
+    _table(name, [(key(f), getattr(obj, f.name), f.metadata.get("help", "")) for f in fields(obj) if f not in nested],
+           out, about)
+    for f in nested:
+        _dataclass(f"{name}.{key(f)}", getattr(obj, f.name), out, f.metadata.get("help", ""))
 
 
 def _model(spec: dict, out: list[str]) -> None:
@@ -94,12 +67,11 @@ def _sparse_optimizer(spec: dict, out: list[str]) -> None:
     from cardinal.optim import OPTIMIZERS
 
     config = OPTIMIZERS[spec["name"]].Config
-    notes = field_notes(config)
     items = [("name", spec["name"], f"one of {sorted(OPTIMIZERS)} (applied by the servers)")]
     for f in fields(config):
         given = f.name in spec
-        items.append((f.name, spec[f.name] if given else f.default, notes.get(f.name, "") or
-                       ("" if given else "the optimizer's default")))
+        items.append((f.name, spec[f.name] if given else f.default, f.metadata.get("help", "") or
+                      ("" if given else "the optimizer's default")))
     _table("sparse_optimizer", items, out)
 
 
@@ -113,5 +85,5 @@ def to_toml(recipe: Recipe) -> str:
         elif f.name == "sparse_optimizer":
             _sparse_optimizer(section, out)
         else:
-            _dataclass(f.name, section, out)
+            _dataclass(key(f), section, out, f.metadata.get("help", ""))
     return "\n".join(out) + "\n"

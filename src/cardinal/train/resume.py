@@ -3,31 +3,32 @@
 The resumed recipe is RUN/recipe.json plus the overrides. Keys that fix the shapes of the saved
 model, tables or optimizer state, or what the saved data position counts, cannot change (FROZEN);
 every other key may: learning rates and other optimizer hyper-parameters, train.* (steps, epochs,
-eval and checkpoint cadence, threads), data files, the servers and shards (a checkpoint of 2
-shards loads into 3), the wire's codecs (servers keep float32 whatever crosses), consistency. ``train.steps`` and ``train.epochs`` are totals over the whole
-run: a run already at them is refused (nothing would train) rather than rewritten as a no-op.
+threads), eval.* and checkpoint.* (cadence), data files, the servers and shards (a checkpoint of
+2 shards loads into 3), the plan, the wire's codecs (servers keep float32 whatever crosses),
+consistency. ``train.steps`` and ``train.epochs`` are totals over the whole run: a run already at
+them is refused (nothing would train) rather than rewritten as a no-op. A recipe.json written
+before the recipe's sections moved is refused naming each old key's new place (``moved.py``).
 """
 
 import json
 from pathlib import Path
 
 from cardinal.checkpoint.layout import latest
-from cardinal.train import config
-from cardinal.train.config import Recipe
+from cardinal.recipe import Recipe, from_dict, load_dict
 
 # a key, or a whole section or sub-table, whose change the checkpoint cannot follow
 FROZEN = ("model", "embedding.dim", "embedding.dims", "embedding.shared", "embedding.field_tables",
           "embedding.pooling", "embedding.init_scale",
-          "embedding.seed", "embedding.storage", "embedding.table_storage",
-          "embedding.hash_buckets", "embedding.chunks",
-          "embedding.saec_ratio", "embedding.saec_at",  # clustered tables, or the step they will be
+          "embedding.seed", "compression.storage", "compression.table_storage",
+          "compression.hash_buckets", "compression.fiited.chunks",
+          "compression.saec.ratio", "compression.saec.at",  # clustered tables, or the step they will be
           "sparse_optimizer.name", "dense_optimizer.name", "data.format",
           "data.batch_size", "data.batch_scope",
           "data.holdout", "data.holdout_by", "train.seed",  # which rows are held out: trained rows would move
           "train.baseline")                                   # to the eval side; the baseline's own tables
 UNSET = "(not set)"
-RESUMABLE = ("learning rates and optimizer settings but their names, train.* (steps, epochs, eval and "
-             "checkpoint cadence), data files, ps.* (servers, shards), wire.* (codecs), embedding consistency")
+RESUMABLE = ("learning rates and optimizer settings but their names, train.* (steps, epochs, threads), eval.* "
+             "and checkpoint.* (cadence), data files, ps.* (servers, shards), plan.*, wire.* (codecs), consistency.*")
 
 
 def saved_recipe(run_dir: Path) -> dict:
@@ -42,8 +43,8 @@ def saved_recipe(run_dir: Path) -> dict:
 def resumed_recipe(run_dir: Path, overrides: list[str]) -> Recipe:
     """RUN's recipe with the overrides, refused when one changes a FROZEN key (named)."""
     raw = saved_recipe(run_dir)
-    before = config.from_dict(raw)
-    after = config.load_dict(raw, overrides)
+    before = from_dict(raw)
+    after = load_dict(raw, overrides)
     old, new = _flat(before.to_dict()), _flat(after.to_dict())
     for key in sorted(old.keys() | new.keys(), key=lambda k: (not k.endswith(".name"), k)):  # model.name first
         if old.get(key, UNSET) != new.get(key, UNSET) and any(key == f or key.startswith(f + ".") for f in FROZEN):
@@ -67,13 +68,13 @@ def check_not_done(run_dir: Path, recipe: Recipe) -> None:
         raise ValueError(f"run {run_dir} is at step {step} (epoch {epoch}) already; raise train.steps / "
                          f"train.epochs to go on (both count from the run's start: train.steps = {t.steps}, "
                          f"train.epochs = {t.epochs})")
-    best = extra.get("best") or {}
-    metric = "logloss" if t.early_stop == "logloss" else "auc"
-    if t.early_stop != "none" and best.get("metric") == metric and best.get("step") is not None \
-            and best.get("since", 0) >= t.patience and _finished(run_dir, step):
+    best, ev = extra.get("best") or {}, recipe.eval
+    metric = "logloss" if ev.early_stop == "logloss" else "auc"
+    if ev.early_stop != "none" and best.get("metric") == metric and best.get("step") is not None \
+            and best.get("since", 0) >= ev.patience and _finished(run_dir, step):
         raise ValueError(f"run {run_dir} stopped early at step {step}: eval {metric} did not improve for "
-                         f"{best['since']} evaluations after step {best['step']} (train.patience = {t.patience}); "
-                         f"raise train.patience, or set train.early_stop = \"none\", to go on")
+                         f"{best['since']} evaluations after step {best['step']} (eval.patience = {ev.patience}); "
+                         f"raise eval.patience, or set eval.early_stop = \"none\", to go on")
 
 
 def _finished(run_dir: Path, step: int) -> bool:

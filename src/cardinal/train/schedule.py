@@ -22,10 +22,10 @@ Warmup eases the first steps on a freshly initialised MLP over large batches (Go
 import math
 from typing import TYPE_CHECKING
 
+from cardinal.recipe.dense_optimizer import DECAYS
+
 if TYPE_CHECKING:  # torch is not imported to read a recipe
     import torch
-
-DECAYS = ("none", "cosine", "linear")
 
 
 def lr_factor(step: int, warmup_steps: int = 0, decay: str = "none", min_lr_ratio: float = 0.0,

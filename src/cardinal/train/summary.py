@@ -1,5 +1,5 @@
 """What a run reports, apart from the loop (``trainer.py``) that says when: a line of
-metrics.jsonl (and the live endpoint's numbers) every ``train.log_every`` steps, and
+metrics.jsonl (and the live endpoint's numbers) every ``metrics.log_every`` steps, and
 summary.json at the end. Every worker calls both: their sums over workers are collectives.
 
 The summary's headline is the best kept model's evaluation (the last step's beside it, as
@@ -63,7 +63,7 @@ def summarise(trainer, final: dict, samples: int, train_time: float) -> dict:
     best, w, run_dir = trainer.best, trainer.workers, trainer.run_dir
     timings = {**trainer.timings, **trainer.embedding.timings}
     root = run_dir / "checkpoints"
-    kept = best_checkpoint(root) if trainer.recipe.train.keep_best else None
+    kept = best_checkpoint(root) if trainer.recipe.eval.keep_best else None
     headline = best.result if kept is not None and best.step is not None else final
     summary = {**headline, **{f"last_{k}": v for k, v in final.items()},
                "best_step": best.step if kept is not None else trainer.step,

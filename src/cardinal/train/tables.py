@@ -5,11 +5,12 @@ fields) or one per field; each row is ``dim`` values (a table's own with ``embed
 fields the dense side projects to ``dim``: ``models/projection.py``), plus one first-order weight
 for models with a wide part (DeepFM, Wide&Deep), so a step needs one pull and one push per table.
 With ``train.baseline = "lr"`` each table has a twin ``lr_<name>`` of one weight per id: the
-logistic-regression baseline trained on the same batches, on the same servers. With ``embedding.chunks > 1`` the
-model's tables keep their rows in chunks (``embedding/formats/chunked.py``), the wide part's
-weight after them, never freed; the baseline's stay whole. With ``embedding.saec_ratio`` the
-model's tables are clustered at ``embedding.saec_at`` (``embedding/clustered_table.py``), each
-id's field its bits from ``field_shift`` up; the baseline's stay whole too.
+logistic-regression baseline trained on the same batches, on the same servers. With
+``compression.fiited.chunks > 1`` the model's tables keep their rows in chunks
+(``embedding/formats/chunked.py``), the wide part's weight after them, never freed; the
+baseline's stay whole. With ``compression.saec.ratio`` the model's tables are clustered at
+``compression.saec.at`` (``embedding/clustered_table.py``), each id's field its bits from
+``field_shift`` up; the baseline's stay whole too.
 ``plan_inputs`` is what the sharding planner reads of a recipe (``cardinal/planner``).
 """
 
@@ -20,7 +21,8 @@ from cardinal.embedding.table_config import SaecSpec
 from cardinal.model_traits import FIELD_SHIFT, MODELS, SPARSE_FIELDS  # not cardinal.models nor the readers: servers need no torch
 from cardinal.planner.inputs import PlanInputs
 from cardinal.ps import StoreConfig
-from cardinal.train.config import DataConfig, Recipe
+from cardinal.recipe import Recipe
+from cardinal.recipe.data import DataConfig
 
 
 def sparse_fields(recipe: Recipe) -> list[str]:
@@ -69,48 +71,52 @@ def features(recipe: Recipe) -> dict[str, str]:
 
 
 def store_config(recipe: Recipe) -> StoreConfig:
-    e = recipe.embedding
+    e, comp, memory = recipe.embedding, recipe.compression, recipe.ps.memory
+    fiited, saec = comp.fiited, comp.saec
     widths = {n: row_width(recipe, n) for n in features(recipe).values()}
     _check_named("embedding.dims", e.dims, widths, "" if not e.shared else
                  " (embedding.shared = true: every field reads table 'emb'; set embedding.shared = false for "
                  "a table per field)")
     if baseline(recipe):
         widths |= {n: row_width(recipe, n, "lr") for n in baseline_features(recipe).values()}
-    _check_named("admission.tables", recipe.admission.tables, widths)
-    _check_named("embedding.table_storage", e.table_storage, widths)
+    _check_named("ps.memory.admission.tables", memory.admission.tables, widths)
+    _check_named("compression.table_storage", comp.table_storage, widths)
     admission = {}
     for name in widths:  # a baseline table lr_X admits as its model table X does, unless named itself
-        twin = name.removeprefix("lr_") if baseline(recipe) and name not in recipe.admission.tables else name
-        spec = recipe.admission.for_table(twin if twin in widths else name)
+        twin = name.removeprefix("lr_") if baseline(recipe) and name not in memory.admission.tables else name
+        spec = memory.admission.for_table(twin if twin in widths else name)
         if spec.policy != "none":
             admission[name] = spec
     twins = set(baseline_features(recipe).values()) if baseline(recipe) else set()  # the baseline stays exact
-    storage = {n: e.table_storage.get(n, "fp32" if n in twins else e.storage) for n in widths}
+    storage = {n: comp.table_storage.get(n, "fp32" if n in twins else comp.storage) for n in widths}
     cls = MODELS[recipe.model["name"]]
     if e.dims and not cls.uses_embedding:
         raise ValueError(f"embedding.dims: model {recipe.model['name']!r} has no embedding values (its rows hold one "
                          "weight); drop embedding.dims")
-    if e.chunks > 1 and not cls.uses_embedding:
-        raise ValueError(f"embedding.chunks = {e.chunks}: model {recipe.model['name']!r} has no embedding values to "
-                         "chunk (its rows hold one weight); set embedding.chunks = 1")
-    model_tables = set(features(recipe).values()) if e.chunks > 1 else set()
-    chunked = {n: (e.chunks, e.chunk_target, int(cls.uses_wide)) if n in model_tables else (1, 1.0, 0) for n in widths}
+    if fiited.chunks > 1 and not cls.uses_embedding:
+        raise ValueError(f"compression.fiited.chunks = {fiited.chunks}: model {recipe.model['name']!r} has no "
+                         "embedding values to chunk (its rows hold one weight); set compression.fiited.chunks = 1")
+    model_tables = set(features(recipe).values()) if fiited.chunks > 1 else set()
+    chunked = {n: (fiited.chunks, fiited.target, int(cls.uses_wide)) if n in model_tables else (1, 1.0, 0)
+               for n in widths}
     return StoreConfig(tuple(TableConfig(n, w, e.init_scale, e.seed, storage[n], *chunked[n])
                              for n, w in sorted(widths.items())),
-                       dict(recipe.sparse_optimizer), admission, recipe.eviction, e.chunk_every,
-                       {n: SaecSpec(e.saec_ratio, e.saec_at, field_shift(recipe))
-                        for n in sorted(set(features(recipe).values()))} if e.saec_ratio else {})
+                       dict(recipe.sparse_optimizer), admission, memory.eviction, fiited.every,
+                       {n: SaecSpec(saec.ratio, saec.at, field_shift(recipe))
+                        for n in sorted(set(features(recipe).values()))} if saec.ratio else {})
 
 
 def plan_inputs(recipe: Recipe) -> PlanInputs:
-    """What the planner reads of the recipe: its [ps], its tables, each table's fields, its data."""
+    """What the planner reads of the recipe: its [plan], a server's budget, its tables, each table's fields,
+    its data."""
     fields: dict[str, list[str]] = {}
     for field, table in features(recipe).items():
         fields.setdefault(table, []).append(field)
     if baseline(recipe):
         for field, table in baseline_features(recipe).items():
             fields.setdefault(table, []).append(field)
-    return PlanInputs(recipe.ps, store_config(recipe), fields, recipe.embedding.hash_buckets, recipe.data.batch_size,
+    return PlanInputs(recipe.plan, recipe.ps.memory.budget_bytes(), store_config(recipe), fields,
+                      recipe.compression.hash_buckets, recipe.data.batch_size,
                       partial(_readers, recipe.data, recipe.train.seed))
 
 

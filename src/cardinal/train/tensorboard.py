@@ -1,4 +1,4 @@
-"""TensorBoard on request (``train.tensorboard = true``): the records of metrics.jsonl, as scalars.
+"""TensorBoard on request (``metrics.tensorboard = true``): the records of metrics.jsonl, as scalars.
 
 ``tensorboard`` is an optional package (torch's writer needs it, Cardinal does not), so asking for
 it without the package is an error at the start of the run that says what to install, not a
@@ -17,8 +17,8 @@ def open_writer(log_dir: Path):
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError as e:  # torch raises ImportError (or ModuleNotFoundError) when tensorboard is missing
-        raise ValueError(f"train.tensorboard = true needs the tensorboard package ({e}): run "
-                         f"`pip install tensorboard`, or set train.tensorboard = false") from None
+        raise ValueError(f"metrics.tensorboard = true needs the tensorboard package ({e}): run "
+                         f"`pip install tensorboard`, or set metrics.tensorboard = false") from None
     return SummaryWriter(log_dir=str(log_dir))
 
 

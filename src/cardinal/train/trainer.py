@@ -1,32 +1,28 @@
 """The training loop of a worker, on the embedded parameter server or on remote servers.
 
-    from cardinal.train import Callback, Trainer, config
+    from cardinal.recipe import load
+    from cardinal.train import Callback, Trainer
 
     class Watch(Callback):
         def on_eval(self, trainer, step, result):
             print(step, result["eval_auc"], trainer.best.step)
 
-    recipe = config.load("criteo_synthetic", ["train.epochs=3", "train.eval_every=200"])
+    recipe = load("criteo_synthetic", ["train.epochs=3", "eval.every=200"])
     trainer = Trainer(recipe, "runs/mine", callbacks=[Watch()])
     summary = trainer.fit()                 # or fit(resume=True) to go on from the last checkpoint
     summary["eval_auc"], summary["best_step"], summary["stopped_early"]
 
-Several workers (``torchrun``, ``cardinal launch``): the recipe defines the math, the cluster
-only the speed. ``data.batch_size`` is the global batch: worker r of W reads and trains only its
-share of every batch (``data.batch_scope = "worker"`` makes it each worker's share instead).
-The loss is the sum over the share divided by the global batch's size, dense gradients are
-summed across workers (DDP), and the servers combine each step's pushes of every worker and
-apply them once (``embedding.combine``), so sync workers compute what one process computes (up
-to the order of float additions). No worker pulls rows for step t before every worker's pushes
-of step t - 1 - k are applied (stale-synchronous, by the servers' clocks; k = 0 in sync mode,
-embedding.staleness in async mode, where the next batch's pull overlaps this step as it does
-in one process); with ``embedding.compensation = "lr"`` a push's sparse learning rate is
-divided by the measured staleness of its rows. Worker 0 writes metrics and coordinates
-checkpoints.
+Several workers (``torchrun``, ``cardinal launch``): the recipe defines the math, the cluster only
+the speed (docs/distributed.md). Worker r of W trains its share of every global batch, dense
+gradients are summed (DDP), the servers apply each step's pushes of every worker as one update
+(``consistency.sync.combine``), and no worker pulls rows for step t before every worker's pushes
+of step t - 1 - k are applied (k = 0 in sync mode, ``consistency.async.staleness`` in async; with
+``consistency.async.compensation = "lr"`` a push's lr is divided by its rows' staleness). Worker 0
+writes metrics and coordinates checkpoints.
 
 The loop decides when; the rest has a module each: the parts a recipe builds (``builder.py``),
 one step (``step.py``; on a GPU the model runs there, dedup and the servers stay on the host),
-evaluation every ``train.eval_every`` steps and at the end, keeping each new best model
+evaluation every ``eval.every`` steps and at the end, keeping each new best model
 (``evaluator.py``), checkpoints (``checkpoints.py``: a barrier, so a run resumed from step k is
 bitwise equal to one that saved at step k and went on) and what the run reports (``summary.py``).
 
@@ -48,13 +44,13 @@ from tqdm import tqdm
 
 from cardinal.data.prefetch import prefetched
 from cardinal.progress import Progress
+from cardinal.recipe import Recipe
 from cardinal.train import builder, tables, threads
 from cardinal.train.baseline import Baseline
 from cardinal.train.best import Best
 from cardinal.train.callbacks import Callback, EarlyStopping
 from cardinal.train.checkpoint_clock import CheckpointClock
 from cardinal.train.checkpoints import Checkpoints
-from cardinal.train.config import Recipe
 from cardinal.train.evaluator import Evaluator
 from cardinal.train.input_meter import InputMeter
 from cardinal.train.live_metrics import WorkerMetrics
@@ -89,6 +85,8 @@ class Trainer:
         t = recipe.train
         self.workers = Workers(recipe.ps.timeout_s * 15, resolve_device(t.device), fallback=t.device == "auto")
         self.device = self.workers.device  # "auto" with workers sharing a GPU: the CPU (train/workers.py)
+        # the mode this job trains in: a knob of the other mode "auto" could be is refused before any work
+        self.consistency = recipe.consistency.resolve(distributed=bool(recipe.ps.servers) or self.workers.world > 1)
         self.progress = progress and self.workers.leader
         if self.workers.leader:  # recipe.json is written by fit(), once a resume's checkpoint has loaded
             self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -104,22 +102,22 @@ class Trainer:
         self.net = self.workers.wrap(self.model)
         w = self.workers
         self.client = builder.client(recipe, w, self.run_dir)
-        self.consistency = recipe.embedding.mode(distributed=bool(recipe.ps.servers) or w.world > 1)
         self.embedding = builder.embedding(recipe, self.client, w, self.consistency, self.device, self.staging)
         self.optimizer = builder.dense_optimizer(recipe, self.model, w.world)
         self.schedule = builder.schedule(recipe, self.data_info, w.world)
         self.baseline = Baseline(self, builder.source(recipe, self.client, w, self.consistency),
                                  len(self.train_data.dense_fields)) if tables.baseline(recipe) else None
-        self.metrics = MetricsLog(self.run_dir, t.tensorboard) if self.workers.leader else None
-        self.clock = CheckpointClock(t.checkpoint_minutes, self.workers.leader)  # worker 0's decides
+        self.metrics = MetricsLog(self.run_dir, recipe.metrics.tensorboard) if self.workers.leader else None
+        self.clock = CheckpointClock(recipe.checkpoint.minutes, self.workers.leader)  # worker 0's decides
         self.step, self.epoch, self.batch_in_epoch = 0, 0, 0
         self.timings = {"data": 0.0, "compute": 0.0}
         self.meter = InputMeter(self.staging, [self.timings, self.embedding.timings,
                                                *([self.baseline.embedding.timings] if self.baseline else [])])
         self.evaluator = Evaluator(self)
-        self.callbacks = ([EarlyStopping(t.patience)] if t.early_stop != "none" else []) + list(callbacks)
+        ev = recipe.eval
+        self.callbacks = ([EarlyStopping(ev.patience)] if ev.early_stop != "none" else []) + list(callbacks)
         self.stop_reason: str | None = None
-        self.live = None  # a worker's Prometheus endpoint (train.metrics_port), from fit() on
+        self.live = None  # a worker's Prometheus endpoint (metrics.port), from fit() on
         self.checkpoints = Checkpoints(self)
 
     def close(self) -> None:
@@ -151,13 +149,14 @@ class Trainer:
     def fit(self, resume: bool = False) -> dict:
         """Train to train.steps or the last epoch (or an early stop, or a signal), evaluate, save,
         and return the summary; ``resume`` goes on from the run's newest checkpoint."""
-        t = self.recipe.train
+        r = self.recipe
+        t = r.train
         run = self._begin(resume)
         for batch, n, upcoming, stop, timed, start in self._steps(run):
             last = bool(t.steps and self.step >= t.steps) or stop
             final_step = last or (upcoming is None and self.epoch == t.epochs - 1)
-            save_due = (t.checkpoint_every and self.step % t.checkpoint_every == 0) or timed
-            eval_due = t.eval_every and self.step % t.eval_every == 0
+            save_due = (r.checkpoint.every and self.step % r.checkpoint.every == 0) or timed
+            eval_due = r.eval.every and self.step % r.eval.every == 0
             barrier = save_due or eval_due or final_step  # evaluations may save the best model
             loss = self._train_step(batch, n, upcoming if run.prefetching and not barrier else None)
             self.stepper.check_loss(loss)
@@ -169,7 +168,7 @@ class Trainer:
             run.samples += len(batch)
             run.window.append(loss)
             run.bar.update(1)
-            if self.step % t.log_every == 0 or last:
+            if self.step % r.metrics.log_every == 0 or last:
                 mean, rate = log_line(self, run.window, run.samples, run.train_time, final_step)
                 run.bar.set_postfix(loss=f"{mean:.4f}", samples_per_s=f"{rate:,.0f}")
                 run.window = []
@@ -194,9 +193,10 @@ class Trainer:
         per_epoch = self.data_info["train_steps"] or self.data_info.get("train_steps_estimate")
         total = t.steps or (per_epoch * t.epochs if per_epoch else None)
         run = _Run(Progress(total=total, initial=self.step, disable=not self.progress, desc="training"),
-                   prefetching=self.consistency == "async" and self.recipe.embedding.staleness >= 1)
-        if t.metrics_port >= 0 and self.live is None:
-            self.live = WorkerMetrics(w.rank, t.metrics_host, t.metrics_port + w.rank if t.metrics_port else 0)
+                   prefetching=self.consistency == "async" and self.recipe.consistency.async_.staleness >= 1)
+        m = self.recipe.metrics
+        if m.port >= 0 and self.live is None:
+            self.live = WorkerMetrics(w.rank, m.host, m.port + w.rank if m.port else 0)
         if resume:
             run.final = self.evaluator.resumed()
         return run

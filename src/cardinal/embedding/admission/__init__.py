@@ -10,7 +10,7 @@ from cardinal.embedding.admission.base import AdmissionFilter, Decision
 from cardinal.embedding.admission.bloom import BloomFilter
 from cardinal.embedding.admission.count import CountFilter
 from cardinal.embedding.admission.probability import ProbabilityFilter
-from cardinal.memory_config import AdmissionConfig
+from cardinal.recipe.admission import AdmissionConfig
 
 FILTERS = {f.name: f for f in (CountFilter, BloomFilter, ProbabilityFilter)}
 

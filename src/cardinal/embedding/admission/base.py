@@ -19,7 +19,7 @@ from typing import ClassVar, NamedTuple
 
 import numpy as np
 
-from cardinal.memory_config import AdmissionConfig
+from cardinal.recipe.admission import AdmissionConfig
 
 
 def check_part(part: dict, dtypes: dict[str, type]) -> None:

@@ -119,7 +119,8 @@ class BloomFilter(AdmissionFilter):
             check_part(part, {"counters": np.uint8})
             if part["counters"].shape != self.counters.shape:
                 raise ValueError(f"the saved bloom filter has {len(part['counters'])} counters, this one "
-                                 f"{len(self.counters)}: load it with admission.bloom_bytes = {len(part['counters'])}")
+                                 f"{len(self.counters)}: load it with ps.memory.admission.bloom_bytes = "
+                                 f"{len(part['counters'])}")
             total += part["counters"]
         self.counters = np.minimum(total, 255).astype(np.uint8)
         self.raised = int(np.count_nonzero(self.counters))

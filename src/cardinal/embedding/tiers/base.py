@@ -44,7 +44,7 @@ class ColdTier(ABC):
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the rows held (id, values and state, count, last step); what ps.disk_budget bounds."""
+        """Bytes of the rows held (id, values and state, count, last step); what ps.memory.disk_budget bounds."""
         return len(self) * (8 + 4 * self.width + 8)
 
     @property

@@ -1,6 +1,6 @@
 """The directories of disk tiers: each owned by a lock its server holds, so a killed run's are reclaimed.
 
-A store with a disk tier makes ``cardinal-tier-<shard>-<random>`` under ``ps.disk_dir`` (or the
+A store with a disk tier makes ``cardinal-tier-<shard>-<random>`` under ``ps.memory.disk_dir`` (or the
 system's temporary directory) and removes it when it closes. A server killed with SIGKILL (or
 the OOM killer, or a lost machine) never closes, and its directory, often gigabytes of RocksDB
 files, stayed forever. So each directory has a lock file beside it, made and ``flock``-ed

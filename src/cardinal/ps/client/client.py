@@ -302,8 +302,8 @@ class PSClient:
                       f"{mine.get('replicas', {})}") for s, p in theirs if p != mine]
         if wrong:  # a server holding other tables is named first: the plainer mismatch
             s, detail = wrong[0]
-            same = "ps.plan" if detail.startswith("the same") else \
+            same = "plan.layout" if detail.startswith("the same") else \
                 "recipe (its tables follow model.name, embedding.shared, embedding.field_tables and train.baseline; " \
-                "where they live, ps.plan)"
+                "where they live, plan.layout)"
             raise ValueError(f"server {s} was started with another sharding plan ({detail}): start every server "
                              f"and worker with the same {same}")

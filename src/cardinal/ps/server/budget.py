@@ -1,8 +1,8 @@
-"""``ps.memory_budget`` as a bound: new rows get room before they exist, or are refused.
+"""``ps.memory.budget`` as a bound: new rows get room before they exist, or are refused.
 
 Eviction after a request (``memory.py``) alone lets a flood of new ids pass the budget by a
 request's rows each time, and without any bound when the rows are protected (touched in the last
-``eviction.protect_steps`` steps: every id of a flood sent at one step). So the store asks first:
+``ps.memory.eviction.protect_steps`` steps: every id of a flood sent at one step). So the store asks first:
 
     reserve(tables, table, n)        the store's admit, the table's lock held: room for n new rows
                                      of ``table`` is reserved under the budget (``release``d once
@@ -10,7 +10,7 @@ request's rows each time, and without any bound when the rows are protected (tou
     make_room(tables, room, step)    no table lock held (it takes each in turn, as eviction does):
                                      if what may leave RAM (rows not protected, a count filter's
                                      counts) can make room, it leaves and the store tries the request
-                                     again; if not, ``StoreFull`` naming ps.memory_budget
+                                     again; if not, ``StoreFull`` naming ps.memory.budget
                                      (RESOURCE_EXHAUSTED), and nothing has changed
 
 With a disk tier nothing is refused: any row may go to it, protected ones too (a training request
@@ -48,9 +48,10 @@ class Budget:
         self.memory = memory
         fixed = sum(c.bloom_bytes for c in admission.values() if c.policy == "bloom")
         if memory.budget and fixed > memory.budget / 2:
-            raise ValueError(f"the bloom admission filters take {fixed} bytes on this server (admission.bloom_bytes "
-                             f"per table), over half of ps.memory_budget ({memory.budget} bytes for the tables): "
-                             "lower admission.bloom_bytes or raise ps.memory_budget")
+            raise ValueError(f"the bloom admission filters take {fixed} bytes on this server "
+                             f"(ps.memory.admission.bloom_bytes per table), over half of ps.memory.budget "
+                             f"({memory.budget} bytes for the tables): lower ps.memory.admission.bloom_bytes or raise "
+                             "ps.memory.budget")
         self.reserved = 0  # bytes of rows being made (``reserve``)
         self._lock = threading.Lock()
 
@@ -86,12 +87,12 @@ class Budget:
                                                              if t.admission is not None)
             if may_go < over:
                 raise StoreFull(
-                    f"ps.memory_budget is full: {room.nbytes} bytes of new rows of table {room.table!r} would pass "
+                    f"ps.memory.budget is full: {room.nbytes} bytes of new rows of table {room.table!r} would pass "
                     f"its {m.budget} bytes for this shard's tables, and of the {total} bytes held only {int(may_go)} "
-                    f"may leave RAM (the rest: rows touched in the last eviction.protect_steps = "
+                    f"may leave RAM (the rest: rows touched in the last ps.memory.eviction.protect_steps = "
                     f"{m.config.protect_steps} steps, which may be in flight, and hash index and filter state); "
-                    "nothing was created: send fewer new ids a step, raise ps.memory_budget, add shards or set "
-                    "ps.disk_budget")
+                    "nothing was created: send fewer new ids a step, raise ps.memory.budget, add shards or set "
+                    "ps.memory.disk_budget")
             m.fit(tables, step, extra=room.nbytes + self.reserved)
 
 

@@ -33,8 +33,8 @@ from collections import deque
 import numpy as np
 
 from cardinal.embedding.eviction import lowest, make_policy
-from cardinal.memory_config import EvictionConfig
 from cardinal.ps.server.budget import FILTER_SHARE, LOW_WATER, decay_filters
+from cardinal.recipe.eviction import EvictionConfig
 
 ROUNDS = 3  # of evictions, at most, for one request
 DISK_LOW_WATER = 0.95  # ... and a disk budget eviction, which scans the whole tier
@@ -127,7 +127,7 @@ class Memory:
                 fixed = sum(t.nbytes - t.row_bytes for t in tables.values())
                 log.warning("memory budget %d bytes not met: %d bytes are rows touched in the last %d steps (never "
                             "evicted) or not rows at all (%d bytes of hash index and admission filter state); raise "
-                            "ps.memory_budget", self.budget, int(total), self.config.protect_steps, fixed)
+                            "ps.memory.budget", self.budget, int(total), self.config.protect_steps, fixed)
             self.short += 1
 
     def leave_rows(self, tables: dict, step: int, need: float, free: dict, protect: bool) -> float:

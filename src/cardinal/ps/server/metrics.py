@@ -100,7 +100,7 @@ class _StoreCollector:
         yield evicted
         yield from copies.values() if s["replicas"] else ()
         yield _gauge("cardinal_ps_step", "the newest training step this server saw", self.shard, s["step"])
-        yield _gauge("cardinal_ps_memory_budget_bytes", "ps.memory_budget (0: none)", self.shard, s["memory_budget"])
+        yield _gauge("cardinal_ps_memory_budget_bytes", "ps.memory.budget (0: none)", self.shard, s["memory_budget"])
         yield _gauge("cardinal_ps_request_log_entries", "request ids remembered (exactly-once pushes)",
                      self.shard, len(self.store.requests))
 

@@ -1,4 +1,4 @@
-"""What a server process holds besides its tables, and how ``ps.memory_budget`` sizes it.
+"""What a server process holds besides its tables, and how ``ps.memory.budget`` sizes it.
 
 A user sets the budget so that a pod stays under its memory limit, so the process, not only
 the tables, must stay near it. A server's resident memory is

@@ -146,8 +146,8 @@ class RequestLog:
         self._age(now)
         if name in self._forgotten:
             raise RequestIdError(f"request_id: client {quote(name)} was forgotten to make room for newer clients "
-                                 f"(ps.max_clients = {self.limits.max_clients}): its requests may have been applied "
-                                 "already, so they are refused; restart from the last checkpoint")
+                                 f"(ps.limits.max_clients = {self.limits.max_clients}): its requests may have been "
+                                 "applied already, so they are refused; restart from the last checkpoint")
         self._make_room(now)
         client = self._clients[name] = _Client(now)
         return client
@@ -167,14 +167,14 @@ class RequestLog:
         if len(self._clients) < self.limits.max_clients:
             return
         if len(self._forgotten) >= TOMBSTONES * self.limits.max_clients:
-            raise StoreFull(f"this server has forgotten {len(self._forgotten)} clients within ps.client_idle_s = "
-                            f"{self.limits.client_idle_s} to make room for new ones (ps.max_clients = "
-                            f"{self.limits.max_clients}): a flood of client names; new clients are refused until "
-                            "they age out")
+            raise StoreFull(f"this server has forgotten {len(self._forgotten)} clients within "
+                            f"ps.limits.client_idle_s = {self.limits.client_idle_s} to make room for new ones "
+                            f"(ps.limits.max_clients = {self.limits.max_clients}): a flood of client names; new "
+                            "clients are refused until they age out")
         quiet = [(n, c) for n, c in self._clients.items() if c.in_flight == 0]  # least recently heard first
         if not quiet:
             raise StoreFull(f"each of the {self.limits.max_clients} clients this server remembers has a request in "
-                            "flight; raise ps.max_clients")
+                            "flight; raise ps.limits.max_clients")
         name, _ = next(((n, c) for n, c in quiet if c.requests < ESTABLISHED), quiet[0])
         del self._clients[name]
         self._forgotten[name] = now

@@ -148,7 +148,7 @@ class ShardServicer:
             raise _Abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
                          f"a pull of {len(ids)} ids of dim {table.dim} needs a {reply_bytes / 2**20:.1f} MiB reply, "
                          f"over this server's message limit of {self.max_message_bytes / 2**20:.1f} MiB "
-                         "(ps.max_message_mb, or less under ps.memory_budget): pull fewer ids per request (nothing was created)")
+                         "(ps.limits.max_message_mb, or less under ps.memory.budget): pull fewer ids per request (nothing was created)")
         rows = self.store.pull(wire.field(header, "table", str), ids, create=wire.field(header, "create", bool, True),
                                step=wire.field(header, "step", int, 0), request_id=request_id)
         stale = {"stale": True} if len(rows) != len(ids) else {}  # copies of hot rows past their bound: none

@@ -8,10 +8,10 @@ all. So a shard keeps its own clock and judges each step against it:
     clock     the highest step this shard has accepted (0, or the step of the checkpoint it
               loaded); every worker's requests move it, each by at most ``ahead``
     admit     a request of a step more than ``ahead`` past the clock is refused whole
-              (``ps.max_step_ahead``; INVALID_ARGUMENT over gRPC): nothing changes
+              (``ps.limits.max_step_ahead``; INVALID_ARGUMENT over gRPC): nothing changes
 
 So no single request can move the steps that time to live and "recently touched" measure
-against by more than ``ahead`` (keep ``eviction.ttl_steps`` well above it), and a request from
+against by more than ``ahead`` (keep ``ps.memory.eviction.ttl_steps`` well above it), and a request from
 the future is refused with a message that names the setting. Older steps are always accepted:
 a slow worker's, or a resend's.
 """
@@ -32,9 +32,10 @@ class StepClock:
         once the request is applied, so a refused request leaves the clock where it was."""
         clock = self.step
         if step > clock + self.ahead:
-            raise ValueError(f"step {step} is more than ps.max_step_ahead = {self.ahead} steps past this server's "
-                             f"clock (step {clock}, the newest it accepted): a request from the future would age "
-                             "every row at once; send steps as training reaches them, or raise ps.max_step_ahead")
+            raise ValueError(f"step {step} is more than ps.limits.max_step_ahead = {self.ahead} steps past this "
+                             f"server's clock (step {clock}, the newest it accepted): a request from the future would "
+                             "age every row at once; send steps as training reaches them, or raise "
+                             "ps.limits.max_step_ahead")
 
     def advance(self, step: int) -> None:
         with self._lock:

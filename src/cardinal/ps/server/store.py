@@ -29,7 +29,6 @@ from cardinal.embedding.protocol import Table
 from cardinal.embedding.table_config import SaecSpec, portable_width
 from cardinal.embedding.tiers import RocksTier
 from cardinal.embedding.tiers.claim import TierDir
-from cardinal.memory_config import AdmissionConfig, EvictionConfig
 from cardinal.optim import make_optimizer
 from cardinal.ps import validate
 from cardinal.ps.limits import StoreFull, StoreLimits
@@ -44,6 +43,8 @@ from cardinal.ps.server.update_log import UpdateLog
 from cardinal.ps.server.worker_steps import WorkerSteps, combined_counts
 from cardinal.ps.transport.requests import Origin
 from cardinal.ps.validate import quote
+from cardinal.recipe.admission import AdmissionConfig
+from cardinal.recipe.eviction import EvictionConfig
 from cardinal.sharding.plan import ShardingPlan
 
 
@@ -108,7 +109,7 @@ class ShardStore(StoreCheckpoints):
         self.config = self.plan.shard_config(config, shard)  # the pieces of tables on this shard (sharding/plan.py)
         split = [t.name for t in config.tables if len(self.plan.pieces(t.name)) > 1]
         if split and limits is not None and limits.memory_budget:
-            raise ValueError(f"the sharding plan splits table {split[0]!r} by columns, and with ps.memory_budget each "
+            raise ValueError(f"the sharding plan splits table {split[0]!r} by columns, and with ps.memory.budget each "
                              "server would evict its own piece of a row, leaving the row half trained: place it "
                              "row-wise or table-wise, or set no budget")
         self.tables_of_plan = tuple(t.name for t in config.tables)  # every table of the job, on any shard
@@ -125,8 +126,8 @@ class ShardStore(StoreCheckpoints):
         self._pending = 0  # rows admitted, not yet counted in len(table)
         copies = sum(c.nbytes for c in self.replicas.values())  # a fixed part of the budget: the tables get the rest
         if self.limits.memory_budget and copies >= self.limits.memory_budget:
-            raise ValueError(f"the copies of hot rows (ps.replicate) take {copies} bytes on each server, ps.memory_budget "
-                             f"is {self.limits.memory_budget}: copy fewer ids or raise the budget")
+            raise ValueError(f"the copies of hot rows (plan.replicate) take {copies} bytes on each server, "
+                             f"ps.memory.budget is {self.limits.memory_budget}: copy fewer ids or raise the budget")
         self.memory = Memory(config.eviction, self.limits.memory_budget and self.limits.memory_budget - copies,
                              self.limits.disk_budget)
         self.budget = Budget(self.memory, self.config.admission)
@@ -300,16 +301,16 @@ class ShardStore(StoreCheckpoints):
         with its own lock held)."""
         limit = self.limits.max_new_rows_per_request
         if n_new > limit:
-            raise StoreFull(f"this request would create {n_new} rows, over ps.max_new_rows_per_request = {limit}; "
-                            "send fewer new ids per request")
+            raise StoreFull(f"this request would create {n_new} rows, over ps.limits.max_new_rows_per_request = "
+                            f"{limit}; send fewer new ids per request")
         reserved = self.budget.reserve(self.tables, table, n_new)
         with self._admitting:
             held = sum(len(t) for t in self.tables.values()) + self._pending
             if held + n_new > self.limits.max_rows:
                 self.budget.release(reserved)
                 raise StoreFull(f"store full: shard {self.shard} holds {held} rows and this request would create "
-                                f"{n_new} more, over ps.max_rows = {self.limits.max_rows}; add shards or raise "
-                                "ps.max_rows")
+                                f"{n_new} more, over ps.limits.max_rows = {self.limits.max_rows}; add shards or raise "
+                                "ps.limits.max_rows")
             self._pending += n_new
 
         def release():

@@ -135,8 +135,8 @@ class StoreCheckpoints:
         if self._stepped_back:
             return f"has since changed rows at a step <= {self._saved}, which a delta cannot find"
         if self._reshaped:
-            return ("has since chosen which chunks its rows keep (embedding.chunks) or clustered a table (Saec), "
-                    "a change to rows no push touched, which a delta cannot find")
+            return ("has since chosen which chunks its rows keep (compression.fiited.chunks) or clustered a table "
+                    "(Saec), a change to rows no push touched, which a delta cannot find")
         return next((why for t in self.tables.values() if (why := t.delta_refused()) is not None), None)
 
 

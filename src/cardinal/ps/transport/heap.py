@@ -14,7 +14,7 @@ client leaves its process's allocator as it found it.
 
 glibc only: elsewhere (musl, macOS) this does nothing and says so through its result.
 
-Under a ``ps.memory_budget`` what the heap keeps is part of what the process holds
+Under a ``ps.memory.budget`` what the heap keeps is part of what the process holds
 (``ps/server/process_memory.py``): each thread's arena keeps its own freed blocks, so the arenas are
 capped at ARENAS and each keeps at most a 16th of the budget: a server with a disk tier at a
 64 MiB budget peaked at 1,260 MB with glibc's arenas (up to 8 per core: gRPC's and RocksDB's
@@ -46,7 +46,7 @@ def trim() -> bool:
 
 def keep_freed_buffers(budget: int = 0) -> bool:
     """Once per process; True when glibc took the settings. ``budget``: the server's
-    ps.memory_budget (0: none), which bounds what the heap keeps."""
+    ps.memory.budget (0: none), which bounds what the heap keeps."""
     global _done
     if _done is None:
         try:

@@ -57,8 +57,8 @@ class CachedSource(RowSource):
         if not dims:
             raise ValueError("a cache needs at least one table")
         if inner.workers > 1 and not inner.combine:
-            raise ValueError("a cache with several workers needs embedding.combine = true (its staleness bound "
-                             "counts one update per row per combined step)")
+            raise ValueError("a cache with several workers needs consistency.<mode>.combine = true (its staleness "
+                             "bound counts one update per row per combined step)")
         self.inner, self.s, self.device = inner, staleness, torch.device(device)
         self.policy = make_policy(policy)
         per_table = capacity_bytes // len(dims)
@@ -74,13 +74,13 @@ class CachedSource(RowSource):
         split = [t for t in dims if len(self.plan.pieces(t)) > 1]
         if split:
             raise ValueError(f"the hot-row cache keeps whole rows, each from one server; the sharding plan splits "
-                             f"table {split[0]!r} by columns: place it row-wise or table-wise (ps.plan)")
+                             f"table {split[0]!r} by columns: place it row-wise or table-wise (plan.layout)")
         copied = [t for t in dims if t in self.plan.replicas]
         if copied:  # a row read from a copy is older than the servers' clock this cache counts its bound from
-            raise ValueError(f"table {copied[0]!r} has copies of its hot rows on the servers (ps.replicate), read up "
-                             "to ps.replica_staleness steps old, and the hot-row cache keeps rows up to cache.staleness "
-                             "steps behind the rows' own servers: the two bounds would add up; use one (cache.bytes = 0, "
-                             "or no ps.replicate)")
+            raise ValueError(f"table {copied[0]!r} has copies of its hot rows on the servers (plan.replicate), read "
+                             "up to plan.replica_staleness steps old, and the hot-row cache keeps rows up to "
+                             "cache.staleness steps behind the rows' own servers: the two bounds would add up; use one "
+                             "(cache.bytes = 0, or no plan.replicate)")
         self.held: dict[str, tuple] = {}                  # table -> (ids, grads, counts, step): not sent yet
         self.outbox: dict[str, list[tuple]] = {t: [] for t in dims}  # pending sums of evicted rows
         self.pushed: dict[str, int] = {}                  # table -> the last step sent
