@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parents[1] / "tests"))
-from raw_http import ask, closed  # noqa: E402
+from helpers.raw_http import ask, closed  # noqa: E402
 from report import write  # noqa: E402
 
 from cardinal import cli  # noqa: E402

@@ -8,7 +8,7 @@ import pytest
 from cardinal import home
 from cardinal.recipe import load
 from cardinal.train import readers
-from movielens_copy import write_movielens
+from helpers.movielens_copy import write_movielens
 
 
 def test_home_is_cardinal_home_else_the_xdg_cache_else_dot_cache(tmp_path, monkeypatch):

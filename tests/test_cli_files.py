@@ -72,6 +72,7 @@ def days(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_a_comma_list_trains_on_every_file(tmp_path, days):
     """Both files of a comma list are read: one epoch is the rows of both (1200 + 400)."""
     runs = tmp_path / "runs"
@@ -94,6 +95,7 @@ def readme_file_list_line() -> str:
     return found[0]
 
 
+@pytest.mark.slow
 def test_the_readmes_file_list_command_works_in_bash(tmp_path, days):
     """The documented line (docs/recipes.md), run by bash exactly as printed, in a folder holding the
     files it names."""

@@ -105,7 +105,7 @@ def dry_lines() -> list[str]:
 
 @pytest.mark.slow
 def test_the_train_and_eval_lines_of_the_readme_and_docs_work_in_bash_as_printed(tmp_path):
-    from conftest import tiny_recipe
+    from helpers.recipes import tiny_recipe
     from cardinal.train import Trainer
 
     lines = dry_lines()
@@ -130,6 +130,7 @@ def test_the_train_and_eval_lines_of_the_readme_and_docs_work_in_bash_as_printed
         assert done.returncode == 0, f"{line}\n{done.stderr[-2000:]}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("page", [page for page in PAGES if python_blocks([page])], ids=lambda page: page.name)
 def test_python_examples_run(page):
     for block in python_blocks([page]):
@@ -140,6 +141,7 @@ def test_the_python_examples_are_still_there():
     assert len(python_blocks()) >= 2, "the README and docs lost their Python examples"
 
 
+@pytest.mark.slow
 def test_readme_python_example_runs_from_the_parent_folder_of_a_checkout_named_cardinal(tmp_path):
     """`python` started beside a checkout named cardinal puts that folder first on sys.path; with
     the src layout the checkout holds no package, so the installed one is imported."""
