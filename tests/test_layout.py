@@ -5,6 +5,7 @@ the lists only shrink: a test fails when an exception is gone, so that its entry
 The import graph is the one ``python scripts/import_graph.py`` prints (read with ``ast``: nothing
 is imported), function-local imports included: a cycle hidden in a function is still a cycle."""
 
+import ast
 import sys
 from pathlib import Path
 
@@ -116,3 +117,13 @@ def test_the_graph_resolves_modules_names_and_relative_imports(tmp_path):
     assert import_graph.cycles(g) == [["pkg.a", "pkg.b", "pkg.c", "pkg.sub", "pkg.sub.deep"]]
     assert import_graph.local_imports(g) == [("src/pkg/c.py", 2)]
     assert import_graph.cycles(g, import_graph.part) == [["pkg.a", "pkg.b", "pkg.c", "pkg.sub"]]
+
+
+def test_the_trainer_keeps_the_loop_alone():
+    """train/trainer.py keeps the loop (issue 26): at most 300 lines, ``fit`` at most 60; building,
+    checkpoints, evaluation and the summary have modules of their own."""
+    path = PACKAGE / "train" / "trainer.py"
+    text = path.read_text()
+    fit = next(n for n in ast.walk(ast.parse(text)) if isinstance(n, ast.FunctionDef) and n.name == "fit")
+    assert len(text.splitlines()) <= 300 and fit.end_lineno - fit.lineno + 1 <= 60, \
+        (len(text.splitlines()), fit.end_lineno - fit.lineno + 1)
