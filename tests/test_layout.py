@@ -28,7 +28,7 @@ LONG_FILES = {}
 
 # files under tests/ over MAX_LINES, for now
 LONG_TEST_FILES = {
-    "sharding/test_plan.py": "issue 26: to split (a plan checked whole apart from routing, resharding and loading by plan)",
+    "sharding/test_plan.py": "issue 26: to split (a plan checked whole apart from routing, resharding and loading)",
     "planner/test_planner.py": "issue 26: to split by planner module (stats, propose, report, and the runs it plans)",
     "serve/test_serve.py": "issue 26: to split (export, table forms, requests, following, the HTTP server)",
     "ps/test_grpc.py": "issue 26: to split (the embedded cases over gRPC apart from limits, restarts and processes)",
