@@ -13,8 +13,7 @@
 Row data lives on the device and is only touched with torch ops, so the same code serves a
 cache in GPU memory or in RAM; the bookkeeping (small per-slot numbers and the id map) stays
 in numpy on the host, where the decisions are made. The id map is the tables' own compiled
-index, not a Python dict: a lookup of a batch's ids is one kernel call, not a loop of dict gets
-(which cost the cache half its samples/s when every lookup missed, issue 27).
+index, not a Python dict: a lookup of a batch's ids is one kernel call, not a loop of dict gets.
 """
 
 import numpy as np
