@@ -254,7 +254,8 @@ def describe(recipe) -> str:
     return (f"data.batch_size={d.batch_size}, data.synthetic.rows={d.synthetic.rows:,}, "
             f"data.synthetic.eval_rows={d.synthetic.eval_rows:,}, train.epochs={recipe.train.epochs}, "
             f"train.steps={recipe.train.steps or 'one epoch'}, model: {model}, embedding.dim={e.dim}, "
-            f"consistency.async.staleness={e.staleness}, consistency.geo.interval={e.geo_interval}, "
+            f"consistency.async.staleness={recipe.consistency.async_.staleness}, "
+            f"consistency.geo.interval={recipe.consistency.geo.interval}, "
             f"sparse_optimizer: {', '.join(f'{k}={v}' for k, v in so.items())}, dense_optimizer: {do.name} lr={do.lr}")
 
 
