@@ -217,7 +217,8 @@ def main():
     args = parser.parse_args()
     sets = ["data.synthetic.rows=200000", "data.synthetic.eval_rows=20000"] if args.quick else []
     sets = [*sets, "eval.every=0", "data.batch_size=4096",  # the published batch
-            'train.baseline="none"']  # the system alone, not its lr baseline
+            'train.baseline="none"',  # the system alone, not its lr baseline
+            'train.device="cpu"']  # beside torch on the CPU: "auto" would take a GPU where there is one (gpu.py)
     recipe = load("criteo_synthetic", sets)
     size = TORCH_TABLE_ROWS
     with tempfile.TemporaryDirectory() as tmp:

@@ -59,6 +59,7 @@ def recipe_sets(rows: int, eval_rows: int, steps: int) -> list[str]:
     """The overrides every run gets (the launched runs add consistency.mode)."""
     sets = ["eval.every=0"]  # evaluate once, at the end: evaluations are not training time anyway
     sets += ["data.batch_size=4096", 'train.baseline="none"']  # the published table's batch; no lr baseline
+    sets += ['train.device="cpu"']  # cores, not a GPU "auto" would take where there is one (gpu.py measures that)
     sets += [f"data.synthetic.rows={rows}"] if rows else []
     sets += [f"data.synthetic.eval_rows={eval_rows}"] if eval_rows else []
     return sets + ([f"train.steps={steps}"] if steps else [])

@@ -10,6 +10,7 @@ train as two over gloo.
 """
 
 import json
+import os
 import subprocess
 import sys
 import traceback
@@ -35,8 +36,8 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_CUDA)
 # --- anywhere ---------------------------------------------------------------------------
 
 def bench(*args: str, tmp_path: Path) -> subprocess.CompletedProcess:
-    env = {"PYTHONPATH": str(ROOT / "src"), **{k: v for k, v in __import__("os").environ.items()
-                                                if k != "PYTHONPATH"}}
+    inherited = os.environ.get("PYTHONPATH")  # kept: a machine may hold packages there (the device kit's)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), *([inherited] if inherited else [])])}
     return subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu.py"), *args, "--results", str(tmp_path)],
                           capture_output=True, text=True, timeout=280, env=env, cwd=tmp_path)
 
@@ -112,8 +113,9 @@ def test_a_training_step_syncs_the_host_only_in_the_pushes(tmp_path):
     trainer.step += 1
     stacks = []
 
-    def record(*args, **kwargs):
-        stacks.append(traceback.extract_stack())
+    def record(message, *args, **kwargs):  # only the sync warnings: setting the mode may warn too (torch 2.11)
+        if "synchroniz" in str(message):
+            stacks.append(traceback.extract_stack())
     with warnings.catch_warnings():
         warnings.simplefilter("always")
         warnings.showwarning = record

@@ -233,7 +233,7 @@ def rows_of(trainer, table="emb"):
 @pytest.mark.slow
 def test_a_run_through_the_staged_path_equals_the_cpu_path(tmp_path, monkeypatch):
     flags = ["train.steps=10", "train.baseline=\"none\"", "checkpoint.minutes=0"]
-    plain = Trainer(tiny_recipe(tmp_path, *flags), tmp_path / "plain", progress=False)
+    plain = Trainer(tiny_recipe(tmp_path, *flags, 'train.device="cpu"'), tmp_path / "plain", progress=False)
     s_plain = plain.fit()
     assert plain.staging is None and s_plain["h2d_bytes"] == 0 and s_plain["device"] == "cpu"
     made = []
