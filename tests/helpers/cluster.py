@@ -9,13 +9,15 @@ JOB, TOKEN = "test-job", "s3cret"
 class Cluster:
     def __init__(self, config: StoreConfig, n: int, data_dir, max_message_mb: int = 64,
                  limits: StoreLimits | None = None, **options):
+        """``data_dir``: one directory every server shares, or a list of one per server (its own disk)."""
         self.stores = [ShardStore(config, i, n, limits) for i in range(n)]
         self.data_dir = data_dir
+        dirs = data_dir if isinstance(data_dir, list) else [data_dir] * n
         opts = ServerOptions(max_message_mb=max_message_mb, **options)
         self.servers = []
         try:
-            for s in self.stores:
-                self.servers.append(ShardServer(s, data_dir, JOB, TOKEN, opts).start())
+            for s, d in zip(self.stores, dirs, strict=True):
+                self.servers.append(ShardServer(s, d, JOB, TOKEN, opts).start())
         except BaseException:
             self.stop()
             raise

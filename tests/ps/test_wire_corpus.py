@@ -118,13 +118,19 @@ CORPUS = {
     "bad step": ("Pull", pull(IDS, step=-5), INVALID, "step"),
     "step a bool": ("Pull", pull(IDS, step=True), INVALID, "step: expected int, got bool"),
     "create an int": ("Pull", pull(NEW, create=1), INVALID, "create: expected bool"),
-    "save outside the data directory": ("Save", wire.encode(header(root="/tmp/x", request_id=None, table=None,
-                                                                   ids_dtype=None)), INVALID, "outside"),
+    "save keeping steps the payload lacks": ("Save", wire.encode({"v": 1, "shard": 0, "n_shards": 1, "root": "ck",
+                                                                  "step": 1, "keep": 3}, np.zeros(1, np.int64)),
+                                             INVALID, "keep: 3 steps"),
+    "load with commits not JSON": ("Load", wire.encode({"v": 1, "shard": 0, "n_shards": 1, "path": "ck/step-0000000001",
+                                                        "phase": "prepare", "commits": 3}, b"{x}"), INVALID,
+                                   "commits: not JSON"),
+    "load with commits not a list": ("Load", wire.encode({"v": 1, "shard": 0, "n_shards": 1,
+                                                          "path": "ck/step-0000000001", "phase": "prepare",
+                                                          "commits": 7}, b'{"a":1}'), INVALID,
+                                     "commits: must be a list"),
     "save with a 12 KB path": ("Save", wire.encode({"v": 1, "shard": 0, "n_shards": 1, "root": LONG, "step": 1}),
                                INVALID, "not a usable path"),
 }
-CORPUS["save outside the data directory"] = (
-    "Save", wire.encode({"v": 1, "shard": 0, "n_shards": 1, "root": "/tmp/elsewhere", "step": 1}), INVALID, "outside")
 
 
 @pytest.fixture(scope="module")

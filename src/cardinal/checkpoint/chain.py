@@ -88,10 +88,12 @@ def check_marker(marker: Path, info: dict) -> None:
         raise ValueError(f"{marker}: 'base_sha256' must be a delta's 64 hex digits, got {sha!r}")
 
 
-def walk(head: Path, read) -> list[tuple[Path, dict]]:
+def walk(head: Path, read, exists=None) -> list[tuple[Path, dict]]:
     """[(step dir, ``read(step dir)``)] of ``head``'s chain, oldest (the full checkpoint) first, each
     link checked against the one it applies on; the walk stops at a directory seen before and past
-    the chain length the head's checkpoint.full_every allows."""
+    the chain length the head's checkpoint.full_every allows. ``exists(step dir)``: whether a link's
+    commit is there to read (its commit.json, by default)."""
+    exists = exists or (lambda path: (path / COMMIT).is_file())
     chain, seen = [(head, read(head))], {head.resolve()}
     limit = (chain[0][1].get(RUN) or {}).get("full_every")
     while (base := chain[-1][1].get("base")) is not None:
@@ -101,7 +103,7 @@ def walk(head: Path, read) -> list[tuple[Path, dict]]:
                              f"{path} again: the chain points at itself (a renamed checkpoint?)")
         if limit is not None and len(chain) >= limit:
             _too_long(head, limit, f"more than {limit - 1}")
-        if not (path / COMMIT).is_file():
+        if not exists(path):
             raise ValueError(f"{chain[-1][0]} is a delta on step {base}, whose committed checkpoint {path} is missing")
         seen.add(path.resolve())
         chain.append((path, read(path)))

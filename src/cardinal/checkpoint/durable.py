@@ -127,6 +127,25 @@ def file_entry(path: Path) -> dict:
     return {"bytes": path.stat().st_size, "crc32": crc32_file(path)}
 
 
+def probe_dir(path: Path) -> None:
+    """Make ``path`` and write, sync and remove a file in it: a dry save, so a checkpoint directory
+    that cannot be written fails at a job's start, not at its first save. OSError when it cannot."""
+    path.mkdir(parents=True, exist_ok=True)
+    probe = path / f".probe-{os.getpid()}"
+    try:
+        with open(probe, "wb") as f:
+            f.write(b"cardinal")
+            f.flush()
+            os.fsync(f.fileno())
+    finally:
+        probe.unlink(missing_ok=True)
+
+
+def bytes_entry(data: bytes) -> dict:
+    """The {"bytes", "crc32"} of a file's contents sent over the wire (a manifest on its server's disk)."""
+    return {"bytes": len(data), "crc32": zlib.crc32(data)}
+
+
 def verify_file(path: Path, entry) -> None:
     if not isinstance(entry, dict) or not isinstance(entry.get("bytes"), int) \
             or not isinstance(entry.get("crc32"), int):

@@ -12,6 +12,11 @@ package (and nothing outside it) builds paths from.
         dense/state.json ...  the trainer's dense state (``dense.py``), if any
         commit.json           written last: the checkpoint exists once this file does; lists
                               every manifest and state.json (size, crc32) and checks itself
+
+With no directory shared by the servers and the workers' rank 0, each server writes its shard
+directory under its own ``--data-dir`` (``own_root``), rank 0 writes the dense state and
+commit.json in its own run directory, and commit.json holds a copy of each server's manifest
+("remote": which server, and the manifest it sent); a server loading its part is sent the commit.
     <root>/best.json          the run's best checkpoint (``best.py``)
 
 A table saved in files of its own writes those instead (``Table.checkpoint_files``,
@@ -29,6 +34,8 @@ STATE = "state.json"  # the index of a directory of dense state (dense.py)
 DENSE = "dense"  # the trainer's dense state: <step dir>/dense/state.json
 COLUMNS = ("ids", "data", "count", "last_step")
 DELETED = "deleted"  # a delta checkpoint's ids deleted since its base
+REMOTE = "remote"  # commit.json: shard dir name -> {"server", "manifest"} of shards saved on their server's own disk
+OWN = "checkpoints"  # a server's own checkpoints of job J: <--data-dir>/checkpoints/J/step-N/shard-...
 
 
 def step_dir(root: str | os.PathLike, step: int) -> Path:
@@ -37,6 +44,12 @@ def step_dir(root: str | os.PathLike, step: int) -> Path:
 
 def shard_dir(step_path: Path, shard: int, n_shards: int) -> Path:
     return step_path / f"shard-{shard:05d}-of-{n_shards:05d}"
+
+
+def own_root(data_dir: str | os.PathLike, job: str) -> Path:
+    """Where a server keeps its shards of job ``job``'s checkpoints when the workers' checkpoint
+    directory is not inside its data directory: its own disk, whatever the workers' paths are."""
+    return Path(data_dir) / OWN / job
 
 
 def shard_names(n_shards: int) -> list[str]:

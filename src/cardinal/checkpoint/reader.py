@@ -6,6 +6,10 @@ lies and how it is checked stays in this package:
 
     r = Reader(step_dir)             its commit verified on open (``verify.py``): r.step, r.n_shards,
                                      r.extra, r.run_id, r.plan, r.sha256, r.identity
+    r = Reader(step_dir, markers=m)  the same, its commit and its chain's from ``m`` (step dir name ->
+                                     commit): a server with its own disk keeps no commit, the
+                                     workers' rank 0 sends it, and its own part is checked against it
+    r.marker_chain()                 the commits of its chain, oldest first: what rank 0 sends
     r = Reader.open(path)            a step directory, or the newest committed one under a root
     r.chain                          the checkpoints a load of it reads, oldest first, each a Reader:
                                      itself when full; else the full one its bases lead to, then each
@@ -32,18 +36,26 @@ import numpy as np
 from cardinal.checkpoint import rows
 from cardinal.checkpoint.chain import identity, run_id, walk
 from cardinal.checkpoint.clustered import KEY as CLUSTERED, read as read_clustered, refuse_reshard
-from cardinal.checkpoint.layout import COMMIT, DENSE, STATE, committed, latest, shard_dir
-from cardinal.checkpoint.verify import check_compatible, read_commit, saved_tables
+from cardinal.checkpoint.layout import COMMIT, DENSE, REMOTE, STATE, committed, latest, shard_dir
+from cardinal.checkpoint.verify import check_compatible, read_commit, saved_tables, shard_files
 from cardinal.sharding.plan import ShardingPlan
 
 
 class Reader:
-    def __init__(self, path: str | os.PathLike, info: dict | None = None):
+    def __init__(self, path: str | os.PathLike, info: dict | None = None, markers: dict | None = None):
         """``path``: a committed checkpoint's step directory; its commit is read and verified here
-        (``info``: when read so already, by the walk of a chain)."""
-        self.path = Path(path)
-        self.info = read_commit(self.path) if info is None else info
+        (``info``: when read so already, by the walk of a chain; ``markers``: step directory name ->
+        commit, for commits that are not on this host's disk)."""
+        self.path, self.markers = Path(path), markers
+        self.info = self._read(self.path) if info is None else info
         self._chain: list[Reader] | None = None
+
+    def _read(self, path: Path) -> dict:
+        if self.markers is None:
+            return read_commit(path)
+        if path.name not in self.markers:
+            raise ValueError(f"{path}: no commit was sent for it (sent: {sorted(self.markers)})")
+        return read_commit(path, self.markers[path.name])
 
     @classmethod
     def open(cls, path: str | os.PathLike) -> "Reader":
@@ -94,11 +106,22 @@ class Reader:
         """The checkpoints a load of this one reads, oldest first, this one last; walked and
         verified on first use (every link's commit, and each against the one it applies on)."""
         if self._chain is None:
-            links = walk(self.path, lambda p: self.info if p is self.path else read_commit(p))
-            chain = [Reader(p, info) for p, info in links[:-1]] + [self]
+            exists = None if self.markers is None else (lambda p: p.name in self.markers)
+            links = walk(self.path, lambda p: self.info if p is self.path else self._read(p), exists)
+            chain = [Reader(p, info, self.markers) for p, info in links[:-1]] + [self]
             for k, link in enumerate(chain):
                 link._chain = chain[:k + 1]
         return self._chain
+
+    @property
+    def remote(self) -> dict:
+        """Shard dir name -> {"server", "manifest"} of the shards saved on their server's own disk."""
+        return self.info.get(REMOTE, {})
+
+    def marker_chain(self) -> list[dict]:
+        """The commits of its chain as saved, oldest first: what a server with its own disk is sent to
+        load its part (``Reader(..., markers=...)`` there)."""
+        return [link.info["marker"] for link in self.chain]
 
     # --- the tables ----------------------------------------------------------------------
 
@@ -137,7 +160,7 @@ class Reader:
         own = shard_dir(self.path, shard, n_shards)
         if CLUSTERED not in self.info["manifests"].get(own.name, {}).get("tables", {}).get(name, {}):
             return None
-        return read_clustered(self.path, self.info, own, shard, name)
+        return read_clustered(self.path, self.info, shard_files(self.path, self.info, shard, n_shards), shard, name)
 
     def row_count(self, table: str) -> int | None:
         """The rows the job's table ``table`` holds once this checkpoint is loaded: its first piece's

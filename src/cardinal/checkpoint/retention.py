@@ -32,3 +32,14 @@ def remove_older(root: str | os.PathLike, keep: int, protect: Iterable[int] = ()
         if path.is_dir() and step < oldest_kept and step not in needed:
             shutil.rmtree(path)
 
+
+
+def keep_only(root: str | os.PathLike, steps: Iterable[int], before: int) -> None:
+    """A server's own disk: delete the step directories under ``root`` older than ``before`` that are
+    not in ``steps`` (the ones the workers' rank 0 still keeps, after its own ``remove_older``). The
+    server holds no commits there; rank 0's are the record of what is kept, one save behind."""
+    keep = set(steps)
+    for path in Path(root).glob("step-*"):
+        step = step_of(path)
+        if path.is_dir() and 0 <= step < before and step not in keep:
+            shutil.rmtree(path, ignore_errors=True)

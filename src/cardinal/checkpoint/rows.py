@@ -20,8 +20,8 @@ import numpy as np
 
 from cardinal.checkpoint import columns
 from cardinal.checkpoint.durable import load_array, verify_file
-from cardinal.checkpoint.layout import COLUMNS, DELETED, shard_dir
-from cardinal.checkpoint.verify import check_compatible, storage
+from cardinal.checkpoint.layout import COLUMNS, DELETED
+from cardinal.checkpoint.verify import check_compatible, shard_files, storage
 from cardinal.embedding import formats
 from cardinal.embedding.storage import Columns
 from cardinal.sharding.plan import ShardingPlan
@@ -70,7 +70,7 @@ def _saved_rows(step_path: Path, info: dict, logical: str, piece, size: int = 1 
     for m in info["manifests"].values():
         if m["shard"] not in piece.servers or shard is not None and m["shard"] != shard:
             continue
-        base = shard_dir(step_path, m["shard"], m["n_shards"])
+        base = shard_files(step_path, info, m["shard"], m["n_shards"])
         cols = _open_table(base, m, name)
         where = base / m["tables"][name]["files"]["ids"]["file"]
         for lo in range(0, len(cols["ids"]), size):
@@ -81,10 +81,14 @@ def _saved_rows(step_path: Path, info: dict, logical: str, piece, size: int = 1 
 
 def deleted_ids(step_path: Path, info: dict, plan: ShardingPlan, shard: int, name: str) -> np.ndarray:
     """A delta's ids of the store's table ``name`` deleted since its base, those that route to
-    ``shard`` by ``plan``: from every saved piece of its table."""
-    logical = plan.locate(name)[0]
-    parts = [_read_deleted(shard_dir(step_path, m["shard"], m["n_shards"]), m, p.name(logical))
-             for p in info["plan"].pieces(logical) for m in info["manifests"].values() if m["shard"] in p.servers]
+    ``shard`` by ``plan``: from every saved piece of its table (its own shard's files only where
+    the piece was saved on the same servers: a deleted id routes to the shard that saved it)."""
+    logical, piece = plan.locate(name)
+    parts = [np.empty(0, np.int64)]
+    for p in info["plan"].pieces(logical):
+        own = p.servers == piece.servers and info["n_shards"] == plan.n_shards  # its own files only
+        parts += [_read_deleted(shard_files(step_path, info, m["shard"], m["n_shards"]), m, p.name(logical))
+                  for m in info["manifests"].values() if m["shard"] in p.servers and (not own or m["shard"] == shard)]
     ids = np.unique(np.concatenate(parts))
     return ids[plan.route(name, ids) == shard]
 
@@ -118,7 +122,7 @@ def load_admission(step_path: Path, info: dict, plan: ShardingPlan, shard: int, 
             if saved is None or saved["policy"] != table.admission.name:
                 parts = []
                 break
-            base = shard_dir(step_path, m["shard"], m["n_shards"])
+            base = shard_files(step_path, info, m["shard"], m["n_shards"])
             part = {}
             for key, entry in saved["files"].items():
                 verify_file(base / entry["file"], entry)
@@ -173,7 +177,7 @@ def chain_ids(chain: list[tuple[Path, dict]], table: str) -> np.ndarray:
         saved, deleted = [ids[:0]], [ids[:0]]
         for m in info["manifests"].values():
             if name in m["tables"]:
-                files, base = m["tables"][name]["files"], shard_dir(path, m["shard"], m["n_shards"])
+                files, base = m["tables"][name]["files"], shard_files(path, info, m["shard"], m["n_shards"])
                 saved.append(np.asarray(load_array(base / files["ids"]["file"])))
                 if DELETED in files:
                     deleted.append(np.asarray(load_array(base / files[DELETED]["file"])))

@@ -18,14 +18,15 @@ and, against the store a checkpoint loads into, that the saved tables are its ta
 ValueError naming the file and what is wrong.
 """
 
+import copy
 import re
 from pathlib import Path
 
 from cardinal.checkpoint import chain, clustered
 from cardinal.checkpoint.columns import check_cuttable
 from cardinal.checkpoint.durable import check_name, crc32_json, read_json, verify_file
-from cardinal.checkpoint.layout import (COLUMNS, COMMIT, DELETED, FORMAT_VERSION, MANIFEST, STATE, admission_file,
-                                        shard_names)
+from cardinal.checkpoint.layout import (COLUMNS, COMMIT, DELETED, FORMAT_VERSION, MANIFEST, REMOTE, STATE,
+                                        admission_file, shard_dir, shard_names)
 from cardinal.embedding import formats
 from cardinal.embedding.hashing import ROUTING_NAME
 from cardinal.sharding.plan import ShardingPlan
@@ -33,13 +34,22 @@ from cardinal.sharding.plan import ShardingPlan
 _TABLE = re.compile(r"[A-Za-z0-9_-]+")
 
 
-def read_commit(step_path: Path) -> dict:
+def read_commit(step_path: Path, sent: dict | None = None) -> dict:
     """The commit marker, with the files it lists verified and every shard manifest checked:
-    {"step", "n_shards", "extra", "files", "manifests": {shard dir name: manifest}}."""
+    {"step", "n_shards", "extra", "files", "manifests": {shard dir name: manifest}, "marker": the
+    commit as saved}. ``sent``: the commit as the workers' rank 0 sent it, for a step directory
+    that holds none (a server's own disk).
+
+    A shard saved on its server's own disk (``REMOTE``) is checked by the copy of its manifest the
+    commit holds; where its files are (on that server) its manifest file is verified too, so a
+    server loads only a part that is the one its commit names."""
     marker = step_path / COMMIT
-    if not marker.is_file():
+    if sent is None and not marker.is_file():
         raise ValueError(f"{step_path} is not a committed checkpoint: {COMMIT} is missing")
-    info = read_json(marker)
+    info = read_json(marker) if sent is None else copy.deepcopy(sent)
+    if not isinstance(info, dict):
+        raise ValueError(f"{marker} (as sent): must be a JSON object")
+    saved = copy.deepcopy(info)
     if info.get("format_version") != FORMAT_VERSION:
         raise ValueError(f"{marker}: format version {info.get('format_version')!r} is not {FORMAT_VERSION}")
     body = {k: v for k, v in info.items() if k != "crc32"}
@@ -60,6 +70,7 @@ def read_commit(step_path: Path) -> dict:
         raise ValueError(f"{marker}: its plan is for {info['plan'].n_shards} shards, its n_shards is {n}")
     if info.get("shards") != shard_names(n):
         raise ValueError(f"{marker}: shard list {info.get('shards')!r} is not the {n} shards its n_shards says")
+    remote = _remote(marker, info, n)
     files = info.get("files")
     manifests = {f"{name}/{MANIFEST}" for name in shard_names(n)}
     if not isinstance(files, dict) or not manifests <= set(files):
@@ -69,15 +80,43 @@ def read_commit(step_path: Path) -> dict:
         if len(parts) != 2 or (rel not in manifests and parts[1] != STATE):
             raise ValueError(f"{marker}: file {rel!r} is neither a shard manifest nor a <dir>/{STATE}")
         check_name(parts[0], str(marker))
+        if parts[0] in remote and not (step_path / parts[0]).is_dir():
+            continue  # on its server's own disk: checked by the copy the commit holds, and by that server
         verify_file(step_path / parts[0] / parts[1], entry)
     if not isinstance(info.get("extra"), dict):
         raise ValueError(f"{marker}: 'extra' must be a JSON object")
     info["manifests"] = {}
     for s, name in enumerate(shard_names(n)):
         path = step_path / name / MANIFEST
-        info["manifests"][name] = _check_manifest(path, read_json(path), s, n, step, base)
+        manifest = remote[name]["manifest"] if name in remote else read_json(path)
+        if name in remote and path.is_file() and read_json(path) != manifest:
+            raise ValueError(f"{path}: not the manifest its commit holds a copy of (another run's, or edited)")
+        info["manifests"][name] = _check_manifest(path, manifest, s, n, step, base)
     _check_same_tables(step_path, list(info["manifests"].values()), info["plan"])
+    info["marker"] = saved
     return info
+
+
+def _remote(marker: Path, info: dict, n_shards: int) -> dict:
+    """The commit's shards saved on their server's own disk: shard dir name -> {"server", "manifest"}."""
+    remote = info.get(REMOTE, {})
+    if not isinstance(remote, dict) or not set(remote) <= set(shard_names(n_shards)) or not all(
+            isinstance(r, dict) and isinstance(r.get("server"), str) and isinstance(r.get("manifest"), dict)
+            for r in remote.values()):
+        raise ValueError(f"{marker}: '{REMOTE}' must map shard directories of its {n_shards} shards to "
+                         "{\"server\", \"manifest\"}")
+    return remote
+
+
+def shard_files(step_path: Path, info: dict, shard: int, n_shards: int) -> Path:
+    """The directory of a saved shard's files, or a ValueError naming the server that holds them when
+    they are on its own disk, not here."""
+    path = shard_dir(step_path, shard, n_shards)
+    held = info.get(REMOTE, {}).get(path.name)
+    if held is not None and not path.is_dir():
+        raise ValueError(f"checkpoint {step_path.name}: shard {shard}'s files are on the disk of its server "
+                         f"({held['server']}), not on this host; it reads them there (a load through the servers)")
+    return path
 
 
 def _check_manifest(path: Path, m: dict, shard: int, n_shards: int, step: int, base: int | None = None) -> dict:

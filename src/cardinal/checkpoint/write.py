@@ -12,15 +12,17 @@ the full checkpoint at its root then every delta in order (``reader.py``). Array
 read with ``allow_pickle=False``; manifests are JSON (``durable.py``).
 """
 
+import json
 import shutil
 from pathlib import Path
 
 import numpy as np
 
 from cardinal.checkpoint import chain
-from cardinal.checkpoint.durable import ArrayWriter, crc32_json, file_entry, read_json, write_array, write_json
-from cardinal.checkpoint.layout import (COLUMNS, COMMIT, DELETED, FORMAT_VERSION, MANIFEST, STATE, admission_file,
-                                        shard_dir, shard_names, step_dir)
+from cardinal.checkpoint.durable import (ArrayWriter, bytes_entry, crc32_json, file_entry, read_json, write_array,
+                                         write_json)
+from cardinal.checkpoint.layout import (COLUMNS, COMMIT, DELETED, FORMAT_VERSION, MANIFEST, REMOTE, STATE,
+                                        admission_file, shard_dir, shard_names, step_dir)
 from cardinal.embedding.hashing import ROUTING_NAME
 from cardinal.failpoints import failpoint
 
@@ -98,7 +100,8 @@ def _write_chunks(out: Path, name: str, table, chunk_bytes: int) -> dict:
 
 
 def commit(step_path: Path, step: int, n_shards: int, extra: dict | None = None, base: int | None = None,
-           plan: dict | None = None, run: dict | None = None, base_sha256: str | None = None) -> str:
+           plan: dict | None = None, run: dict | None = None, base_sha256: str | None = None,
+           remote: dict[int, tuple[str, bytes]] | None = None) -> str:
     """Write the commit marker after checking that every shard's manifest is in place.
 
     The marker lists every other top-level file of the checkpoint with its size and crc32:
@@ -108,14 +111,23 @@ def commit(step_path: Path, step: int, n_shards: int, extra: dict | None = None,
     saved in (``ShardingPlan.to_json``; recorded unless it is the hash plan, ``sharding/plan.py``).
     ``run``: {"id", "full_every"} of the run saving it; a delta records ``base_sha256``, the digest
     of the commit it was saved on (read from its directory when None: ``chain.py``).
-    Returns this commit's digest.
+    ``remote``: shard -> (server, manifest bytes) of the shards whose files are on their server's own
+    disk, not under ``step_path``: the marker lists each such manifest by the bytes the server sent
+    and holds a copy of it, so the checkpoint is checked here and each server checks its own part
+    against the marker when it loads (``verify.py``). Returns this commit's digest.
     """
-    files = {}
+    files, held, remote = {}, {}, remote or {}
     for s in range(n_shards):
         path = shard_dir(step_path, s, n_shards) / MANIFEST
+        if s in remote:
+            server, data = remote[s]
+            files[f"{path.parent.name}/{MANIFEST}"] = bytes_entry(data)
+            held[path.parent.name] = {"server": server, "manifest": json.loads(data)}
+            continue
         if not path.exists():
             raise RuntimeError(f"cannot commit {step_path}: shard {s} wrote no manifest ({path})")
         files[f"{path.parent.name}/{MANIFEST}"] = file_entry(path)
+    step_path.mkdir(parents=True, exist_ok=True)  # every shard on its own disk, nothing written here yet
     for child in sorted(step_path.iterdir()):
         if child.is_dir() and not child.name.startswith("shard-") and (child / STATE).is_file():
             files[f"{child.name}/{STATE}"] = file_entry(child / STATE)
@@ -129,6 +141,8 @@ def commit(step_path: Path, step: int, n_shards: int, extra: dict | None = None,
         marker["run"] = run
     if plan is not None:
         marker["plan"] = plan
+    if held:
+        marker[REMOTE] = held
     marker["crc32"] = crc32_json(marker)
     write_json(step_path / COMMIT, marker)
     return chain.digest(marker)

@@ -3,10 +3,13 @@ TLS), with ``[ps.limits]`` (what one server accepts) and ``[ps.memory]`` (what i
 take). Where each table's rows live is ``[plan]``."""
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from cardinal.recipe.memory import MemoryConfig
+
+JOB_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")
 
 
 @dataclass(frozen=True)
@@ -53,7 +56,9 @@ class PSConfig:
     servers: list[str] = field(default_factory=list, metadata={
         "help": "host:port of each shard's server; empty: embedded"})
     timeout_s: float = field(default=20.0, metadata={"help": "deadline of each call to a server"})
-    job: str = field(default="cardinal", metadata={"help": "servers answer only requests of this job..."})
+    job: str = field(default="cardinal", metadata={
+        "help": "servers answer only requests of this job... (letters, digits, '.', '_', '-': a server with its own "
+                "disk keeps the job's checkpoints under <--data-dir>/checkpoints/<job>)"})
     token_file: str = field(default="", metadata={"help": "...carrying this token (or $CARDINAL_TOKEN)"})
     tls_cert: str = field(default="", metadata={"help": "server certificate and key (PEM): TLS when given"})
     tls_key: str = field(default="", metadata={"help": "(goes with tls_cert)"})
@@ -68,6 +73,9 @@ class PSConfig:
     def __post_init__(self):
         if self.shards < 1:
             raise ValueError(f"ps.shards must be >= 1, got {self.shards}")
+        if not JOB_NAME.fullmatch(self.job):
+            raise ValueError(f"ps.job must be 1-128 letters, digits, '.', '_' or '-', not starting with '.', got "
+                             f"{self.job!r}: a server keeps the job's checkpoints in a directory of that name")
         if bool(self.tls_cert) != bool(self.tls_key):
             raise ValueError("ps.tls_cert and ps.tls_key go together")
         if not -1 <= self.metrics_port <= 65535:

@@ -3,7 +3,7 @@
     client = PSClient(InProcessTransport(stores), pull_codec="bf16", push_codec="bf16")
     rows = client.pull("user", ids, step=3).wait()      # (n, dim) float32
     client.push("user", ids, grads, step=3).wait()
-    client.save("ckpt/", step=3)                         # every shard, then the commit marker
+    client.save("ckpt/", step=3)                         # every shard, then the commit (checkpoints.py)
 
 The client routes ids to shards by its sharding plan (``sharding/plan.py``: row-wise over every shard
 by default; stable), sends one request per (piece, shard) that has ids, and assembles the
@@ -21,19 +21,14 @@ default, every request of this client), on any transport; ``metrics()`` counts w
 import itertools
 import time
 import uuid
-from collections.abc import Iterable
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 
 from cardinal import codecs
-from cardinal.checkpoint.layout import latest, step_dir
-from cardinal.checkpoint.reader import Reader
-from cardinal.checkpoint.retention import remove_older
-from cardinal.checkpoint.write import commit
 from cardinal.embedding import combine_digests
 from cardinal.ps import validate
+from cardinal.ps.client.checkpoints import ClientCheckpoints
 from cardinal.ps.client.hot_rows import CopyReader, PlainReader
 from cardinal.ps.client.parts import parts_of
 from cardinal.ps.client.traffic import Traffic
@@ -79,7 +74,7 @@ def _push_reply(shards: list[int], replies: list[dict]) -> dict:
     return {**out, "log": logs} if logs else out
 
 
-class PSClient:
+class PSClient(ClientCheckpoints):
     """``plan``: where each table's rows live (``sharding/plan.py``); row-wise over every shard when None.
     ``worker`` of ``workers``: which copies of hot rows this client reads, and which it refreshes."""
 
@@ -97,6 +92,7 @@ class PSClient:
         if not 0 <= worker < workers:
             raise ValueError(f"worker must be in [0, {workers}), got {worker}")
         self._committed: tuple[int, str] | None = None  # (step, digest) of the checkpoint saved or loaded last
+        self._own_disks: list[int] | None = None  # steps kept, when servers keep their parts on their own disks
         self.reader = CopyReader(self, worker, workers) if self.plan.replicas else PlainReader(self)
 
     def _request_id(self) -> str:
@@ -197,77 +193,6 @@ class PSClient:
 
     def _push(self, shard: int, request: PushRequest) -> Handle:
         return Resending(lambda: self.transport.push(shard, request), self.retries)
-
-    def save(self, root: str, step: int, *, keep: int = 1, extra: dict | None = None,
-             before_commit=None, timeout: float | None = None, protect: Iterable[int] = (),
-             base: int | None = None, run: dict | None = None) -> Path:
-        """Save every shard, commit, then remove all but the newest ``keep`` checkpoints and
-        those of the steps in ``protect`` (the best checkpoint, which the trainer keeps), and any
-        checkpoint a kept delta needs. ``base``: a delta checkpoint on that step's (committed, in
-        ``root``, and the step every shard saved or loaded last; it records the digest of that
-        checkpoint as this client saved or loaded it). ``run``: the run's {"id", "full_every"}.
-
-        ``before_commit(step_path)`` writes anything else that belongs to the checkpoint
-        (the trainer's dense state): it is committed, or lost, with the shards.
-        """
-        if keep < 1:
-            raise ValueError(f"keep must be >= 1, got {keep}")
-        handles = [self.transport.save(s, str(root), step, base) for s in range(self.n_shards)]
-        for h in handles:
-            h.wait(timeout)
-        path = step_dir(root, step)
-        if before_commit is not None:
-            before_commit(path)
-        known = self._committed[1] if base is not None and self._committed and self._committed[0] == base else None
-        digest = commit(path, step, self.n_shards, extra, base, None if self.plan.is_hash() else self.plan.to_json(),
-                        run, known)
-        self._committed = (step, digest)
-        remove_older(root, keep, protect)
-        return path
-
-    def load(self, path: str, *, timeout: float | None = None) -> dict:
-        """Load a checkpoint (a step directory, or the newest committed one under a root), all or
-        nothing: every shard prepares (verifies, stages its rows); only if all succeed does any
-        commit. When one refuses, every prepared shard aborts and a ValueError names the shard."""
-        path = Path(path)
-        if not path.name.startswith("step-"):
-            found = latest(path)
-            if found is None:
-                raise ValueError(f"no committed checkpoint in {path}")
-            path = found
-        head = Reader(path).chain[-1]  # commits and manifests, every link checked before any shard works
-        handles = [self.transport.load(s, str(path), "prepare") for s in range(self.n_shards)]
-        prepared, failed = {}, []
-        for s, h in enumerate(handles):
-            try:
-                prepared[s] = h.wait(timeout)
-            except Exception as e:  # noqa: BLE001 - any failure of any shard aborts the load
-                failed.append((s, e))
-        if failed:
-            for s, result in prepared.items():
-                try:
-                    self.transport.load(s, str(path), "abort", result["token"]).wait(timeout)
-                except Exception:  # noqa: BLE001 - staged rows of an unreachable shard are replaced by its next prepare
-                    pass
-            s, e = failed[0]
-            message = f"checkpoint {path} not loaded, no shard changed: shard {s} refused it: {e}"
-            raise (ValueError if isinstance(e, ValueError) else RuntimeError)(message) from e
-        results = []
-        for s in range(self.n_shards):  # a commit only swaps tables in: it fails only if the shard is gone
-            try:
-                results.append(self.transport.load(s, str(path), "commit", prepared[s]["token"]).wait(timeout))
-            except Exception as e:
-                raise RuntimeError(f"checkpoint {path}: shard {s} did not commit it ({e}), shards "
-                                   f"{list(range(s))} did: load it again") from e
-        self._committed = (head.step, head.sha256)
-        self.reader.forget()  # every server forgot its copies of hot rows
-        rows: dict[str, int] = {}
-        for r in results:  # per table: the rows of its first piece (a shard may hold none of a table, plan.py)
-            for name, n in r["rows"].items():
-                table, piece = self.plan.locate(name)
-                if piece == self.plan.pieces(table)[0]:
-                    rows[table] = rows.get(table, 0) + n
-        return {"path": str(path), "step": head.step, "extra": head.extra, "rows": rows}
 
     def stats(self, check: bool = False) -> list[dict]:
         """Every shard's stats; ``check=True`` verifies each shard's invariants first."""

@@ -26,6 +26,7 @@ or token, and are cut to ``MAX_DETAILS`` (gRPC metadata is bounded).
 """
 
 import hmac
+import json
 import logging
 import time
 from pathlib import Path
@@ -33,6 +34,7 @@ from pathlib import Path
 import grpc
 import numpy as np
 
+from cardinal.checkpoint.layout import own_root
 from cardinal.ps.limits import StoreFull
 from cardinal.ps.server.request_log import FirstAttemptFailed
 from cardinal.ps.server.store import ShardStore
@@ -178,23 +180,46 @@ class ShardServicer:
         arrays = [np.ascontiguousarray(a, np.int64) for a in (seqs, log["steps"][first], sizes, log["ids"])]
         return {**reply, "log": head}, arrays + ([np.ascontiguousarray(log["counts"], "<i4")] if counted else [])
 
-    def _inside(self, relative: str) -> Path:
-        if len(relative) > 4096 or "\0" in relative:
-            raise ValueError(f"path: {quote(relative)} is not a usable path")
-        path = (self.data_dir / relative).resolve()
-        if path != self.data_dir and self.data_dir not in path.parents:
-            raise ValueError(f"path: {quote(relative)} is outside this server's data directory")
-        return path
+    def _place(self, named: str, step: bool = False) -> Path:
+        """Where a checkpoint directory the workers name lies on this server: as named when that is
+        inside its data directory (a directory shared with the workers, or the same path on this
+        host's own disk), else under this server's own root for the job (``layout.own_root``): no
+        path is assumed equal across hosts. ``step``: ``named`` is a step directory (kept by name)."""
+        if len(named) > 4096 or "\0" in named:
+            raise ValueError(f"path: {quote(named)} is not a usable path")
+        path = (self.data_dir / named).resolve()
+        if path == self.data_dir or self.data_dir in path.parents:
+            return path
+        own = own_root(self.data_dir, self.job)
+        return own / path.name if step else own
 
     def _save(self, header, payload):
-        root = self._inside(wire.field(header, "root", str))
+        root = self._place(wire.field(header, "root", str))
         base = wire.field(header, "base", int) if "base" in header else None
-        manifest = self.store.save(str(root), wire.field(header, "step", int), base)
-        return {"rows": {t: m["rows"] for t, m in manifest["tables"].items()}}, []
+        keep = None
+        if "keep" in header:  # the steps the workers keep, as int64s
+            n = wire.field(header, "keep", int)
+            if n < 0 or len(payload) != 8 * n:
+                raise wire.WireError(f"keep: {_short(n)} steps, the payload holds {len(payload)} bytes")
+            keep = np.frombuffer(payload, np.int64).tolist()
+        dry = wire.field(header, "dry", bool, False)
+        reply = self.store.save(str(root), wire.field(header, "step", int), base, keep=keep, dry=dry)
+        where = {"where": str(root), **({"dry": True} if dry else {})}
+        return {"rows": reply["rows"], **where}, [reply["manifest"]] if not dry else []
 
     def _load(self, header, payload):
-        return self.store.load(str(self._inside(wire.field(header, "path", str))),
-                               wire.field(header, "phase", str, "load"), header.get("token")), []  # typed by SCHEMAS
+        markers = None
+        if "commits" in header:  # the chain's commits, as JSON
+            n = wire.field(header, "commits", int)
+            if n != len(payload):
+                raise wire.WireError(f"commits: {_short(n)} bytes, the payload holds {len(payload)}")
+            try:
+                markers = json.loads(bytes(payload))
+            except (UnicodeDecodeError, ValueError, RecursionError) as e:
+                raise wire.WireError(f"commits: not JSON ({str(e)[:80]})") from None
+        return self.store.load(str(self._place(wire.field(header, "path", str), step=True)),
+                               wire.field(header, "phase", str, "load"), header.get("token"),  # typed by SCHEMAS
+                               markers=markers), []
 
     def _stats(self, header, payload):
         try:

@@ -11,9 +11,12 @@ of ``ShardStore``: it uses the store's tables, plan, clock, memory and logs.
 
 import contextlib
 import uuid
+from pathlib import Path
 
-from cardinal.checkpoint.layout import committed, step_dir
+from cardinal.checkpoint.durable import probe_dir
+from cardinal.checkpoint.layout import MANIFEST, committed, shard_dir, step_dir
 from cardinal.checkpoint.reader import Reader
+from cardinal.checkpoint.retention import keep_only
 from cardinal.checkpoint.write import save_shard
 from cardinal.embedding.clustered_table import SaecTable
 from cardinal.ps import validate
@@ -22,14 +25,26 @@ from cardinal.ps.validate import quote
 
 
 class StoreCheckpoints:
-    def save(self, root: str, step: int, base: int | None = None) -> dict:
-        """Write this shard's part of checkpoint ``step`` under ``root`` (not committed yet).
+    def save(self, root: str, step: int, base: int | None = None, *, keep=None, dry: bool = False) -> dict:
+        """Write this shard's part of checkpoint ``step`` under ``root`` (not committed yet); returns
+        {"rows": table -> rows saved, "manifest": the manifest's bytes} (the workers' rank 0 records
+        them in the commit when this shard's files are not where it can read them).
+
+        ``keep``: the steps the workers still keep, sent when this shard's files are on its own disk:
+        the other step directories before ``step`` go (``retention.keep_only``). ``dry``: write nothing
+        of the store; check that ``root`` can be written (``durable.probe_dir``), at a job's start.
 
         With ``base``, a delta: the rows pulled or pushed after step ``base`` and the ids deleted
         since this shard's previous save, which must have been of step ``base`` (the checkpoint
         the delta applies on). Every table is read under one fence (all their locks at once), so
         rows, optimizer state and filter counters of the shard come from one moment."""
         validate.check_step(step)
+        if dry:
+            try:
+                probe_dir(Path(root))
+            except OSError as e:
+                raise ValueError(f"shard {self.shard} cannot write checkpoints under {root}: {e}") from None
+            return {"rows": {}}
         if base is not None:
             validate.check_step(base)
             if base != self._saved or base >= step:
@@ -46,10 +61,14 @@ class StoreCheckpoints:
                 fence.enter_context(t.lock)
             snapshots = {name: t.snapshot(base) for name, t in self.tables.items()}
             self._saved, self._stepped_back, self._reshaped = step, False, False
-            return save_shard(path, self.shard, self.n_shards, step, self.tables, snapshots, base,
-                              chunk_bytes=SAVE_CHUNK_BYTES)
+            manifest = save_shard(path, self.shard, self.n_shards, step, self.tables, snapshots, base,
+                                  chunk_bytes=SAVE_CHUNK_BYTES)
+        if keep is not None:
+            keep_only(root, keep, before=step)
+        return {"rows": {t: m["rows"] for t, m in manifest["tables"].items()},
+                "manifest": (shard_dir(path, self.shard, self.n_shards) / MANIFEST).read_bytes()}
 
-    def load(self, step_path: str, phase: str = "load", token: str | None = None) -> dict:
+    def load(self, step_path: str, phase: str = "load", token: str | None = None, markers=None) -> dict:
         """Load a committed checkpoint (of any shard count), all or nothing, in phases:
 
         ``prepare``: verify the checkpoint and build this shard's tables from it off to the
@@ -59,12 +78,15 @@ class StoreCheckpoints:
         ``abort`` (with the token): drop them.  ``load``: prepare and commit at once.
 
         A client loading several shards prepares every one before it commits any
-        (``PSClient.load``), so a checkpoint one shard refuses changes no shard.
+        (``PSClient.load``), so a checkpoint one shard refuses changes no shard. ``markers``: the
+        commits of the checkpoint's chain, oldest first, as the workers' rank 0 saved them, when this
+        shard's files are on its own disk (which holds no commit): its part is checked against them.
         """
         if phase == "load":
-            return self.load(step_path, "commit", self.load(step_path, "prepare")["token"])
+            return self.load(step_path, "commit", self.load(step_path, "prepare", markers=markers)["token"])
         if phase == "prepare":
-            chain = Reader(step_path).chain  # a delta: its full checkpoint, then each delta
+            by_dir = None if markers is None else _by_dir(markers)
+            chain = Reader(step_path, markers=by_dir).chain  # a delta: its full checkpoint, then each delta
             head = chain[-1]
             fresh = self._fresh_tables(head.step)
             try:
@@ -138,6 +160,15 @@ class StoreCheckpoints:
             return ("has since chosen which chunks its rows keep (compression.fiited.chunks) or clustered a table "
                     "(Saec), a change to rows no push touched, which a delta cannot find")
         return next((why for t in self.tables.values() if (why := t.delta_refused()) is not None), None)
+
+
+def _by_dir(markers) -> dict:
+    """Step directory name -> commit, from the commits a client sent (a list of JSON objects)."""
+    if not isinstance(markers, list) or not all(isinstance(m, dict) for m in markers):
+        raise ValueError("commits: must be a list of commit objects")
+    for m in markers:
+        validate.check_step(m.get("step"))
+    return {step_dir("", m["step"]).name: m for m in markers}
 
 
 def _close_tiers(tables: dict) -> None:

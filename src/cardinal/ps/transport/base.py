@@ -72,12 +72,20 @@ class Transport(ABC):
         {"clock": ...} for a push with an origin, else {}."""
 
     @abstractmethod
-    def save(self, shard: int, root: str, step: int, base: int | None = None) -> Handle:
-        """``ShardStore.save``: a full checkpoint, or with ``base`` a delta on that step's."""
+    def save(self, shard: int, root: str, step: int, base: int | None = None, *, keep=None,
+             dry: bool = False) -> Handle:
+        """``ShardStore.save``: a full checkpoint, or with ``base`` a delta on that step's; ``keep``,
+        ``dry`` as there. A server puts ``root`` where its disk has it (``ShardServicer._place``)."""
 
     @abstractmethod
-    def load(self, shard: int, step_path: str, phase: str = "load", token: str | None = None) -> Handle:
-        """``ShardStore.load``: phases prepare / commit / abort (with the prepare's token), or load."""
+    def load(self, shard: int, step_path: str, phase: str = "load", token: str | None = None, *,
+             markers: list | None = None) -> Handle:
+        """``ShardStore.load``: phases prepare / commit / abort (with the prepare's token), or load;
+        ``markers``: the chain's commits, for a server whose part is on its own disk."""
+
+    def where(self, shard: int) -> str:
+        """The shard's server as an error message names it (its address)."""
+        return f"shard {shard}"
 
     @abstractmethod
     def stats(self, shard: int, digest: bool = False, check: bool = False) -> Handle: ...

@@ -68,11 +68,14 @@ class FaultyTransport(Transport):
     def push(self, shard, request):
         return self._faulty(f"push to shard {shard}", lambda: self.inner.push(shard, request))
 
-    def save(self, shard, root, step, base=None):
-        return self.inner.save(shard, root, step, base)
+    def save(self, shard, root, step, base=None, *, keep=None, dry=False):
+        return self.inner.save(shard, root, step, base, keep=keep, dry=dry)
 
-    def load(self, shard, step_path, phase="load", token=None):
-        return self.inner.load(shard, step_path, phase, token)
+    def load(self, shard, step_path, phase="load", token=None, *, markers=None):
+        return self.inner.load(shard, step_path, phase, token, markers=markers)
+
+    def where(self, shard):
+        return self.inner.where(shard)
 
     def stats(self, shard, digest=False, check=False):
         return self.inner.stats(shard, digest, check)

@@ -21,6 +21,7 @@ and gradients cross encoded by it.
 """
 
 import itertools
+import json
 import threading
 import time
 import uuid
@@ -117,6 +118,13 @@ class _Mapped(Handle):
 
     def wait(self, timeout: float | None = DEFAULT_TIMEOUT):
         return self.combine([p.wait(timeout) for p in self.parts])
+
+
+def _save_reply(replies) -> dict:
+    """The save's reply: rows per table, and its manifest's bytes (the payload) unless it was dry."""
+    (header, payload), = replies
+    reply = {k: v for k, v in header.items() if k != "incarnation"}
+    return {**reply, "manifest": bytes(payload)} if not header.get("dry") else reply
 
 
 def _push_reply(replies) -> dict:
@@ -266,13 +274,23 @@ class GrpcTransport(Transport):
             parts.append(self._call(shard, "Push", header, r.ids[c], g, *extra))
         return _Mapped(parts, _push_reply)
 
-    def save(self, shard, root, step, base=None):
+    def save(self, shard, root, step, base=None, *, keep=None, dry=False):
         header = {"root": str(root), "step": int(step), **({} if base is None else {"base": int(base)})}
-        return _Mapped([self._call(shard, "Save", header)], lambda r: r[0][0])
+        header.update({"dry": True} if dry else {})
+        steps = [] if keep is None else [np.asarray(sorted(keep), np.int64)]
+        header.update({} if keep is None else {"keep": len(steps[0])})
+        return _Mapped([self._call(shard, "Save", header, *steps)], _save_reply)
 
-    def load(self, shard, step_path, phase="load", token=None):
-        return _Mapped([self._call(shard, "Load", {"path": str(step_path), "phase": phase, "token": token})],
+    def load(self, shard, step_path, phase="load", token=None, *, markers=None):
+        header, sent = {"path": str(step_path), "phase": phase, "token": token}, []
+        if markers is not None:  # the payload: not bounded by the header's size
+            sent = [json.dumps(markers, separators=(",", ":")).encode()]
+            header["commits"] = len(sent[0])
+        return _Mapped([self._call(shard, "Load", header, *sent)],
                        lambda r: {k: v for k, v in r[0][0].items() if k != "incarnation"})
+
+    def where(self, shard):
+        return self.addresses[shard]
 
     def stats(self, shard, digest=False, check=False):
         return _Mapped([self._call(shard, "Stats", {"digest": digest, "check": check})], lambda r: r[0][0]["stats"])

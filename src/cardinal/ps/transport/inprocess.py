@@ -54,11 +54,11 @@ class InProcessTransport(Transport):
         return self._call(shard, "push", r.table, r.ids, r.grads, step=r.step, kind=r.kind, request_id=r.request_id,
                           origin=r.origin, counts=r.counts)
 
-    def save(self, shard, root, step, base=None):
-        return self._call(shard, "save", root, step, base)
+    def save(self, shard, root, step, base=None, *, keep=None, dry=False):
+        return self._call(shard, "save", root, step, base, keep=keep, dry=dry)
 
-    def load(self, shard, step_path, phase="load", token=None):
-        return self._call(shard, "load", step_path, phase, token)
+    def load(self, shard, step_path, phase="load", token=None, *, markers=None):
+        return self._call(shard, "load", step_path, phase, token, markers)
 
     def stats(self, shard, digest=False, check=False):
         return self._call(shard, "stats", digest, check)

@@ -53,8 +53,8 @@ SCHEMAS: dict[str, dict[str, type]] = {
     "Pull": {**_TARGET, **_ARRAYS, "create": bool, "codec": str},
     "Push": {**_TARGET, **_ARRAYS, "grads_bytes": int, "dim": int, "dtype": str, "codec": str, "kind": str,
              **ORIGIN, "counts_bytes": int},
-    "Save": {**_TARGET, "root": str, "step": int, "base": int},
-    "Load": {**_TARGET, "path": str, "phase": str, "token": str},
+    "Save": {**_TARGET, "root": str, "step": int, "base": int, "dry": bool, "keep": int},
+    "Load": {**_TARGET, "path": str, "phase": str, "token": str, "commits": int},
     "Stats": {**_TARGET, "digest": bool, "check": bool},
 }
 
