@@ -11,6 +11,7 @@ and one rule for the names a manifest may give (``check_name``): plain file name
 the checkpoint's directory, so a tampered manifest can never make a load read elsewhere.
 """
 
+import contextlib
 import json
 import os
 import re
@@ -129,16 +130,21 @@ def file_entry(path: Path) -> dict:
 
 def probe_dir(path: Path) -> None:
     """Make ``path`` and write, sync and remove a file in it: a dry save, so a checkpoint directory
-    that cannot be written fails at a job's start, not at its first save. OSError when it cannot."""
-    path.mkdir(parents=True, exist_ok=True)
+    that cannot be written fails at a job's start, not at its first save. OSError when it cannot;
+    either way the directories it made are gone again (a refused start leaves nothing)."""
+    made = [p for p in (path, *path.parents) if not p.exists()]  # deepest first
     probe = path / f".probe-{os.getpid()}"
     try:
+        path.mkdir(parents=True, exist_ok=True)
         with open(probe, "wb") as f:
             f.write(b"cardinal")
             f.flush()
             os.fsync(f.fileno())
     finally:
         probe.unlink(missing_ok=True)
+        for p in made:
+            with contextlib.suppress(OSError):
+                p.rmdir()
 
 
 def bytes_entry(data: bytes) -> dict:

@@ -82,6 +82,8 @@ def read_commit(step_path: Path, sent: dict | None = None) -> dict:
         check_name(parts[0], str(marker))
         if parts[0] in remote and not (step_path / parts[0]).is_dir():
             continue  # on its server's own disk: checked by the copy the commit holds, and by that server
+        if sent is not None and rel not in manifests:
+            continue  # the dense state, on the workers' rank 0's disk: a server checks its own part
         verify_file(step_path / parts[0] / parts[1], entry)
     if not isinstance(info.get("extra"), dict):
         raise ValueError(f"{marker}: 'extra' must be a JSON object")

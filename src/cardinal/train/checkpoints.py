@@ -35,12 +35,16 @@ class Checkpoints:
         self.run_id = uuid.uuid4().hex  # the run's id in its checkpoints (checkpoint/chain.py); a resume loads it
 
     def begin(self, resume: bool) -> None:
-        """Load the newest checkpoint to resume from; a new run refuses a directory that holds one."""
-        root = self.trainer.run_dir / "checkpoints"
+        """Load the newest checkpoint to resume from; a new run refuses a directory that holds one.
+        First a dry save: every server, and worker 0 here, can write where a checkpoint goes
+        (``PSClient.check_checkpoints``), so a job misconfigured for it fails now, not at its first save."""
+        tr = self.trainer
+        root = tr.run_dir / "checkpoints"
+        tr.client.check_checkpoints(str(root.resolve()), here=tr.workers.leader)
         if resume:
-            self.trainer.load(root)
+            tr.load(root)
         elif committed_steps(root):
-            raise ValueError(f"{self.trainer.run_dir} already holds checkpoints: resume it, or train into a new "
+            raise ValueError(f"{tr.run_dir} already holds checkpoints: resume it, or train into a new "
                              "directory")
 
     def save(self) -> int:

@@ -9,6 +9,7 @@ each following save tells those servers which steps the workers still keep. A mi
 ``PSClient``: it uses the client's transport, plan and hot-row reader.
 """
 
+import socket
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -21,18 +22,20 @@ from cardinal.ps.transport.base import DEFAULT_TIMEOUT
 
 
 class ClientCheckpoints:
-    def check_checkpoints(self, root: str | None, timeout: float | None = DEFAULT_TIMEOUT) -> list[str]:
+    def check_checkpoints(self, root: str, *, here: bool = True, timeout: float | None = DEFAULT_TIMEOUT) -> list[str]:
         """A dry save: each server checks it can write where its part of a checkpoint under ``root``
-        would go, and ``root`` (the workers' rank 0's; None: another worker's, not written) is written
-        here, so a job misconfigured for checkpoints fails at its start. Returns where each server
-        would write; a ValueError naming the server, the directory and the setting that places it."""
-        if root is not None:
+        would go, and (``here``: the workers' rank 0, which writes the commit) ``root`` is written
+        here, so a job misconfigured for checkpoints fails at its start, not at its first save.
+        Returns where each server would write; a ValueError naming the host, the directory and the
+        setting that places it."""
+        if here:
             try:
                 probe_dir(Path(root))
             except OSError as e:
-                raise ValueError(f"this worker cannot write checkpoints under {root} ({e}): they go to "
-                                 "<run dir>/checkpoints (cardinal train --run-dir)") from None
-        handles = [self.transport.save(s, str(root or "."), 0, dry=True) for s in range(self.n_shards)]
+                raise ValueError(f"the worker on {socket.gethostname()} cannot write checkpoints under {root} "
+                                 f"({e}): they go to <run dir>/checkpoints (CARDINAL_RUN_DIR, or train.run_dir)"
+                                 ) from None
+        handles = [self.transport.save(s, str(root), 0, dry=True) for s in range(self.n_shards)]
         places = []
         for s, h in enumerate(handles):
             try:

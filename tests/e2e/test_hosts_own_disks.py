@@ -1,0 +1,134 @@
+"""Three hosts and no shared directory, as most clusters give each pod its own volume: a server on
+each of two hosts with its own --data-dir, two torchrun workers on the third with the run
+directory. The job trains and commits; a killed server is named by every worker within seconds;
+both servers restart on their disks and the run resumes, bitwise equal to a run that went straight
+on. A job whose server cannot write checkpoints fails at its start, naming the server and the flag.
+"""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from cardinal.checkpoint import layout
+from helpers.hosts import Hosts, unavailable
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))]
+
+ME = [sys.executable, "-m", "cardinal.cli"]
+JOB = "own-disks"
+ENV = {**os.environ, "CARDINAL_TOKEN": "t0ken", "PYTHONUNBUFFERED": "1", "GLOO_SOCKET_IFNAME": "eth0"}
+MODEL = ["--set", f'ps.job="{JOB}"', "--set", "embedding.dim=4", "--set", "model.hidden=[16]",
+         "--set", 'train.baseline="none"']
+
+
+def start_servers(hosts, dirs: list[Path]) -> list[subprocess.Popen]:
+    servers = [hosts[i].popen([*ME, "server", "--shard", f"{i}/2", "--host", "0.0.0.0", "--port", "7000",
+                               "--data-dir", str(d), *MODEL], env=ENV, stdout=subprocess.PIPE, text=True)
+               for i, d in enumerate(dirs)]
+    for s in servers:
+        assert s.stdout.readline().startswith("CARDINAL_SERVER_READY"), "a server did not start"
+    return servers
+
+
+def workers(hosts, run_dir: Path, *args: str, log: Path) -> subprocess.Popen:
+    """Two workers on host 2 through torchrun; ``args``: the train command's."""
+    sets = [*MODEL, "--set", f"ps.servers={hosts[0].address}:7000,{hosts[1].address}:7000",
+            "--set", f'data.cache_dir="{hosts[2].dir / "data"}"', "--set", "data.synthetic.rows=4000",
+            "--set", "data.batch_size=250", "--set", 'consistency.mode="sync"', "--set", "checkpoint.every=3",
+            "--set", "metrics.log_every=1", "--set", "ps.timeout_s=8"]
+    with open(log, "w") as out:
+        return hosts[2].popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                               "-m", "cardinal.cli", "train", *args, *sets],
+                              env={**ENV, "CARDINAL_RUN_DIR": str(run_dir)}, stdout=out, stderr=out)
+
+
+def kill(procs) -> None:
+    for p in procs:
+        p.send_signal(signal.SIGKILL)
+        p.wait(timeout=30)
+
+
+def gathered_state(run_dir: Path, server_dirs: list[Path]):
+    """The newest checkpoint's table digest and dense tensors, read back in this process after its
+    parts are copied from each server's disk beside the commit (which then checks them)."""
+    from cardinal.checkpoint.reader import Reader
+    from cardinal.ps import connect
+    from cardinal.recipe import load
+    from cardinal.train import tables
+
+    found = layout.latest(run_dir / "checkpoints")
+    for d in server_dirs:
+        own = layout.step_dir(layout.own_root(d, JOB), layout.step_of(found))
+        for part in own.glob("shard-*"):
+            shutil.copytree(part, found / part.name)
+    client = connect(tables.store_config(load("criteo_synthetic", ["embedding.dim=4", "model.hidden=[16]",
+                                                                    'train.baseline="none"'])), 1)
+    client.load(found)
+    return found.name, client.digest("emb"), Reader(found).dense_state()["model"]
+
+
+@pytest.mark.timeout(300)
+def test_three_hosts_without_a_shared_directory_commit_restart_and_resume_bitwise(tmp_path):
+    with Hosts(3, tmp_path) as hosts:
+        straight_dirs = [hosts[i].dir / "straight" for i in range(2)]
+        servers = start_servers(hosts, straight_dirs)
+        straight = workers(hosts, hosts[2].dir / "straight", "--set", "train.steps=9", log=tmp_path / "straight.log")
+        assert straight.wait(timeout=120) == 0, (tmp_path / "straight.log").read_text()[-3000:]
+        kill(servers)
+
+        dirs = [hosts[i].dir / "stopped" for i in range(2)]
+        run_dir = hosts[2].dir / "stopped"
+        servers = start_servers(hosts, dirs)
+        stopped = workers(hosts, run_dir, "--set", "train.epochs=1000", log=tmp_path / "stopped.log")
+        deadline = time.monotonic() + 120
+        while not layout.committed_steps(run_dir / "checkpoints") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert layout.committed_steps(run_dir / "checkpoints"), (tmp_path / "stopped.log").read_text()[-3000:]
+        assert not any(p.name.startswith("shard-") for p in (run_dir / "checkpoints").rglob("*"))  # on the servers
+        killed = time.monotonic()
+        servers[1].kill()
+        assert stopped.wait(timeout=60) != 0
+        named = time.monotonic() - killed
+        text = (tmp_path / "stopped.log").read_text()
+        said = [line for line in text.splitlines() if line.startswith("cardinal train: error:")]
+        assert len(said) == 2 and all(f"shard 1 at {hosts[1].address}:7000" in line for line in said), text[-3000:]
+        assert named < 30, named
+        kill(servers)
+
+        servers = start_servers(hosts, dirs)  # both servers restarted on their own disks
+        resumed = workers(hosts, run_dir, "--resume", str(run_dir), "--set", "train.steps=9",
+                          log=tmp_path / "resumed.log")
+        assert resumed.wait(timeout=120) == 0, (tmp_path / "resumed.log").read_text()[-3000:]
+        kill(servers)
+    assert hosts.leftovers() == []
+    a, b = gathered_state(hosts[2].dir / "straight", straight_dirs), gathered_state(run_dir, dirs)
+    assert a[0] == b[0] == "step-0000000009" and a[1] == b[1]
+    assert all(torch.equal(a[2][k], b[2][k]) for k in a[2])
+
+
+@pytest.mark.timeout(120)
+def test_a_server_that_cannot_write_checkpoints_fails_the_job_at_its_start_naming_it(tmp_path):
+    with Hosts(3, tmp_path) as hosts:
+        dirs = [hosts[i].dir / "ps" for i in range(2)]
+        for d in dirs:
+            d.mkdir()
+        (dirs[1] / "checkpoints").write_text("a file where the server's checkpoints would go")
+        servers = start_servers(hosts, dirs)
+        started = time.monotonic()
+        job = workers(hosts, hosts[2].dir / "run", "--set", "train.steps=9", log=tmp_path / "job.log")
+        assert job.wait(timeout=60) != 0
+        took = time.monotonic() - started
+        kill(servers)
+    text = (tmp_path / "job.log").read_text()
+    said = [line for line in text.splitlines() if line.startswith("cardinal train: error:")]
+    assert said and all(f"server {hosts[1].address}:7000 (shard 1) cannot write checkpoints" in line
+                        and "cardinal server --data-dir" in line for line in said), text[-3000:]
+    assert "step 1" not in json.dumps(said) and took < 30, took
