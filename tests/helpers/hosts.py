@@ -61,6 +61,10 @@ class Host:
         self._tc("qdisc", "replace", "dev", "eth0", "root", "handle", "1:", "netem", "delay", f"{delay_ms}ms")
         self._tc("qdisc", "replace", "dev", "eth0", "parent", "1:", "handle", "2:", *tbf)
 
+    def unshape(self) -> None:
+        """What this host sends leaves at the bridge's own rate again (no qdisc of ours)."""
+        self.run(["tc", "qdisc", "del", "dev", "eth0", "root"], capture_output=True)  # none there: nothing to do
+
     def _tc(self, *args: str) -> None:
         done = self.run(["tc", *args], capture_output=True, text=True)
         if done.returncode:
