@@ -24,7 +24,7 @@ from cardinal.checkpoint.dense import save_tree
 from cardinal.checkpoint.layout import DENSE, committed, committed_steps, latest, step_dir, step_of
 from cardinal.checkpoint.reader import Reader
 from cardinal.checkpoint.retention import remove_older
-from cardinal.train import builder
+from cardinal.train import builder, job_servers
 
 
 class Checkpoints:
@@ -35,13 +35,16 @@ class Checkpoints:
         self.run_id = uuid.uuid4().hex  # the run's id in its checkpoints (checkpoint/chain.py); a resume loads it
 
     def begin(self, resume: bool) -> None:
-        """Load the newest checkpoint to resume from; a new run refuses a directory that holds one."""
+        """Load the newest checkpoint to resume from; a new run refuses a directory that holds one,
+        and servers another run has used (``job_servers.py``)."""
         root = self.trainer.run_dir / "checkpoints"
         if resume:
             self.trainer.load(root)
-        elif committed_steps(root):
+            return
+        if committed_steps(root):
             raise ValueError(f"{self.trainer.run_dir} already holds checkpoints: resume it, or train into a new "
                              "directory")
+        job_servers.check_unused(self.trainer)
 
     def save(self) -> int:
         """Every worker flushes its pushes; worker 0 saves the servers' shards and the dense state.
