@@ -11,10 +11,10 @@ import pytest
 
 from cardinal.recipe import load
 from cardinal.recipe.moved import MOVED, MOVED_SECTIONS
+from helpers.recipes import unknown
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = sorted((ROOT / "benchmarks").glob("*.py"))
-FREE_FORM = {"model", "sparse_optimizer"}  # sections whose keys are the model's / optimizer's own arguments
 KEY = re.compile(r"""(?:^|[\s"'=\[,(])((?:[a-z_]+\.)+[a-z_]+)=(?!=)""")
 
 
@@ -23,17 +23,6 @@ def written_keys(text: str) -> set[str]:
 
 
 SECTIONS = set(load(None, []).to_dict()) | set(MOVED_SECTIONS)  # the old ones too: [admission]
-
-
-def unknown(key: str, recipe: dict) -> bool:
-    node = recipe
-    for i, part in enumerate(key.split(".")):
-        if i == 1 and key.split(".")[0] in FREE_FORM:
-            return False
-        if not isinstance(node, dict) or part not in node:
-            return True
-        node = node[part]
-    return False
 
 
 @pytest.mark.parametrize("path", BENCHMARKS, ids=lambda p: p.name)

@@ -136,8 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(logging.INFO)  # records through tqdm.write: never onto a progress bar's line
     try:
         commands = {"train": train, "recipe": recipe, "eval": evaluate, "generate": generate, "convert": convert,
-                    "server": server, "launch": launch, "data": data, "sweep": sweep,
-                    "export": export, "serve": serve, "top": top, "plan": plan}
+                    "server": server, "launch": launch, "data": data, "sweep": sweep, "export": export, "serve": serve,
+                    "top": top, "plan": plan}
         return commands[args.command](args)
     except (ValueError, ServerFailure) as e:  # what the user can change; anything else (a bug) is a traceback (exit 1)
         say(f"cardinal {args.command}: error: {e}" + (f" ({RESUME_HINT})" if isinstance(e, ServerFailure) else ""))
@@ -169,7 +169,7 @@ def train(args) -> int:
         else:
             run_dir = new_run_dir(Path(recipe.train.run_dir), recipe.train.name)
     print(f"run directory: {run_dir}")
-    from cardinal.train import Trainer
+    from cardinal.train import Trainer, job_servers
     from cardinal.train.interrupt import Interrupted, StopFlag
 
     stop = StopFlag()
@@ -179,10 +179,10 @@ def train(args) -> int:
         if not args.resume and not shared_dir and run_dir.is_dir() and not any(run_dir.iterdir()):
             run_dir.rmdir()
         raise
-    try:
-        # SIGINT / SIGTERM: save at a step boundary, one line, 130 / 143; a peer's failure names a dead server
+    try:  # SIGINT / SIGTERM: save at a step boundary, one line, 130 / 143; a peer's failure names a dead server
         with stop.catching_signals(), culprit_named(lambda: trainer.client.health(timeout=PROBE_S)):
             summary = trainer.fit(resume=bool(args.resume))
+            job_servers.end(trainer)  # every worker's fit returned: the servers end with the job
     except Interrupted as e:
         if int(os.environ.get("RANK", "0")) == 0:
             print(e, file=sys.stderr, flush=True)  # the one line (the bar is closed)

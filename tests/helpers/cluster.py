@@ -1,9 +1,20 @@
-"""In-process gRPC servers for tests: 127.0.0.1, ports picked by the OS, always stopped."""
+"""In-process gRPC servers for tests: 127.0.0.1, ports picked by the OS, always stopped; and raw
+calls to them, past every check a client makes."""
+
+import grpc
 
 from cardinal.ps import ShardStore, StoreConfig, StoreLimits, connect
 from cardinal.ps.server.process import ServerOptions, ShardServer
+from cardinal.ps.transport import wire
 
 JOB, TOKEN = "test-job", "s3cret"
+AUTH = (("x-cardinal-job", JOB), ("x-cardinal-token", TOKEN))
+
+
+def raw_call(address: str, method: str, message: bytes, metadata=AUTH) -> bytes:
+    """``message`` (``wire.encode``d) to ``method`` of the server at ``address``, as sent."""
+    with grpc.insecure_channel(address, [("grpc.max_send_message_length", 64 << 20)]) as ch:
+        return ch.unary_unary(f"/{wire.SERVICE}/{method}")(message, metadata=metadata, timeout=20)
 
 
 class Cluster:

@@ -1,6 +1,9 @@
-"""The default recipe shrunk to seconds, for runs in this process and for ``cardinal plan``."""
+"""The default recipe shrunk to seconds, for runs in this process and for ``cardinal plan``; and
+whether a key someone writes (``section.key=``) is one of a recipe's."""
 
 from cardinal.recipe import load
+
+FREE_FORM = {"model", "sparse_optimizer"}  # sections whose keys are the model's / optimizer's own arguments
 
 
 def tiny_recipe(tmp_path, *extra):
@@ -17,3 +20,15 @@ def plan_args(tmp_path, *extra) -> list[str]:
             "data.synthetic.vocab=300", "data.batch_size=256", "embedding.dim=4", "embedding.shared=false",
             "ps.shards=4", *extra]
     return ["plan", *sum((["--set", s] for s in sets), [])]
+
+
+def unknown(key: str, recipe: dict) -> bool:
+    """Whether ``key`` (dotted) is not a key of ``recipe`` (``Recipe.to_dict()``)."""
+    node = recipe
+    for i, part in enumerate(key.split(".")):
+        if i == 1 and key.split(".")[0] in FREE_FORM:
+            return False
+        if not isinstance(node, dict) or part not in node:
+            return True
+        node = node[part]
+    return False

@@ -11,8 +11,8 @@ import pytest
 
 from cardinal.embedding import TableConfig
 from cardinal.ps import StoreConfig, StoreLimits, connect
-from helpers.cluster import JOB, TOKEN, Cluster
-from test_wire_corpus import GRADS, IDS, push, raw
+from helpers.cluster import JOB, TOKEN, Cluster, raw_call
+from test_wire_corpus import GRADS, IDS, push
 
 CONFIG = StoreConfig((TableConfig("user", 8, seed=1),), {"name": "adagrad", "lr": 0.1})
 ROWS = np.arange(100, dtype=np.int64)
@@ -30,7 +30,7 @@ def test_a_flood_of_client_names_cannot_shut_workers_out(tmp_path):
             step(c.client, s)
         flood = [f"{os.urandom(6).hex()}-1" for _ in range(64)]  # four times ps.limits.max_clients
         for k, rid in enumerate(flood):
-            raw(c.addresses[0], "Push", push(IDS, GRADS, step=40, request_id=rid))
+            raw_call(c.addresses[0], "Push", push(IDS, GRADS, step=40, request_id=rid))
             if k % 8 == 0:
                 step(c.client, 41 + k // 8)  # the worker trains on through the flood
         restarted = connect(servers=c.addresses, job=JOB, token=TOKEN, timeout=20, max_message_mb=64)
@@ -39,7 +39,7 @@ def test_a_flood_of_client_names_cannot_shut_workers_out(tmp_path):
         step(c.client, 53)
         before = c.client.pull("user", IDS_ARRAY, create=False).wait()
         with pytest.raises(grpc.RpcError) as err:  # a flood name sent again: it may have been applied
-            raw(c.addresses[0], "Push", push(IDS, GRADS, step=40, request_id=flood[0]))
+            raw_call(c.addresses[0], "Push", push(IDS, GRADS, step=40, request_id=flood[0]))
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "forgotten" in err.value.details()
         np.testing.assert_array_equal(c.client.pull("user", IDS_ARRAY, create=False).wait(), before)
     finally:

@@ -12,8 +12,8 @@ from cardinal.ps.transport import wire
 from cardinal.ps.transport.grpc_transport import GrpcTransport
 from cardinal.ps.transport.requests import Origin
 from cardinal.worker.sources import GeoReplica, PSSource
-from helpers.cluster import JOB, TOKEN, Cluster
-from test_wire_corpus import GRADS, IDS, INVALID, assert_refused, push, raw, server  # noqa: F401 - server: a fixture
+from helpers.cluster import JOB, TOKEN, Cluster, raw_call
+from test_wire_corpus import GRADS, IDS, INVALID, assert_refused, push, server  # noqa: F401 - server: a fixture
 
 CONFIG = StoreConfig((TableConfig("user", 8, seed=1), TableConfig("item", 4, seed=2)),
                      {"name": "adagrad", "lr": 0.1})
@@ -174,7 +174,7 @@ def test_a_counted_push_is_ids_then_gradients_then_counts_on_the_wire(tmp_path):
         head = {"v": 1, "shard": 0, "n_shards": 1, "table": "user", "ids_bytes": 32, "ids_dtype": "int64",
                 "grads_bytes": 128, "dim": 8, "dtype": "float32", "codec": "raw", "step": 1,
                 "request_id": "abc123-1", "counts_bytes": 16}
-        raw(c.addresses[0], "Push", wire.encode(head, ids, grads, counts.astype("<i4")))
+        raw_call(c.addresses[0], "Push", wire.encode(head, ids, grads, counts.astype("<i4")))
         assert c.client.digest("user") == local.tables["user"].digest()
         probe = np.array([3, -9, 12], np.int64)
         np.testing.assert_array_equal(c.client.pull("user", probe, create=False).wait(),

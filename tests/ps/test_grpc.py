@@ -26,7 +26,7 @@ from cardinal.ps.transport.grpc_transport import GrpcTransport, ServerRestarted,
 from cardinal.ps.transport.requests import PullRequest, PushRequest
 from cardinal.sharding.routing import route
 from helpers.checkpoint_edit import reseal
-from helpers.cluster import JOB, TOKEN, Cluster
+from helpers.cluster import JOB, TOKEN, Cluster, raw_call
 
 CONFIG = StoreConfig((TableConfig("user", 8, seed=1), TableConfig("item", 4, seed=2)), {"name": "adam", "lr": 0.01})
 @pytest.fixture
@@ -74,7 +74,7 @@ def test_grpc_bad_requests_are_named_and_change_nothing(cluster):
               r"\(len\(ids\), dim\)")]
     for method, message, text in cases:
         with pytest.raises(grpc.RpcError) as err:
-            _raw(c.addresses[0], method, message)
+            raw_call(c.addresses[0], method, message)
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and re.search(text, err.value.details())
     after = c.client.digest("user"), c.client.pull("user", known, create=False).wait()
     assert after[0] == before[0] and after[1].tobytes() == before[1].tobytes()
@@ -127,11 +127,6 @@ def test_grpc_load_of_a_checkpoint_one_shard_refuses_changes_no_shard(cluster):
         assert s._staged is None  # the prepared shard 0 aborted: no second copy left behind
 
 
-def _raw(address, method, message, metadata=(("x-cardinal-job", JOB), ("x-cardinal-token", TOKEN))):
-    with grpc.insecure_channel(address) as ch:
-        return ch.unary_unary(f"/{wire.SERVICE}/{method}")(message, metadata=metadata, timeout=10)
-
-
 def _push(ids: bytes, grads: bytes, **header):
     base = {"v": 1, "shard": 0, "n_shards": 1, "table": "user", "ids_bytes": len(ids), "ids_dtype": "int64",
             "grads_bytes": len(grads), "dim": 8, "dtype": "float32", "codec": "raw", "step": 1,
@@ -151,9 +146,9 @@ GRADS = np.ones((4, 8), np.float32).tobytes()
 def test_a_retried_push_is_applied_once(cluster):
     c = cluster(1)
     message = _push(IDS, GRADS)
-    _raw(c.addresses[0], "Push", message)
+    raw_call(c.addresses[0], "Push", message)
     once = c.stores[0].tables["user"].digest()
-    _raw(c.addresses[0], "Push", message)
+    raw_call(c.addresses[0], "Push", message)
     assert c.stores[0].tables["user"].digest() == once
 
 
@@ -164,7 +159,7 @@ def test_oversized_messages_are_refused_and_large_pulls_split(cluster):
     assert rows.shape == (100_000, 8)
     rows_before = len(c.stores[0].tables["user"])
     with pytest.raises(grpc.RpcError) as err:
-        _raw(c.addresses[0], "Pull", _pull_message(np.arange(1 << 18, 1 << 19, dtype=np.int64)))  # 2 MiB of ids
+        raw_call(c.addresses[0], "Pull", _pull_message(np.arange(1 << 18, 1 << 19, dtype=np.int64)))  # 2 MiB of ids
     assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert len(c.stores[0].tables["user"]) == rows_before
 
@@ -298,7 +293,7 @@ def test_calls_beyond_the_concurrency_limit_are_refused_and_change_nothing(clust
 
     def call():
         try:
-            _raw(c.addresses[0], "Pull", message)
+            raw_call(c.addresses[0], "Pull", message)
             return "OK"
         except grpc.RpcError as e:
             return e.code().name

@@ -11,8 +11,8 @@ from cardinal.ps import ShardStore, StoreConfig, StoreLimits
 from cardinal.ps.limits import store_limits
 from cardinal.recipe import load
 from cardinal.recipe.eviction import EvictionConfig
-from helpers.cluster import Cluster
-from test_wire_corpus import GRADS, IDS, push, raw
+from helpers.cluster import Cluster, raw_call
+from test_wire_corpus import GRADS, IDS, push
 
 IDS_TRAINED = np.arange(1, 1001, dtype=np.int64)
 TTL = StoreConfig((TableConfig("user", 8, seed=1),), {"name": "adagrad", "lr": 0.1},
@@ -33,7 +33,7 @@ def test_a_push_from_the_future_over_grpc_is_refused_and_every_trained_row_survi
         trained = c.client.pull("user", IDS_TRAINED, create=False).wait()
         digest = c.stores[0].stats(digest=True)["tables"]["user"]["digest_parts"]
         with pytest.raises(grpc.RpcError) as err:  # a second client, past every client-side check
-            raw(c.addresses[0], "Push", push(IDS, GRADS, step=2**32 - 1))
+            raw_call(c.addresses[0], "Push", push(IDS, GRADS, step=2**32 - 1))
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert "ps.limits.max_step_ahead" in err.value.details()
         assert c.stores[0].stats(digest=True)["tables"]["user"]["digest_parts"] == digest  # nothing changed

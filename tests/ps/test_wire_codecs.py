@@ -17,7 +17,7 @@ from cardinal.ps import PSClient, StoreConfig, connect
 from cardinal.sharding.routing import route
 from cardinal.ps.transport import wire
 from cardinal.ps.transport.grpc_transport import GrpcTransport
-from helpers.cluster import JOB, TOKEN, Cluster
+from helpers.cluster import JOB, TOKEN, Cluster, raw_call
 
 CONFIG = StoreConfig((TableConfig("user", 8, seed=1), TableConfig("item", 3, seed=2)),
                      {"name": "adagrad", "lr": 0.05})
@@ -78,12 +78,6 @@ def test_the_same_codecs_give_bitwise_the_same_numbers_on_both_transports(cluste
     small_chunks.close()
 
 
-def _raw(address, method, message):
-    with grpc.insecure_channel(address) as ch:
-        return ch.unary_unary(f"/{wire.SERVICE}/{method}")(
-            message, metadata=(("x-cardinal-job", JOB), ("x-cardinal-token", TOKEN)), timeout=10)
-
-
 def _header(ids, **fields):
     return {"v": 1, "shard": 0, "n_shards": 2, "table": "user", "ids_bytes": ids.nbytes, "ids_dtype": "int64",
             "step": 9, "request_id": f"{os.urandom(6).hex()}-1", **fields}
@@ -114,7 +108,7 @@ def test_the_server_refuses_unknown_codecs_and_wrong_sizes_changing_nothing(clus
     before = client.digest("user"), everything(client)
     for method, message, text in cases:
         with pytest.raises(grpc.RpcError) as err:
-            _raw(c.addresses[0], method, message)
+            raw_call(c.addresses[0], method, message)
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, err.value.details()
         assert re.search(text, err.value.details()), err.value.details()
     after = client.digest("user"), everything(client)

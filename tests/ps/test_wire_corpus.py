@@ -16,18 +16,12 @@ from cardinal.embedding import TableConfig
 from cardinal.ps import ShardStore, StoreConfig, StoreLimits
 from cardinal.ps.server.servicer import MAX_DETAILS
 from cardinal.ps.transport import wire
-from helpers.cluster import JOB, TOKEN, Cluster
+from helpers.cluster import AUTH, JOB, TOKEN, Cluster, raw_call
 
 CONFIG = StoreConfig((TableConfig("user", 8, seed=1), TableConfig("item", 4, seed=2)), {"name": "adam", "lr": 0.01})
-AUTH = (("x-cardinal-job", JOB), ("x-cardinal-token", TOKEN))
 KNOWN = np.arange(-300, 300, dtype=np.int64)
 INVALID, PRECONDITION, EXHAUSTED = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION,
                                     grpc.StatusCode.RESOURCE_EXHAUSTED)
-
-
-def raw(address, method, message, metadata=AUTH):
-    with grpc.insecure_channel(address, [("grpc.max_send_message_length", 64 << 20)]) as ch:
-        return ch.unary_unary(f"/{wire.SERVICE}/{method}")(message, metadata=metadata, timeout=20)
 
 
 def header(**fields):
@@ -163,7 +157,7 @@ def serving(address) -> bool:
 def assert_refused(c, method, message, code, text, metadata=AUTH):
     before = state(c)
     with pytest.raises(grpc.RpcError) as err:
-        raw(c.addresses[0], method, message, metadata)
+        raw_call(c.addresses[0], method, message, metadata)
     details = err.value.details() or ""
     assert err.value.code() == code and re.search(text, details), (err.value.code(), details[:300])
     assert len(details) <= MAX_DETAILS and JOB not in details and TOKEN not in details
@@ -218,15 +212,15 @@ def fill_and_refuse(server):
 
 def test_a_resend_with_another_payload_is_refused(server):
     rid = f"{os.urandom(6).hex()}-3"
-    raw(server.addresses[0], "Push", push(IDS, GRADS, request_id=rid))
+    raw_call(server.addresses[0], "Push", push(IDS, GRADS, request_id=rid))
     assert_refused(server, "Push", push(IDS, GRADS[:-32] + np.full(8, 2.0, np.float32).tobytes(), request_id=rid),
                    INVALID, "used before for another request")
-    raw(server.addresses[0], "Push", push(IDS, GRADS, request_id=rid))  # the same payload: acknowledged
+    raw_call(server.addresses[0], "Push", push(IDS, GRADS, request_id=rid))  # the same payload: acknowledged
     assert_refused(server, "Push", push(IDS, GRADS, request_id=rid, step=9), INVALID, "another request")
 
 
 def test_an_update_that_would_overflow_is_refused(server):
-    raw(server.addresses[0], "Push", push(IDS, HUGE, kind="delta"))
+    raw_call(server.addresses[0], "Push", push(IDS, HUGE, kind="delta"))
     assert_refused(server, "Push", push(IDS, HUGE, kind="delta"), INVALID, "NaN or Inf")
 
 
@@ -241,7 +235,7 @@ def test_a_1e19_gradient_is_refused_and_its_rows_train_on_as_if_it_never_came(tm
         grad = np.linspace(-1, 1, 32, dtype=np.float32).reshape(4, 8)
         assert_refused(server, "Push", push(IDS, FAR), INVALID, "past ps.limits.max_gradient = 1e\\+09")
         for step in (2, 3):
-            raw(server.addresses[0], "Push", push(IDS, grad.tobytes(), step=step))
+            raw_call(server.addresses[0], "Push", push(IDS, grad.tobytes(), step=step))
             twin.push("user", np.frombuffer(IDS, np.int64), grad, step=step)
         rows = server.client.pull("user", np.frombuffer(IDS, np.int64), create=False).wait()
         np.testing.assert_array_equal(rows, twin.pull("user", np.frombuffer(IDS, np.int64), create=False))
@@ -255,10 +249,10 @@ def test_empty_pulls_and_pushes_work(server):
     before = state(server)
     assert server.client.pull("user", empty).wait().shape == (0, 8)
     server.client.push("user", empty, np.zeros((0, 8), np.float32)).wait()
-    reply = raw(server.addresses[0], "Pull", pull(b""))
+    reply = raw_call(server.addresses[0], "Pull", pull(b""))
     head, rows = wire.decode(reply)
     assert head["dim"] == 8 and head["dtype"] == "float32" and len(rows) == 0
-    raw(server.addresses[0], "Push", push(b"", b""))
+    raw_call(server.addresses[0], "Push", push(b"", b""))
     assert state(server) == before
 
 

@@ -5,8 +5,9 @@
 Starts S parameter servers (``cardinal server``, ports picked by the OS, a fresh job token),
 waits until each is listening, runs W workers (``cardinal train`` with RANK / WORLD_SIZE as
 torchrun would set them) against them, and streams every process's output with a prefix.
-Whatever happens (success, a failed process, Ctrl-C) it stops every process it started:
-SIGTERM, then SIGKILL after a grace period. The exit code is the first failing worker's,
+The servers are the job's: after its final checkpoint worker 0 ends them (they exit 0,
+``ps/server/process.py``). Whatever happens (success, a failed process, Ctrl-C) it stops every
+process still running that it started: SIGTERM, then SIGKILL after a grace period. The exit code is the first failing worker's,
 0 when all succeed, 130 on Ctrl-C (SIGINT), 143 on SIGTERM.
 
 Ctrl-C or SIGTERM is forwarded to the workers first, and the servers are stopped only after the
@@ -229,6 +230,7 @@ def _supervise(servers: list[Process], workers: list[Process], interrupted: Sign
             return 0
         for s in servers:
             if not s.alive():
-                say(f"cardinal launch: {s.name} exited with code {s.popen.returncode}", sys.stderr)
+                if s.popen.returncode != 0:  # 0: the job finished (worker 0 ended it), the workers are exiting
+                    say(f"cardinal launch: {s.name} exited with code {s.popen.returncode}", sys.stderr)
                 servers.remove(s)  # the workers notice on their next call and exit, naming it
         time.sleep(0.2)

@@ -24,7 +24,7 @@ from cardinal.checkpoint.dense import save_tree
 from cardinal.checkpoint.layout import DENSE, committed, committed_steps, latest, step_dir, step_of
 from cardinal.checkpoint.reader import Reader
 from cardinal.checkpoint.retention import remove_older
-from cardinal.train import builder
+from cardinal.train import builder, job_servers
 
 
 class Checkpoints:
@@ -35,17 +35,20 @@ class Checkpoints:
         self.run_id = uuid.uuid4().hex  # the run's id in its checkpoints (checkpoint/chain.py); a resume loads it
 
     def begin(self, resume: bool) -> None:
-        """Load the newest checkpoint to resume from; a new run refuses a directory that holds one.
-        First a dry save: every server, and worker 0 here, can write where a checkpoint goes
-        (``PSClient.check_checkpoints``), so a job misconfigured for it fails now, not at its first save."""
+        """Load the newest checkpoint to resume from; a new run refuses a directory that holds one,
+        and servers another run has used (``job_servers.py``). First a dry save: every server, and
+        worker 0 here, can write where a checkpoint goes (``PSClient.check_checkpoints``), so a job
+        misconfigured for it fails now, not at its first save."""
         tr = self.trainer
         root = tr.run_dir / "checkpoints"
         tr.client.check_checkpoints(str(root.resolve()), here=tr.workers.leader)
         if resume:
             tr.load(root)
-        elif committed_steps(root):
+            return
+        if committed_steps(root):
             raise ValueError(f"{tr.run_dir} already holds checkpoints: resume it, or train into a new "
                              "directory")
+        job_servers.check_unused(tr)
 
     def save(self) -> int:
         """Every worker flushes its pushes; worker 0 saves the servers' shards and the dense state.

@@ -201,6 +201,30 @@ class PSClient(ClientCheckpoints):
     def health(self, timeout: float | None = DEFAULT_TIMEOUT) -> list[dict]:
         return [self.transport.health(s).wait(timeout) for s in range(self.n_shards)]
 
+    def check_unused(self, timeout: float | None = DEFAULT_TIMEOUT) -> None:
+        """A new run starts on shards no run has used: a ValueError naming the first one that has
+        taken a step or holds rows (another run's, which this one would train on)."""
+        for s in range(self.n_shards):
+            stats = self.transport.stats(s).wait(timeout)
+            rows = sum(t["rows"] for t in stats["tables"].values())
+            if stats["step"] or rows:
+                raise ValueError(f"server {self.transport.where(s)} (shard {s}) has served another run (up to step "
+                                 f"{stats['step']}, {rows} rows): a new run starts on fresh servers (a server ends "
+                                 "with its job); start new ones, or resume that run (--resume)")
+
+    def finish(self, step: int, timeout: float | None = DEFAULT_TIMEOUT) -> list[str]:
+        """Tell every shard the job ended with its checkpoint of ``step``: each server ends with it
+        (``ps/server/process.py``). Every shard is told whatever the others answer; returns, for
+        each that did not take it, why, naming it (none when all did)."""
+        handles = [self.transport.finish(s, step) for s in range(self.n_shards)]
+        refused = []
+        for h in handles:
+            try:
+                h.wait(timeout)
+            except Exception as e:  # noqa: BLE001 - the others are still told; each error names its shard
+                refused.append(str(e))
+        return refused
+
     def digest(self, table: str) -> str:
         """Digest of a whole table across shards: equal for any shard count and any plan that keeps
         its rows whole (row-wise, table-wise); a table split by columns digests its pieces."""

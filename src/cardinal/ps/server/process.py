@@ -6,6 +6,14 @@ It listens on 127.0.0.1 unless told ``--host``, prints one machine-readable line
 listens (``CARDINAL_SERVER_READY shard=0/4 port=7000 incarnation=... metrics=9100``; port 0 picks
 a free port; ``metrics``: its Prometheus endpoint, ``ps.metrics_port``), and on SIGTERM or SIGINT stops taking calls, lets calls in flight finish, and exits 0.
 Checkpoint paths in requests are relative to ``--data-dir`` and may not leave it.
+
+A server is part of one job (``ps.job``) and ends with it: after the job's final checkpoint the
+workers' rank 0 sends ``Finish`` (authenticated like every request, ``servicer.py``), and the
+server answers, refuses anything else, and exits 0 as on SIGTERM. Why not serve the next job:
+its tables would start as the last job's rows, clocks and logs, and clearing them on a handshake
+is one more state to get right; a fresh process has none (``cardinal launch`` starts and stops
+its servers with the job, and Kubernetes runs them as a Job: ``deploy/kubernetes.yaml``). A
+worker that crashes sends nothing, so the servers stay up for the job's restart and resume.
 """
 
 import logging
@@ -58,6 +66,7 @@ class ShardServer:
                                            ("grpc.max_send_message_length", limit)])
         self.metrics = ShardMetrics(store) if options.metrics_port >= 0 else None
         servicer = ShardServicer(store, data_dir, job, token, limit, self.metrics, calls)
+        self.ended = servicer.ended  # set when the job finished (Finish)
         self.server.add_generic_rpc_handlers((servicer.handler(),))
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
@@ -99,7 +108,7 @@ class ShardServer:
 
 
 def run(store: ShardStore, data_dir: str | Path, job: str, token: str, options: ServerOptions) -> int:
-    """Serve until SIGTERM or SIGINT; returns the exit code."""
+    """Serve until the job finishes, or SIGTERM or SIGINT; returns the exit code."""
     Path(data_dir).mkdir(parents=True, exist_ok=True)
     server = ShardServer(store, data_dir, job, token, options).start()
     stop = threading.Event()
@@ -108,7 +117,7 @@ def run(store: ShardStore, data_dir: str | Path, job: str, token: str, options: 
     metrics = f" metrics={server.metrics_port}" if server.metrics_port is not None else ""
     print(f"{READY} shard={store.shard}/{store.n_shards} host={options.host} port={server.port} "
           f"incarnation={store.incarnation}{metrics}", flush=True)
-    while not stop.wait(0.5):
+    while not server.ended.wait(0.1) and not stop.is_set():
         pass
     log.info("shard %d: stopping (calls in flight may finish)", store.shard)
     server.stop()

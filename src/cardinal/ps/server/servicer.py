@@ -4,7 +4,8 @@ Every method takes and returns raw bytes (``ps/transport/wire.py``); nothing her
 optimizers. Failures map to status codes that say what to change:
 
     INVALID_ARGUMENT     a malformed or impossible request (the message names the field)
-    FAILED_PRECONDITION  a request for another shard, shard count or protocol version
+    FAILED_PRECONDITION  a request for another shard, shard count or protocol version, or of a job
+                         that finished (``Finish``)
     UNAUTHENTICATED      no job id or token;  PERMISSION_DENIED: another job, a wrong token
     RESOURCE_EXHAUSTED   oversized messages and more calls than the limit (from gRPC itself), a
                          pull whose reply would pass the message limit, a full store
@@ -17,6 +18,10 @@ len(ids) x that codec's row, is INVALID_ARGUMENT naming the field, before anythi
 A push carries a request id (a pull may): the store applies each request once
 (``request_log.py``), so a client may safely send again what it is unsure arrived.
 
+``Finish`` ends the job on this server (``process.py``): once the shard holds the job's final
+checkpoint (``StoreCheckpoints.check_final``), the server answers it (again, to a resend of the
+same step) and refuses every other request of the job, FAILED_PRECONDITION, while it stops.
+
 Methods are registered as client-streaming (stream_unary) although clients call them as
 unary: gRPC Python reads a unary request whole before any handler runs, so an
 unauthenticated flood of large messages would be read into memory; here the job and token
@@ -28,6 +33,7 @@ or token, and are cut to ``MAX_DETAILS`` (gRPC metadata is bounded).
 import hmac
 import json
 import logging
+import threading
 import time
 from pathlib import Path
 
@@ -60,10 +66,14 @@ class ShardServicer:
         self.store, self.data_dir = store, Path(data_dir).resolve()
         self.job, self.token = job, token
         self.max_message_bytes, self.max_calls = max_message_bytes, max_calls  # told to clients in Stats
+        self.finished: int | None = None  # the step of the job's final checkpoint, once Finish came
+        self.ended = threading.Event()  # set by Finish: the server process stops
+        self._finishing = threading.Lock()
         heap.keep_freed_buffers()  # replies are large and many: reuse their memory (heap.py)
 
     def handler(self) -> grpc.GenericRpcHandler:
-        methods = {"Pull": self._pull, "Push": self._push, "Save": self._save, "Load": self._load, "Stats": self._stats}
+        methods = {"Pull": self._pull, "Push": self._push, "Save": self._save, "Load": self._load, "Stats": self._stats,
+                   "Finish": self._finish}
         return grpc.method_handlers_generic_handler(
             wire.SERVICE, {name: grpc.stream_unary_rpc_method_handler(self._wrap(name, fn)) for name, fn in methods.items()})
 
@@ -84,6 +94,10 @@ class ShardServicer:
         def answer(requests, context: grpc.ServicerContext, seen: dict) -> bytes:
             try:
                 self._authorize(dict(context.invocation_metadata()))
+                if self.finished is not None and method != "Finish":
+                    raise _Abort(grpc.StatusCode.FAILED_PRECONDITION,
+                                 f"job {self.job!r} finished with its checkpoint of step {self.finished}, and this "
+                                 "server ends with it: start new servers for the next job")
                 try:
                     request = next(requests, None)  # read only once the caller is known
                 except grpc.RpcError:  # the caller went away (deadline, cancel) while sending: no one to answer
@@ -229,6 +243,20 @@ class ShardServicer:
             raise _Abort(grpc.StatusCode.DATA_LOSS, f"shard {self.store.shard} failed its check: {e}") from None
         limits = {"message_bytes": self.max_message_bytes, "calls": self.max_calls}  # clients size their calls by it
         return {"stats": stats, "health": self.store.health(), "limits": limits}, []
+
+    def _finish(self, header, payload):
+        step = wire.field(header, "step", int)
+        with self._finishing:
+            if self.finished is None:
+                self.store.check_final(step)
+                self.finished = step
+            elif step != self.finished:
+                raise _Abort(grpc.StatusCode.FAILED_PRECONDITION,
+                             f"step: the job finished with its checkpoint of step {self.finished}, not {step}")
+        log.info("shard %d: job %s finished with its checkpoint of step %d; stopping", self.store.shard, self.job, step)
+        self.ended.set()
+        return {"finished": step}, []
+
 
 
 def _cut(text: str) -> str:

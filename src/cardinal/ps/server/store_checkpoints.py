@@ -126,6 +126,16 @@ class StoreCheckpoints:
             copies.forget()
         return {"step": step, "rows": {n: len(t) for n, t in fresh.items()}}
 
+    def check_final(self, step: int) -> None:
+        """The job ends with its checkpoint of ``step`` (the ``Finish`` of ``process.py``): refused
+        unless that is the checkpoint this shard saved or loaded last and no request of a later
+        step came since, so a server never ends holding rows its job's final checkpoint lacks."""
+        validate.check_step(step)
+        if step != self._saved or self.clock.step > step:
+            raise ValueError(f"step: the job's final checkpoint is step {step}, but shard {self.shard} last saved or "
+                             f"loaded step {self._saved} and has taken requests up to step {self.clock.step}: "
+                             "it ends only after the job's final checkpoint")
+
     def _load_rows(self, link: Reader, tables: dict, delta: bool) -> None:
         """One checkpoint's rows into ``tables`` (staged), block by block, the memory budget held as
         they arrive (rows past it go to the disk tier); a delta's deleted ids go first, and its rows

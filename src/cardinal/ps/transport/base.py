@@ -1,6 +1,6 @@
 """The narrow interface through which workers reach shard stores.
 
-Six calls, each returning a ``Handle`` whose ``.wait(timeout)`` gives the result or raises
+Seven calls, each returning a ``Handle`` whose ``.wait(timeout)`` gives the result or raises
 the request's error; a pull and a push take their request whole (``requests.py``). Two
 strategies: ``InProcessTransport`` (the embedded default: stores in this process, no sockets)
 and the gRPC transport (stores in server processes). A client addresses shards by index;
@@ -92,6 +92,11 @@ class Transport(ABC):
 
     @abstractmethod
     def health(self, shard: int) -> Handle: ...
+
+    @abstractmethod
+    def finish(self, shard: int, step: int) -> Handle:
+        """The job ended with its checkpoint of ``step``: the shard's server ends with it
+        (``ps/server/process.py``); refused unless the shard holds that checkpoint."""
 
     def close(self) -> None:
         pass

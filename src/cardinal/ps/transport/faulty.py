@@ -80,6 +80,9 @@ class FaultyTransport(Transport):
     def stats(self, shard, digest=False, check=False):
         return self.inner.stats(shard, digest, check)
 
+    def finish(self, shard, step):
+        return self.inner.finish(shard, step)
+
     def health(self, shard):
         return self.inner.health(shard)
 

@@ -1,6 +1,6 @@
 """Shard stores in server processes, reached over gRPC (``cardinal server``).
 
-The same six calls as the in-process transport, each a future: requests to different
+The same seven calls as the in-process transport, each a future: requests to different
 shards go out in parallel, and ``wait`` has a deadline. Errors name the shard and address:
 
     ShardRequestError (a ValueError)  the server refused the request (INVALID_ARGUMENT, ...)
@@ -169,7 +169,7 @@ class GrpcTransport(Transport):
         creds = grpc.ssl_channel_credentials(Path(tls_ca).read_bytes()) if tls_ca else None
         self._channels = [grpc.secure_channel(a, creds, options) if creds else grpc.insecure_channel(a, options)
                           for a in self.addresses]
-        self._stubs = [{m: ch.unary_unary(f"/{wire.SERVICE}/{m}") for m in ("Pull", "Push", "Save", "Load", "Stats")}
+        self._stubs = [{m: ch.unary_unary(f"/{wire.SERVICE}/{m}") for m in wire.SCHEMAS}
                        for ch in self._channels]
         self._metadata = (("x-cardinal-job", job), ("x-cardinal-token", token))
         if max_in_flight < 1:
@@ -231,7 +231,7 @@ class GrpcTransport(Transport):
         per = max(1, int(min(self.limit * 0.9, self._message[shard]) - 4096) // bytes_per_id)
         return [slice(a, min(a + per, n)) for a in range(0, max(n, 1), per)]
 
-    # --- the six calls ---------------------------------------------------------------------
+    # --- the seven calls ---------------------------------------------------------------------
 
     def pull(self, shard: int, request: PullRequest) -> Handle:
         r, rows_codec = request, codecs.get(request.codec)
@@ -297,6 +297,9 @@ class GrpcTransport(Transport):
 
     def health(self, shard):
         return _Mapped([self._call(shard, "Stats", {})], lambda r: r[0][0]["health"])
+
+    def finish(self, shard, step):
+        return _Mapped([self._call(shard, "Finish", {"step": int(step)})], lambda r: r[0][0]["finished"])
 
     def close(self):
         for ch in self._channels:

@@ -34,7 +34,7 @@ from cardinal import codecs
 from cardinal.codecs import Codec
 from cardinal.ps.validate import quote
 
-SERVICE = "cardinal.Shard"  # the gRPC service: its methods are /cardinal.Shard/Pull, Push, Save, Load, Stats
+SERVICE = "cardinal.Shard"  # the gRPC service: its methods are /cardinal.Shard/Pull, Push, Save, Load, Stats, Finish
 PROTOCOL = 1
 CODEC_ALIASES = {"raw": "fp32"}  # the push codec's name before there were codecs
 DTYPES = {"float32": np.float32}
@@ -56,6 +56,7 @@ SCHEMAS: dict[str, dict[str, type]] = {
     "Save": {**_TARGET, "root": str, "step": int, "base": int, "dry": bool, "keep": int},
     "Load": {**_TARGET, "path": str, "phase": str, "token": str, "commits": int},
     "Stats": {**_TARGET, "digest": bool, "check": bool},
+    "Finish": {**_TARGET, "step": int},  # the job ended with its checkpoint of this step (ps/server/process.py)
 }
 
 
