@@ -15,6 +15,7 @@ import pytest
 
 from cardinal.checkpoint.layout import COMMIT, committed_steps, step_dir
 from cardinal.embedding import TableConfig
+from cardinal.embedding.table_config import SaecSpec
 from cardinal.ps import StoreConfig, connect
 from cardinal.recipe.admission import AdmissionConfig
 from cardinal.sharding.plan import Piece, ShardingPlan
@@ -203,6 +204,29 @@ def test_a_table_split_by_columns_on_own_disks_is_joined_on_three_servers(hosts,
     b.client.load(str(root))
     assert digests(b.client) == shared_reshard(tmp_path, root, 2, 3)
     np.testing.assert_array_equal(b.client.pull("user", np.arange(-300, 300), create=False).wait(), rows)
+
+
+def test_servers_restarted_on_each_others_disks_load_over_the_wire_but_a_clustered_table_is_refused(hosts, tmp_path):
+    root = tmp_path / "worker" / "checkpoints"
+    a = hosts(2)
+    train(a.client, 1, 2)
+    saved = digests(a.client)
+    a.client.save(str(root), 2)
+    a.stop()
+    b = hosts(2, [tmp_path / "host-1", tmp_path / "host-0"])  # shard 0 on host 1's disk, shard 1 on host 0's
+    b.client.load(str(root))
+    assert digests(b.client) == saved
+    b.stop()
+
+    clustered = StoreConfig(CONFIG.tables, CONFIG.optimizer, saec={"user": SaecSpec(5.0, 2)})
+    c = hosts(2, config=clustered)
+    train(c.client, 1, 3)
+    c.client.save(str(root), 3)
+    c.stop()
+    d = hosts(2, [tmp_path / "host-1", tmp_path / "host-0"], config=clustered)
+    with pytest.raises(ValueError, match=r"table 'user' is clustered \(Saec\), and shard 0's files are on the disk of "
+                                         rf"its server \({c.addresses[0]}\), not this one's"):
+        d.client.load(str(root))
 
 
 def test_a_part_on_no_servers_disk_is_refused_naming_the_shard_and_its_server(hosts, tmp_path):

@@ -38,7 +38,7 @@ from cardinal.checkpoint import parts, rows
 from cardinal.checkpoint.chain import identity, run_id, walk
 from cardinal.checkpoint.clustered import KEY as CLUSTERED, read as read_clustered, refuse_reshard
 from cardinal.checkpoint.layout import COMMIT, DENSE, REMOTE, STATE, committed, latest, shard_dir
-from cardinal.checkpoint.verify import check_compatible, read_commit, saved_tables, shard_files
+from cardinal.checkpoint.verify import check_compatible, read_commit, saved_tables
 from cardinal.sharding.plan import ShardingPlan
 
 
@@ -166,12 +166,18 @@ class Reader:
     def clustered_state(self, name: str, shard: int, n_shards: int) -> tuple[dict, int, int] | None:
         """Table ``name`` as shard ``shard`` of ``n_shards`` saved it when that shard saved it clustered:
         (state, clusters, shift), every file verified, for ``SaecTable.from_state``; None when saved as
-        rows. A ValueError when the table is clustered and ``n_shards`` is not the count that saved it."""
+        rows. A ValueError when the table is clustered and ``n_shards`` is not the count that saved it,
+        or its files are on another server's disk (its clusters are not rows another server could send)."""
         refuse_reshard(self.path, self.info, name, n_shards)
         own = shard_dir(self.path, shard, n_shards)
         if CLUSTERED not in self.info["manifests"].get(own.name, {}).get("tables", {}).get(name, {}):
             return None
-        return read_clustered(self.path, self.info, shard_files(self.path, self.info, shard, n_shards), shard, name)
+        server = parts.elsewhere(self.path, self.info, shard, n_shards)
+        if server is not None:
+            raise ValueError(f"checkpoint {self.path.name}: table {name!r} is clustered (Saec), and shard {shard}'s "
+                             f"files are on the disk of its server ({server}), not this one's: a clustered table "
+                             f"loads only from its own server's disk (start shard {shard} on that disk)")
+        return read_clustered(self.path, self.info, own, shard, name)
 
     def row_count(self, table: str) -> int | None:
         """The rows the job's table ``table`` holds once this checkpoint is loaded: its first piece's
