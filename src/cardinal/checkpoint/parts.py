@@ -15,7 +15,8 @@ kept, by the new plan). No host needs another's files, and a row crosses only to
                                      their Parts come back down, its blocks go to ``each``
     here(reader, path, info)         a reader where every part must be on this host: a Need is
                                      refused, naming the server whose disk holds the part
-    value(reader, path, info)        the result of a reader of values (deleted ids, admission state), so
+    value(reader, path, info)        what a reader of values returns (deleted ids, admission state),
+                                     every part on this host likewise
 
 A store's load answers its Needs through the client (``ShardStore.load``, ``PSClient.load``);
 everything else that reads a checkpoint reads its parts on its own host.
