@@ -2,51 +2,73 @@
 
 In-process gRPC servers, each with a data directory of its own, and a checkpoint root outside all
 of them (the workers' run directory): the commit holds a copy of each server's manifest, a load
-sends each server the commits of its chain, and each checks its own part against them.
+sends each server the commits of its chain, and each checks its own part against them. Onto
+another server count the rows travel: each server holding an old part reads, on its own disk, the
+rows another shard needs, and the client passes them on; bitwise what a shared directory loads.
 """
 
 import json
+import shutil
 
 import numpy as np
 import pytest
 
 from cardinal.checkpoint.layout import COMMIT, committed_steps, step_dir
 from cardinal.embedding import TableConfig
-from cardinal.ps import StoreConfig
+from cardinal.embedding.table_config import SaecSpec
+from cardinal.ps import StoreConfig, connect
+from cardinal.recipe.admission import AdmissionConfig
+from cardinal.sharding.plan import Piece, ShardingPlan
 from helpers.cluster import JOB, Cluster
 
 CONFIG = StoreConfig((TableConfig("user", 8, seed=1), TableConfig("item", 4, seed=2)), {"name": "adagrad", "lr": 0.05})
+ADMITTING = StoreConfig(CONFIG.tables, CONFIG.optimizer, {"user": AdmissionConfig(policy="count", threshold=2),
+                                                          "item": AdmissionConfig(policy="bloom", threshold=2)})
 
 
 @pytest.fixture
 def hosts(tmp_path):
-    """make(n): n servers, server s with its own data directory tmp/host-s; stopped at the end."""
+    """make(n): n servers, server s with its own data directory tmp/host-s (or ``dirs``); stopped at the end."""
     made = []
 
-    def make(n, **kwargs):
-        made.append(Cluster(CONFIG, n, [tmp_path / f"host-{s}" for s in range(n)], **kwargs))
+    def make(n, dirs=None, config=CONFIG, **kwargs):
+        made.append(Cluster(config, n, dirs or [tmp_path / f"host-{s}" for s in range(n)], **kwargs))
         return made[-1]
     yield make
     for c in made:
         c.stop()
 
 
-def train(client, seed, steps, first=1):
+def train(client, seed, steps, first=1, n=200):
     rng = np.random.default_rng(seed)
     for step in range(first, first + steps):
         for table, dim in (("user", 8), ("item", 4)):
-            ids = rng.integers(-500, 500, 200).astype(np.int64)
+            ids = rng.integers(-5 * n // 2, 5 * n // 2, n).astype(np.int64)
             client.pull(table, ids, step=step).wait()
-            client.push(table, ids, rng.standard_normal((200, dim)).astype(np.float32), step=step).wait()
+            client.push(table, ids, rng.standard_normal((n, dim)).astype(np.float32), step=step).wait()
 
 
 def digests(client):
     return [client.digest(t) for t in ("user", "item")]
 
 
-def own(tmp_path, shard, step=None):
-    root = tmp_path / f"host-{shard}" / "checkpoints" / JOB
+def own(tmp_path, shard, step=None, host=None):
+    root = tmp_path / f"host-{shard if host is None else host}" / "checkpoints" / JOB
     return root if step is None else step_dir(root, step)
+
+
+def shared_reshard(tmp_path, root, n_hosts, n, config=CONFIG):
+    """Digests of ``n`` shards loading the newest checkpoint under ``root`` from one directory that
+    holds every part (copied from each host's disk beside the commits): a shared directory's reshard."""
+    shared = tmp_path / "shared"
+    for k in committed_steps(root):
+        shutil.copytree(step_dir(root, k), step_dir(shared, k))
+        for h in range(n_hosts):
+            for part in own(tmp_path, h, k).glob("shard-*"):
+                shutil.copytree(part, step_dir(shared, k) / part.name)
+    client = connect(config, n)
+    client.load(str(shared))
+    return digests(client)
 
 
 def test_each_server_saves_its_part_on_its_own_disk_and_loads_it_back(hosts, tmp_path):
@@ -109,16 +131,116 @@ def test_a_server_refuses_a_part_that_is_not_the_one_its_commit_names(hosts, tmp
     assert digests(b.client) == before  # shard 0 prepared and aborted: nothing changed
 
 
-def test_a_checkpoint_of_two_own_disks_on_three_servers_is_refused_naming_the_shard(hosts, tmp_path):
+def test_two_own_disks_resume_on_three_servers_bitwise_to_the_shared_directory_reshard(hosts, tmp_path):
+    root = tmp_path / "worker" / "checkpoints"
+    a = hosts(2, max_message_mb=1)  # a block of rows crosses in several messages
+    train(a.client, 1, 2, n=20_000)
+    saved = digests(a.client)
+    a.client.save(str(root), 2)
+    a.stop()
+
+    b = hosts(3, max_message_mb=1)  # two servers on their disks, a third on a new one
+    train(b.client, 3, 1)
+    assert b.client.load(str(root))["step"] == 2
+    assert digests(b.client) == saved == shared_reshard(tmp_path, root, 2, 3)
+    assert not own(tmp_path, 2).exists()  # no part was copied to the new server's disk
+    for s in range(3):
+        b.stores[s].check()
+
+
+def test_three_own_disks_resume_on_two_servers_one_holding_two_parts(hosts, tmp_path):
+    root = tmp_path / "worker" / "checkpoints"
+    a = hosts(3)
+    train(a.client, 1, 3)
+    saved = digests(a.client)
+    a.client.save(str(root), 3)
+    a.stop()
+    expected = shared_reshard(tmp_path, root, 3, 2)
+    moved = "shard-00002-of-00003"  # host 2 is gone; its disk now on host 1
+    shutil.move(own(tmp_path, 2, 3) / moved, own(tmp_path, 1, 3) / moved)
+    shutil.rmtree(tmp_path / "host-2")
+
+    b = hosts(2)
+    assert b.client.load(str(root))["step"] == 3
+    assert digests(b.client) == saved == expected
+
+
+def test_a_delta_chain_with_deleted_ids_and_admission_state_resumes_on_three_servers(hosts, tmp_path):
+    root = tmp_path / "worker" / "checkpoints"
+    a = hosts(2, config=ADMITTING)
+    rng = np.random.default_rng(7)
+    for step in range(1, 4):
+        train(a.client, step, 2, first=2 * step - 1)
+        if step > 1:  # deleted since the last save: each delta lists them
+            for store in a.stores:
+                held = store.tables["user"].export()["ids"]
+                store.tables["user"].delete(rng.choice(held, len(held) // 4, replace=False))
+        a.client.save(str(root), 2 * step, base=2 * step - 2 if step > 1 else None)
+    saved = digests(a.client)
+    seen = np.arange(10**6, 10**6 + 300)  # counted by both filters, once: not yet admitted
+    for table in ("user", "item"):
+        a.client.pull(table, seen, step=7).wait()
+    a.client.save(str(root), 7, base=6)
+    a.stop()
+    assert json.loads((step_dir(root, 7) / COMMIT).read_text())["base"] == 6
+
+    b = hosts(3, config=ADMITTING)
+    assert b.client.load(str(root))["step"] == 7
+    assert digests(b.client) == saved == shared_reshard(tmp_path, root, 2, 3, ADMITTING)
+    admitted = [b.client.pull(t, seen, step=8).wait() for t in ("user", "item")]  # seen twice now: admitted
+    assert all(np.abs(rows).sum(axis=1).all() for rows in admitted)
+
+
+def test_a_table_split_by_columns_on_own_disks_is_joined_on_three_servers(hosts, tmp_path):
+    root = tmp_path / "worker" / "checkpoints"
+    plan = ShardingPlan(2, {"user": (Piece((0,), (0, 3)), Piece((1,), (3, 8)))})
+    a = hosts(2, plan=plan)
+    train(a.client, 1, 2)
+    rows = a.client.pull("user", np.arange(-300, 300), create=False).wait()
+    a.client.save(str(root), 2)
+    a.stop()
+
+    b = hosts(3)
+    b.client.load(str(root))
+    assert digests(b.client) == shared_reshard(tmp_path, root, 2, 3)
+    np.testing.assert_array_equal(b.client.pull("user", np.arange(-300, 300), create=False).wait(), rows)
+
+
+def test_servers_restarted_on_each_others_disks_load_over_the_wire_but_a_clustered_table_is_refused(hosts, tmp_path):
+    root = tmp_path / "worker" / "checkpoints"
+    a = hosts(2)
+    train(a.client, 1, 2)
+    saved = digests(a.client)
+    a.client.save(str(root), 2)
+    a.stop()
+    b = hosts(2, [tmp_path / "host-1", tmp_path / "host-0"])  # shard 0 on host 1's disk, shard 1 on host 0's
+    b.client.load(str(root))
+    assert digests(b.client) == saved
+    b.stop()
+
+    clustered = StoreConfig(CONFIG.tables, CONFIG.optimizer, saec={"user": SaecSpec(5.0, 2)})
+    c = hosts(2, config=clustered)
+    train(c.client, 1, 3)
+    c.client.save(str(root), 3)
+    c.stop()
+    d = hosts(2, [tmp_path / "host-1", tmp_path / "host-0"], config=clustered)
+    with pytest.raises(ValueError, match=r"table 'user' is clustered \(Saec\), and shard 0's files are on the disk of "
+                                         rf"its server \({c.addresses[0]}\), not this one's"):
+        d.client.load(str(root))
+
+
+def test_a_part_on_no_servers_disk_is_refused_naming_the_shard_and_its_server(hosts, tmp_path):
     root = tmp_path / "worker" / "checkpoints"
     a = hosts(2)
     train(a.client, 1, 2)
     a.client.save(str(root), 2)
     a.stop()
-    b = hosts(3)
+    shutil.rmtree(tmp_path / "host-1")  # a host gone with its disk
+    b = hosts(3, [tmp_path / "host-0", tmp_path / "host-3", tmp_path / "host-4"])
     train(b.client, 3, 1)
     before = digests(b.client)
-    with pytest.raises(ValueError, match=r"shard 1's files are on the disk of its server \(127\.0\.0\.1:\d+\)"):
+    with pytest.raises(ValueError, match=rf"not loaded, no shard changed: shard 1 of 2 of step-0000000002 is on no "
+                                         rf"server's disk \(saved by the server at {a.addresses[1]}"):
         b.client.load(str(root))
     assert digests(b.client) == before
 

@@ -3,6 +3,7 @@ each of two hosts with its own --data-dir, two torchrun workers on the third wit
 directory. The job trains and commits; a killed server is named by every worker within seconds;
 both servers restart on their disks and the run resumes, bitwise equal to a run that went straight
 on. A job whose server cannot write checkpoints fails at its start, naming the server and the flag.
+A 2-server checkpoint resumes on 3 servers: the rows of the old parts travel between the servers.
 """
 
 import json
@@ -30,7 +31,8 @@ MODEL = ["--set", f'ps.job="{JOB}"', "--set", "embedding.dim=4", "--set", "model
 
 
 def start_servers(hosts, dirs: list[Path]) -> list[subprocess.Popen]:
-    servers = [hosts[i].popen([*ME, "server", "--shard", f"{i}/2", "--host", "0.0.0.0", "--port", "7000",
+    """A server on each of the first len(dirs) hosts, server i with its own --data-dir dirs[i]."""
+    servers = [hosts[i].popen([*ME, "server", "--shard", f"{i}/{len(dirs)}", "--host", "0.0.0.0", "--port", "7000",
                                "--data-dir", str(d), *MODEL], env=ENV, stdout=subprocess.PIPE, text=True)
                for i, d in enumerate(dirs)]
     for s in servers:
@@ -38,16 +40,20 @@ def start_servers(hosts, dirs: list[Path]) -> list[subprocess.Popen]:
     return servers
 
 
-def workers(hosts, run_dir: Path, *args: str, log: Path) -> subprocess.Popen:
-    """Two workers on host 2 through torchrun; ``args``: the train command's."""
-    sets = [*MODEL, "--set", f"ps.servers={hosts[0].address}:7000,{hosts[1].address}:7000",
-            "--set", f'data.cache_dir="{hosts[2].dir / "data"}"', "--set", "data.synthetic.rows=4000",
-            "--set", "data.batch_size=250", "--set", 'consistency.mode="sync"', "--set", "checkpoint.every=3",
-            "--set", "metrics.log_every=1", "--set", "ps.timeout_s=8"]
+RUN = ["--set", "data.synthetic.rows=4000", "--set", "data.batch_size=250", "--set", 'consistency.mode="sync"',
+       "--set", "checkpoint.every=3", "--set", "metrics.log_every=1"]
+
+
+def workers(hosts, run_dir: Path, *args: str, log: Path, servers: int = 2, at: int = 2,
+            n: int = 2) -> subprocess.Popen:
+    """``n`` workers on host ``at`` through torchrun, the servers on the first ``servers`` hosts;
+    ``args``: the train command's."""
+    sets = [*MODEL, *RUN, "--set", "ps.servers=" + ",".join(f"{hosts[i].address}:7000" for i in range(servers)),
+            "--set", f'data.cache_dir="{hosts[at].dir / "data"}"', "--set", "ps.timeout_s=8"]
     with open(log, "w") as out:
-        return hosts[2].popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                               "-m", "cardinal.cli", "train", *args, *sets],
-                              env={**ENV, "CARDINAL_RUN_DIR": str(run_dir)}, stdout=out, stderr=out)
+        return hosts[at].popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+                                str(n), "-m", "cardinal.cli", "train", *args, *sets],
+                               env={**ENV, "CARDINAL_RUN_DIR": str(run_dir)}, stdout=out, stderr=out)
 
 
 def kill(procs) -> None:
@@ -132,3 +138,36 @@ def test_a_server_that_cannot_write_checkpoints_fails_the_job_at_its_start_namin
     assert said and all(f"server {hosts[1].address}:7000 (shard 1) cannot write checkpoints" in line
                         and "cardinal server --data-dir" in line for line in said), text[-3000:]
     assert "step 1" not in json.dumps(said) and took < 30, took
+
+
+@pytest.mark.timeout(240)
+def test_a_two_server_checkpoint_resumed_on_three_servers_with_no_shared_directory(tmp_path):
+    """The rows of the old servers' parts travel to the new shards, no file to the new server's disk,
+    and the run ends bitwise where one worker of the embedded default ends straight on (one sync
+    worker against servers trains its model, bit for bit: docs/distributed.md)."""
+    with Hosts(4, tmp_path) as hosts:
+        dirs, run_dir = [hosts[i].dir / "ps" for i in range(3)], hosts[3].dir / "run"
+        servers = start_servers(hosts, dirs[:2])
+        first = workers(hosts, run_dir, "--set", "train.steps=6", log=tmp_path / "first.log", at=3, n=1)
+        assert first.wait(timeout=120) == 0, (tmp_path / "first.log").read_text()[-3000:]
+        assert layout.latest(run_dir / "checkpoints").name == "step-0000000006"
+        kill(servers)
+        servers = start_servers(hosts, dirs)  # the two on their disks, a third on a new one
+        resumed = workers(hosts, run_dir, "--resume", str(run_dir), "--set", "train.steps=9",
+                          log=tmp_path / "resumed.log", servers=3, at=3, n=1)
+        assert resumed.wait(timeout=120) == 0, (tmp_path / "resumed.log").read_text()[-3000:]
+        kill(servers)
+    assert hosts.leftovers() == []
+    assert not list(dirs[2].rglob("shard-*-of-00002"))  # no old part's file on the new server's disk
+    name, digest, dense = gathered_state(run_dir, dirs)
+
+    from cardinal.recipe import load
+    from cardinal.train import Trainer
+
+    sets = [v for k, v in zip([*MODEL, *RUN][::2], [*MODEL, *RUN][1::2]) if k == "--set" and "ps.job" not in v]
+    straight = Trainer(load("criteo_synthetic", [*sets, f'data.cache_dir="{tmp_path / "data"}"', "train.steps=9"]),
+                       tmp_path / "straight", progress=False)
+    straight.fit()
+    assert name == "step-0000000009" and digest == straight.client.digest("emb")
+    assert all(torch.equal(dense[k], v) for k, v in straight.model.state_dict().items())
+    straight.close()

@@ -19,9 +19,10 @@ def raw_call(address: str, method: str, message: bytes, metadata=AUTH) -> bytes:
 
 class Cluster:
     def __init__(self, config: StoreConfig, n: int, data_dir, max_message_mb: int = 64,
-                 limits: StoreLimits | None = None, **options):
-        """``data_dir``: one directory every server shares, or a list of one per server (its own disk)."""
-        self.stores = [ShardStore(config, i, n, limits) for i in range(n)]
+                 limits: StoreLimits | None = None, plan=None, **options):
+        """``data_dir``: one directory every server shares, or a list of one per server (its own disk);
+        ``plan``: the servers' and the client's sharding plan (hash when None)."""
+        self.stores = [ShardStore(config, i, n, limits, plan=plan) for i in range(n)]
         self.data_dir = data_dir
         dirs = data_dir if isinstance(data_dir, list) else [data_dir] * n
         opts = ServerOptions(max_message_mb=max_message_mb, **options)
@@ -33,7 +34,8 @@ class Cluster:
             self.stop()
             raise
         self.addresses = [f"127.0.0.1:{s.port}" for s in self.servers]
-        self.client = connect(servers=self.addresses, job=JOB, token=TOKEN, timeout=20, max_message_mb=max_message_mb)
+        self.client = connect(servers=self.addresses, job=JOB, token=TOKEN, timeout=20, max_message_mb=max_message_mb,
+                              plan=plan)
 
     def stop(self):
         for s in self.servers:

@@ -122,6 +122,22 @@ CORPUS = {
                                                           "path": "ck/step-0000000001", "phase": "prepare",
                                                           "commits": 7}, b'{"a":1}'), INVALID,
                                      "commits: must be a list"),
+    "a part fed past its payload": ("Load", wire.encode({"v": 1, "shard": 0, "n_shards": 1,
+                                                         "path": "ck/step-0000000001", "phase": "feed", "token": "t",
+                                                         "end": 1, "total": 1, "arrays": [["ids", "int64", [10]]]},
+                                                        IDS), INVALID,
+                                    "arrays: 'ids' needs 80 bytes, the payload has 32 left"),
+    "a part fed as objects": ("Load", wire.encode({"v": 1, "shard": 0, "n_shards": 1, "path": "ck/step-0000000001",
+                                                   "phase": "feed", "token": "t", "end": 1, "total": 1,
+                                                   "arrays": [["ids", "object", [4]]]}, IDS), INVALID, "arrays: "),
+    "a part asked for with its commit not JSON": ("ReadPart", wire.encode(
+        {"v": 1, "shard": 0, "n_shards": 1, "path": "ck/step-0000000001", "commit": 3, "step": 1, "part": 0,
+         "table": "user", "into": "user", "kind": "rows", "lo": 0, "hi": 1, "to": 0}, b"{x}"), INVALID,
+        "commit: not JSON"),
+    "a part asked for of an unknown kind": ("ReadPart", wire.encode(
+        {"v": 1, "shard": 0, "n_shards": 1, "path": "ck/step-0000000001", "commit": 2, "step": 1, "part": 0,
+         "table": "user", "into": "user", "kind": "files", "lo": 0, "hi": 1, "to": 0}, b"{}"), INVALID,
+        "need: table and into must be names, kind one of"),
     "save with a 12 KB path": ("Save", wire.encode({"v": 1, "shard": 0, "n_shards": 1, "root": LONG, "step": 1}),
                                INVALID, "not a usable path"),
 }

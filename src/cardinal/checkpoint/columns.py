@@ -15,6 +15,7 @@ fit in memory.
 
 import numpy as np
 
+from cardinal.checkpoint.parts import relay
 from cardinal.embedding.storage import Columns
 
 
@@ -36,7 +37,8 @@ def check_cuttable(where: str, table: str, saved: dict, store_table) -> None:
 def cut(step_path, info: dict, plan, shard: int, table, saved_rows):
     """Yields one (where, ``Columns``) block: the rows of the store's table ``table`` (a piece by
     ``plan``) for ``shard``, joined from the saved pieces by id and cut to its columns.
-    ``saved_rows(step_path, info, logical, piece)`` yields a saved piece's verified blocks."""
+    ``saved_rows(piece)`` yields a saved piece's verified blocks of the rows of ``shard``, and a
+    ``Need`` for a part on another server's disk, passed on (``parts.relay``)."""
     logical, piece = plan.locate(table.config.name)
     saved_pieces = info["plan"].pieces(logical)
     entries = {m["shard"]: m for m in info["manifests"].values()}
@@ -51,10 +53,10 @@ def cut(step_path, info: dict, plan, shard: int, table, saved_rows):
         if phi <= lo or plo >= hi:
             continue
         blocks = []
-        for where, rows in saved_rows(step_path, info, logical, p):
-            keep = plan.route(table.config.name, rows.ids) == shard
-            blocks.append(Columns(*(c[keep] for c in rows)))
-        if not blocks:  # a piece saved with no rows: nothing to join
+        yield from relay(saved_rows(p), lambda at, rows: blocks.append((at, rows)))
+        if blocks:
+            where, blocks = blocks[-1][0], [rows for _, rows in blocks]
+        else:  # a piece saved with no rows: nothing to join
             yield where, Columns(np.zeros(0, np.int64), np.zeros((0, w * (1 + per_dim) + per_row), np.float32),
                                  np.zeros(0, np.uint32), np.zeros(0, np.uint32))
             return

@@ -20,6 +20,9 @@ lies and how it is checked stays in this package:
     r.row_chunks(plan, shard, table) a store's table's rows, a verified block at a time (``rows.py``)
     r.deleted_ids(plan, shard, name) a delta's ids deleted since its base
     r.load_admission(plan, shard, tables)   each table's admission filter state
+        asking=True                  the three as generators that ask for a part on another server's
+                                     disk (a ``Need`` yielded, a ``Part`` sent back: ``parts.py``)
+    r.answer(need, plan, to)         what this host's disk holds of a part another shard asks for
     r.clustered_state(name, shard, n_shards)  a clustered table's own files (``clustered.py``)
     r.row_count(table)               rows a table holds once its chain is loaded (the planner's)
     r.dense_state()                  the trainer's dense state (``dense.py``)
@@ -31,13 +34,11 @@ a follower over copies of the served ones); what a table does with them stays wi
 import os
 from pathlib import Path
 
-import numpy as np
-
-from cardinal.checkpoint import rows
+from cardinal.checkpoint import parts, rows
 from cardinal.checkpoint.chain import identity, run_id, walk
 from cardinal.checkpoint.clustered import KEY as CLUSTERED, read as read_clustered, refuse_reshard
 from cardinal.checkpoint.layout import COMMIT, DENSE, REMOTE, STATE, committed, latest, shard_dir
-from cardinal.checkpoint.verify import check_compatible, read_commit, saved_tables, shard_files
+from cardinal.checkpoint.verify import check_compatible, read_commit, saved_tables
 from cardinal.sharding.plan import ShardingPlan
 
 
@@ -135,32 +136,48 @@ class Reader:
         """The saved tables are exactly the store's (``verify.check_compatible``), or a ValueError."""
         check_compatible(self.path, self.info, tables, plan, names)
 
-    def row_chunks(self, plan: ShardingPlan, shard: int, table, size: int = 1 << 20):
-        """(ids file, ``Columns``) blocks of the rows of the store's table ``table`` for shard
-        ``shard`` of ``plan``, each verified as it is read (``rows.table_chunks``)."""
-        return rows.table_chunks(self.path, self.info, plan, shard, table, size)
+    def row_chunks(self, plan: ShardingPlan, shard: int, table, size: int = 1 << 20, *, asking: bool = False):
+        """(where, ``Columns``) blocks of the rows of the store's table ``table`` for shard ``shard``
+        of ``plan``, each verified as it is read (``rows.table_chunks``). ``asking``: a part on
+        another server's disk is asked for (``parts.py``), else refused naming that server."""
+        chunks = rows.table_chunks(self.path, self.info, plan, shard, table, size)
+        return chunks if asking else parts.here(chunks, self.path, self.info)
 
     def shard_rows(self, plan: ShardingPlan, shard: int, tables: dict) -> dict:
         """Rows for shard ``shard`` of ``plan``, whole: {table: {column: array}}, checked compatible first."""
         return rows.load_shard_rows(self.path, self.info, plan, shard, tables)
 
-    def deleted_ids(self, plan: ShardingPlan, shard: int, name: str) -> np.ndarray:
-        """A delta's ids of the store's table ``name`` deleted since its base, those of ``shard``."""
-        return rows.deleted_ids(self.path, self.info, plan, shard, name)
+    def deleted_ids(self, plan: ShardingPlan, shard: int, name: str, *, asking: bool = False):
+        """A delta's ids of the store's table ``name`` deleted since its base, those of ``shard``
+        (``asking``: a generator returning them, ``ids = yield from ...``)."""
+        ids = rows.deleted_ids(self.path, self.info, plan, shard, name)
+        return ids if asking else parts.value(ids, self.path, self.info)
 
-    def load_admission(self, plan: ShardingPlan, shard: int, tables: dict) -> None:
-        """Each table's admission filter state into ``tables``' filters (``rows.load_admission``)."""
-        rows.load_admission(self.path, self.info, plan, shard, tables)
+    def load_admission(self, plan: ShardingPlan, shard: int, tables: dict, *, asking: bool = False):
+        """Each table's admission filter state into ``tables``' filters (``rows.load_admission``;
+        ``asking``: a generator, ``yield from ...``)."""
+        loading = rows.load_admission(self.path, self.info, plan, shard, tables)
+        return loading if asking else parts.value(loading, self.path, self.info)
+
+    def answer(self, need, plan: ShardingPlan, to: int, max_bytes: int | None = None, verified: set | None = None):
+        """The ``Part`` this host's disk holds of ``need`` for shard ``to`` of ``plan`` (``rows.answer``)."""
+        return rows.answer(self.path, self.info, need, plan, to, max_bytes, verified)
 
     def clustered_state(self, name: str, shard: int, n_shards: int) -> tuple[dict, int, int] | None:
         """Table ``name`` as shard ``shard`` of ``n_shards`` saved it when that shard saved it clustered:
         (state, clusters, shift), every file verified, for ``SaecTable.from_state``; None when saved as
-        rows. A ValueError when the table is clustered and ``n_shards`` is not the count that saved it."""
+        rows. A ValueError when the table is clustered and ``n_shards`` is not the count that saved it,
+        or its files are on another server's disk (its clusters are not rows another server could send)."""
         refuse_reshard(self.path, self.info, name, n_shards)
         own = shard_dir(self.path, shard, n_shards)
         if CLUSTERED not in self.info["manifests"].get(own.name, {}).get("tables", {}).get(name, {}):
             return None
-        return read_clustered(self.path, self.info, shard_files(self.path, self.info, shard, n_shards), shard, name)
+        server = parts.elsewhere(self.path, self.info, shard, n_shards)
+        if server is not None:
+            raise ValueError(f"checkpoint {self.path.name}: table {name!r} is clustered (Saec), and shard {shard}'s "
+                             f"files are on the disk of its server ({server}), not this one's: a clustered table "
+                             f"loads only from its own server's disk (start shard {shard} on that disk)")
+        return read_clustered(self.path, self.info, own, shard, name)
 
     def row_count(self, table: str) -> int | None:
         """The rows the job's table ``table`` holds once this checkpoint is loaded: its first piece's

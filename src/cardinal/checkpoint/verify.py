@@ -27,6 +27,7 @@ from cardinal.checkpoint.columns import check_cuttable
 from cardinal.checkpoint.durable import check_name, crc32_json, read_json, verify_file
 from cardinal.checkpoint.layout import (COLUMNS, COMMIT, DELETED, FORMAT_VERSION, MANIFEST, REMOTE, STATE,
                                         admission_file, shard_dir, shard_names)
+from cardinal.checkpoint.parts import elsewhere, not_here
 from cardinal.embedding import formats
 from cardinal.embedding.hashing import ROUTING_NAME
 from cardinal.sharding.plan import ShardingPlan
@@ -113,12 +114,10 @@ def _remote(marker: Path, info: dict, n_shards: int) -> dict:
 def shard_files(step_path: Path, info: dict, shard: int, n_shards: int) -> Path:
     """The directory of a saved shard's files, or a ValueError naming the server that holds them when
     they are on its own disk, not here."""
-    path = shard_dir(step_path, shard, n_shards)
-    held = info.get(REMOTE, {}).get(path.name)
-    if held is not None and not path.is_dir():
-        raise ValueError(f"checkpoint {step_path.name}: shard {shard}'s files are on the disk of its server "
-                         f"({held['server']}), not on this host; it reads them there (a load through the servers)")
-    return path
+    server = elsewhere(step_path, info, shard, n_shards)
+    if server is not None:
+        raise ValueError(not_here(step_path, shard, server))
+    return shard_dir(step_path, shard, n_shards)
 
 
 def _check_manifest(path: Path, m: dict, shard: int, n_shards: int, step: int, base: int | None = None) -> dict:

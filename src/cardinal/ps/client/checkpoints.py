@@ -5,8 +5,12 @@ disk. Where the servers' parts lie is found out, never assumed: after a save, a 
 manifest is not under the workers' checkpoint directory, byte for byte, saved on its server's own
 disk, and the commit then holds a copy of that manifest (``checkpoint/write.py``). A load of such a
 checkpoint sends each server the commits of its chain, so each checks and loads its own part, and
-each following save tells those servers which steps the workers still keep. A mixin of
-``PSClient``: it uses the client's transport, plan and hot-row reader.
+each following save tells those servers which steps the workers still keep. Onto another server
+count (or plan) a shard needs rows of parts on other servers' disks: each server first says which
+parts its disk holds (a part no server holds is refused before any shard prepares), then a shard
+that needs a part not on its disk says so (``checkpoint/parts.py``), the server holding it reads
+there the rows of that shard, and this client passes them on. A mixin of ``PSClient``: it uses the
+client's transport, plan and hot-row reader.
 """
 
 import socket
@@ -14,7 +18,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from cardinal.checkpoint.durable import probe_dir
-from cardinal.checkpoint.layout import MANIFEST, committed_steps, latest, shard_dir, step_dir
+from cardinal.checkpoint.layout import MANIFEST, OWN, committed_steps, latest, shard_dir, step_dir
 from cardinal.checkpoint.reader import Reader
 from cardinal.checkpoint.retention import remove_older
 from cardinal.checkpoint.write import commit
@@ -86,19 +90,9 @@ class ClientCheckpoints:
             path = found
         head = Reader(path).chain[-1]  # commits and manifests, every link checked before any shard works
         markers = head.marker_chain() if any(link.remote for link in head.chain) else None
-        handles = [self.transport.load(s, str(path), "prepare", markers=markers) for s in range(self.n_shards)]
-        prepared, failed = {}, []
-        for s, h in enumerate(handles):
-            try:
-                prepared[s] = h.wait(timeout)
-            except Exception as e:  # noqa: BLE001 - any failure of any shard aborts the load
-                failed.append((s, e))
+        holders = None if markers is None else self._holders(path, head, markers, timeout)
+        prepared, failed = self._prepare(path, head, markers, holders, timeout)
         if failed:
-            for s, result in prepared.items():
-                try:
-                    self.transport.load(s, str(path), "abort", result["token"]).wait(timeout)
-                except Exception:  # noqa: BLE001 - staged rows of an unreachable shard are replaced by its next prepare
-                    pass
             s, e = failed[0]
             message = f"checkpoint {path} not loaded, no shard changed: shard {s} refused it: {e}"
             raise (ValueError if isinstance(e, ValueError) else RuntimeError)(message) from e
@@ -119,6 +113,74 @@ class ClientCheckpoints:
                 if piece == self.plan.pieces(table)[0]:
                     rows[table] = rows.get(table, 0) + n
         return {"path": str(path), "step": head.step, "extra": head.extra, "rows": rows}
+
+
+    def _holders(self, path: Path, head: Reader, markers: list, timeout: float | None) -> dict:
+        """(step, saved shard) -> a shard whose server holds that part of the chain on its disk, each
+        server telling which it holds, checked against their commits. A part of a table that no
+        server holds (a host gone with its disk) is refused here, before any shard prepares."""
+        handles = [self.transport.load(s, str(path), "find", markers=markers) for s in range(self.n_shards)]
+        held = {}
+        for s, h in enumerate(handles):
+            try:
+                for step, part in h.wait(timeout)["held"]:
+                    held.setdefault((step, part), s)
+            except Exception as e:  # noqa: BLE001 - a shard that cannot tell refuses the load
+                raise (ValueError if isinstance(e, ValueError) else RuntimeError)(
+                    f"checkpoint {path} not loaded, no shard changed: shard {s} refused it: {e}") from e
+        for link in head.chain:
+            for name, m in link.info["manifests"].items():
+                if (link.step, m["shard"]) not in held and m["tables"]:
+                    server = link.remote.get(name, {}).get("server", "the workers' own")
+                    raise ValueError(f"checkpoint {path} not loaded, no shard changed: shard {m['shard']} of "
+                                     f"{link.n_shards} of {link.path.name} is on no server's disk (saved by the server "
+                                     f"at {server}: a host gone with its disk?); start a server on that disk, or put "
+                                     f"its {name} under a server's <data-dir>/{OWN}/<ps.job>/{link.path.name}")
+        return held
+
+    def _prepare(self, path: Path, head: Reader, markers: list | None, holders: dict | None,
+                 timeout: float | None) -> tuple[dict, list]:
+        """Every shard prepares the load; a shard that needs a part on another server's disk says which
+        (a ``Need``, ``checkpoint/parts.py``), the server holding it reads it there and this client
+        passes it on (``feed``), a shard at a time in turn, until every shard is done. Returns
+        ({shard: its prepare's reply}, [(shard, error)]); on any error every shard's load is aborted."""
+        calls = {s: self.transport.load(s, str(path), "prepare", markers=markers) for s in range(self.n_shards)}
+        commits = {link.step: link.info["marker"] for link in head.chain}
+        prepared, tokens, failed = {}, {}, []
+        while calls:
+            for s, call in list(calls.items()):
+                del calls[s]
+                try:
+                    reply = call.wait(timeout)
+                    tokens[s] = reply["token"]
+                    if "need" not in reply:
+                        prepared[s] = reply
+                    elif not failed:  # once one shard refused, the others stop where they are
+                        calls[s] = self._feed(path, s, reply, holders, commits, timeout)
+                except Exception as e:  # noqa: BLE001 - any failure of any shard aborts the load
+                    failed.append((s, e))
+        if failed:
+            for s, token in tokens.items():
+                try:
+                    self.transport.load(s, str(path), "abort", token).wait(timeout)
+                except Exception:  # noqa: BLE001 - staged rows of an unreachable shard are replaced by its next prepare
+                    pass
+        return prepared, failed
+
+    def _feed(self, path: Path, s: int, reply: dict, holders: dict | None, commits: dict, timeout: float | None):
+        """Shard ``s``'s need read where it is, and passed on to ``s``: the call that answers."""
+        need = reply["need"]
+        holder = (holders or {}).get((need["step"], need["part"]))
+        if holder is None:  # every part with a table was found: a need for another is the shard's error
+            raise ValueError(f"it needs shard {need['part']} of step {need['step']}, which no server holds")
+        try:
+            part = self.transport.read_part(holder, str(step_dir(path.parent, need["step"])), commits[need["step"]],
+                                            need, s).wait(timeout)
+        except Exception as e:
+            what = (f"reading its {need['kind']} of {need['table']} from shard {need['part']} of step {need['step']} "
+                    f"on server {self.transport.where(holder)}: {e}")
+            raise (ValueError if isinstance(e, ValueError) else RuntimeError)(what) from e
+        return self.transport.load(s, str(path), "feed", reply["token"], part=part)
 
 
 def _here(manifest: Path, sent: bytes) -> bool:

@@ -41,6 +41,7 @@ import grpc
 import numpy as np
 
 from cardinal.checkpoint.layout import own_root
+from cardinal.checkpoint.parts import Need, Part
 from cardinal.ps.limits import StoreFull
 from cardinal.ps.server.request_log import FirstAttemptFailed
 from cardinal.ps.server.store import ShardStore
@@ -72,8 +73,8 @@ class ShardServicer:
         heap.keep_freed_buffers()  # replies are large and many: reuse their memory (heap.py)
 
     def handler(self) -> grpc.GenericRpcHandler:
-        methods = {"Pull": self._pull, "Push": self._push, "Save": self._save, "Load": self._load, "Stats": self._stats,
-                   "Finish": self._finish}
+        methods = {"Pull": self._pull, "Push": self._push, "Save": self._save, "Load": self._load,
+                   "ReadPart": self._read_part, "Stats": self._stats, "Finish": self._finish}
         return grpc.method_handlers_generic_handler(
             wire.SERVICE, {name: grpc.stream_unary_rpc_method_handler(self._wrap(name, fn)) for name, fn in methods.items()})
 
@@ -222,18 +223,26 @@ class ShardServicer:
         return {"rows": reply["rows"], **where}, [reply["manifest"]] if not dry else []
 
     def _load(self, header, payload):
-        markers = None
-        if "commits" in header:  # the chain's commits, as JSON
-            n = wire.field(header, "commits", int)
-            if n != len(payload):
-                raise wire.WireError(f"commits: {_short(n)} bytes, the payload holds {len(payload)}")
-            try:
-                markers = json.loads(bytes(payload))
-            except (UnicodeDecodeError, ValueError, RecursionError) as e:
-                raise wire.WireError(f"commits: not JSON ({str(e)[:80]})") from None
-        return self.store.load(str(self._place(wire.field(header, "path", str), step=True)),
-                               wire.field(header, "phase", str, "load"), header.get("token"),  # typed by SCHEMAS
-                               markers=markers), []
+        markers = _json(header, payload, "commits") if "commits" in header else None  # the chain's commits
+        part = None
+        if "arrays" in header:  # a feed: the part a holder sent (checkpoint/parts.py)
+            if markers is not None:
+                raise wire.WireError("arrays: a load sends commits or a part's arrays, not both")
+            part = Part(wire.field(header, "end", int), wire.field(header, "total", int),
+                        wire.decode_arrays(header["arrays"], payload))
+        reply = self.store.load(str(self._place(wire.field(header, "path", str), step=True)),
+                                wire.field(header, "phase", str, "load"), header.get("token"),  # typed by SCHEMAS
+                                markers=markers, part=part)
+        return reply, []
+
+    def _read_part(self, header, payload):
+        need = {k: header.get(k) for k in Need._fields}
+        max_bytes = wire.field(header, "max_bytes", int, self.max_message_bytes - REPLY_HEADER)
+        part = self.store.read_part(str(self._place(wire.field(header, "path", str), step=True)),
+                                    _json(header, payload, "commit"), need, wire.field(header, "to", int),
+                                    max(1, min(max_bytes, self.max_message_bytes - REPLY_HEADER)))
+        spec, arrays = wire.encode_arrays(part.arrays)
+        return {"end": part.end, "total": part.total, "arrays": spec}, arrays
 
     def _stats(self, header, payload):
         try:
@@ -257,6 +266,17 @@ class ShardServicer:
         self.ended.set()
         return {"finished": step}, []
 
+
+
+def _json(header: dict, payload, name: str):
+    """The JSON a request's payload holds whole, its length the header's ``name``."""
+    n = wire.field(header, name, int)
+    if n != len(payload):
+        raise wire.WireError(f"{name}: {_short(n)} bytes, the payload holds {len(payload)}")
+    try:
+        return json.loads(bytes(payload))
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise wire.WireError(f"{name}: not JSON ({str(e)[:80]})") from None
 
 
 def _cut(text: str) -> str:

@@ -138,7 +138,8 @@ class ShardStore(StoreCheckpoints):
             self._tier_list: list[RocksTier] = []  # every tier made, closed with the store
             self._tier_files = weakref.finalize(self, _remove_tiers, claimed, self._tier_list)
         self.tables = self._fresh_tables()
-        self._staged: tuple[str, dict, int] | None = None  # (token, tables, step) of a prepared load
+        self._staged = None  # the load being prepared, or prepared (store_checkpoints.py)
+        self._verified: set = set()  # checkpoint files verified as they are, for loads over the wire
         self._saved: int | None = None  # the step last saved or loaded: what a delta checkpoint may apply on
         self._stepped_back = False  # a request of a step <= _saved came since: a delta would miss its rows
         self._reshaped = False  # a table's schedule changed rows since _saved that a delta would not hold

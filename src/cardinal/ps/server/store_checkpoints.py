@@ -15,6 +15,7 @@ from pathlib import Path
 
 from cardinal.checkpoint.durable import probe_dir
 from cardinal.checkpoint.layout import MANIFEST, committed, shard_dir, step_dir
+from cardinal.checkpoint.parts import Need, Part, refuse, relay
 from cardinal.checkpoint.reader import Reader
 from cardinal.checkpoint.retention import keep_only
 from cardinal.checkpoint.write import save_shard
@@ -68,14 +69,19 @@ class StoreCheckpoints:
         return {"rows": {t: m["rows"] for t, m in manifest["tables"].items()},
                 "manifest": (shard_dir(path, self.shard, self.n_shards) / MANIFEST).read_bytes()}
 
-    def load(self, step_path: str, phase: str = "load", token: str | None = None, markers=None) -> dict:
+    def load(self, step_path: str, phase: str = "load", token: str | None = None, markers=None, part=None) -> dict:
         """Load a committed checkpoint (of any shard count), all or nothing, in phases:
 
+        ``find``: which saved shards of the checkpoint's chain this server's disk holds, each checked
+            against its commit: {"held": [[step, shard], ...]} (a client finds where each part is).
         ``prepare``: verify the checkpoint and build this shard's tables from it off to the
             side; returns {"token", "step", "rows"}. Nothing visible changes. While a load is
-            prepared the store holds a second copy of its tables (the staged ones).
+            prepared the store holds a second copy of its tables (the staged ones). Where it needs
+            a part on another server's disk it stops and returns {"token", "need"}: a ``Need``
+            (``checkpoint/parts.py``) for the client to ask of a server that holds it (``read_part``).
+        ``feed`` (with the token, and the ``Part`` that server sent): go on; returns as ``prepare``.
         ``commit`` (with the token): swap the staged tables in; nothing is left to fail.
-        ``abort`` (with the token): drop them.  ``load``: prepare and commit at once.
+        ``abort`` (with the token): drop them.  ``load``: prepare and commit at once (every part here).
 
         A client loading several shards prepares every one before it commits any
         (``PSClient.load``), so a checkpoint one shard refuses changes no shard. ``markers``: the
@@ -83,38 +89,38 @@ class StoreCheckpoints:
         shard's files are on its own disk (which holds no commit): its part is checked against them.
         """
         if phase == "load":
-            return self.load(step_path, "commit", self.load(step_path, "prepare", markers=markers)["token"])
+            staging, reply = self._prepare(step_path, markers)
+            if "need" in reply:
+                self.load(step_path, "abort", reply["token"])
+                need = Need.from_json(reply["need"])
+                link = next(link for link in staging.chain if link.step == need.step)
+                refuse(need, link.path, link.info)
+            return self.load(step_path, "commit", reply["token"])
+        if phase == "find":
+            chain = Reader(step_path, markers=None if markers is None else _by_dir(markers)).chain
+            self._verified.clear()  # a new load: files verified for the last one are verified again
+            return {"held": [[link.step, k] for link in chain for k in range(link.n_shards)
+                             if shard_dir(link.path, k, link.n_shards).is_dir()]}
         if phase == "prepare":
-            by_dir = None if markers is None else _by_dir(markers)
-            chain = Reader(step_path, markers=by_dir).chain  # a delta: its full checkpoint, then each delta
-            head = chain[-1]
-            fresh = self._fresh_tables(head.step)
-            try:
-                for k, link in enumerate(chain):
-                    self._load_rows(link, fresh, delta=k > 0)
-                head.load_admission(self.plan, self.shard, fresh)
-            except BaseException:
-                _close_tiers(fresh)
-                raise
-            token = uuid.uuid4().hex
-            with self._staging_lock:
-                if self._staged is not None:
-                    _close_tiers(self._staged[1])
-                self._staged = (token, fresh, head.step)  # a newer prepare replaces an older one
-            return {"token": token, "step": head.step, "rows": {n: len(t) for n, t in fresh.items()}}
+            return self._prepare(step_path, markers)[1]
+        if phase == "feed":
+            return self._advance(token, part)
         if phase not in ("commit", "abort"):
-            raise ValueError(f"phase must be 'load', 'prepare', 'commit' or 'abort', got {quote(str(phase))}")
+            raise ValueError(f"phase must be 'load', 'find', 'prepare', 'feed', 'commit' or 'abort', "
+                             f"got {quote(str(phase))}")
         with self._staging_lock:
-            if self._staged is None or self._staged[0] != token:
+            staging = self._staged
+            if staging is None or staging.token != token or (phase == "commit" and staging.stage is not None):
                 if phase == "abort":
                     return {"aborted": False}
                 raise ValueError(f"no load prepared with token {quote(str(token))} on shard {self.shard} "
-                                 "(never prepared, already committed or aborted, or replaced by a newer prepare)")
-            _, fresh, step = self._staged
+                                 "(never prepared, not done preparing, already committed or aborted, or replaced "
+                                 "by a newer prepare)")
             self._staged = None
         if phase == "abort":
-            _close_tiers(fresh)
+            staging.drop()
             return {"aborted": True}
+        fresh, step = staging.tables, staging.step
         old, self.tables, self._saved, self._stepped_back = self.tables, fresh, step, False
         self.clock.reset(step)
         _close_tiers(old)
@@ -136,11 +142,65 @@ class StoreCheckpoints:
                              f"loaded step {self._saved} and has taken requests up to step {self.clock.step}: "
                              "it ends only after the job's final checkpoint")
 
-    def _load_rows(self, link: Reader, tables: dict, delta: bool) -> None:
+    def _prepare(self, step_path: str, markers) -> tuple["_Staging", dict]:
+        """A new staged load (replacing an older one), built until done or until it needs a part."""
+        chain = Reader(step_path, markers=None if markers is None else _by_dir(markers)).chain
+        fresh = self._fresh_tables(chain[-1].step)  # a delta: its full checkpoint, then each delta
+        staging = _Staging(uuid.uuid4().hex, fresh, chain, self._stage(chain, fresh))
+        with self._staging_lock:
+            older, self._staged = self._staged, staging  # a newer prepare replaces an older one
+        if older is not None:
+            older.drop()
+        return staging, self._advance(staging.token, None)
+
+    def _advance(self, token: str | None, part) -> dict:
+        """Build the staged load of ``token`` on, with ``part`` (a ``Part``) for the Need it stopped at."""
+        with self._staging_lock:
+            staging = self._staged
+            if staging is None or staging.token != token or staging.stage is None or staging.busy:
+                raise ValueError(f"no load being prepared with token {quote(str(token))} on shard {self.shard} "
+                                 "(never prepared, done, aborted, replaced by a newer prepare, or being fed)")
+            staging.busy = True
+        try:
+            need = staging.stage.send(part)
+        except StopIteration:
+            staging.stage = None
+            return {"token": token, "step": staging.step, "rows": {n: len(t) for n, t in staging.tables.items()}}
+        except BaseException:
+            with self._staging_lock:
+                if self._staged is staging:
+                    self._staged = None
+            staging.drop()
+            raise
+        finally:
+            staging.busy = False
+        return {"token": token, "need": need._asdict()}
+
+    def _stage(self, chain: list[Reader], tables: dict):
+        """A load's staged tables, checkpoint by checkpoint of its chain: a generator that yields a
+        ``Need`` for each part on another server's disk and is sent its ``Part``."""
+        for k, link in enumerate(chain):
+            yield from self._load_rows(link, tables, delta=k > 0)
+        yield from chain[-1].load_admission(self.plan, self.shard, tables, asking=True)
+
+    def read_part(self, step_path: str, commit: dict, need, to: int, max_bytes: int | None = None) -> Part:
+        """What this server's disk holds of a part shard ``to`` needs for its load (``need``, a
+        ``Need`` or its JSON), as much as ``max_bytes`` holds: its commit (``commit``, as the workers'
+        rank 0 saved it) verified, every file against it (``Reader.answer``)."""
+        need = need if isinstance(need, Need) else Need.from_json(need)
+        if not isinstance(to, int) or isinstance(to, bool) or not 0 <= to < self.n_shards:
+            raise ValueError(f"to: shard {to!r} is not one of the {self.n_shards} shards")
+        link = Reader(step_path, markers={Path(step_path).name: commit})
+        if link.step != need.step:
+            raise ValueError(f"need: step {need.step}, the commit sent is of step {link.step}")
+        return link.answer(need, self.plan, to, max_bytes, self._verified)
+
+    def _load_rows(self, link: Reader, tables: dict, delta: bool):
         """One checkpoint's rows into ``tables`` (staged), block by block, the memory budget held as
         they arrive (rows past it go to the disk tier); a delta's deleted ids go first, and its rows
         replace the ones older checkpoints gave. A table this shard saved clustered is made anew from
-        its own files (its fresh table's config, optimizer and admission filter carry over)."""
+        its own files (its fresh table's config, optimizer and admission filter carry over). A
+        generator, as ``_stage``."""
         link.check_compatible(tables, self.plan, self.tables_of_plan)
         for name, t in list(tables.items()):
             saved = link.clustered_state(name, self.shard, self.n_shards)
@@ -149,8 +209,9 @@ class StoreCheckpoints:
                 t.close()
                 continue
             if delta:  # deletions the chain records are not changes since the checkpoint: not logged
-                t.delete(link.deleted_ids(self.plan, self.shard, name), log=False)
-            for where, rows in link.row_chunks(self.plan, self.shard, t):
+                t.delete((yield from link.deleted_ids(self.plan, self.shard, name, asking=True)), log=False)
+
+            def take(where, rows, t=t):
                 if delta:
                     t.delete(rows.ids, log=False)
                 try:
@@ -158,6 +219,7 @@ class StoreCheckpoints:
                 except ValueError as e:
                     raise ValueError(f"checkpoint file {where}: {e}") from None
                 self.memory.hold(tables, link.step)
+            yield from relay(link.row_chunks(self.plan, self.shard, t, asking=True), take)
             if t.tiered:  # the tier's background writes done, the budget held once more
                 t.settle()
                 self.memory.hold(tables, link.step)
@@ -179,6 +241,19 @@ def _by_dir(markers) -> dict:
     for m in markers:
         validate.check_step(m.get("step"))
     return {step_dir("", m["step"]).name: m for m in markers}
+
+
+class _Staging:
+    """A load being prepared: its staged tables, built by ``stage`` (None once done)."""
+
+    def __init__(self, token: str, tables: dict, chain: list[Reader], stage):
+        self.token, self.tables, self.chain, self.stage = token, tables, chain, stage
+        self.step, self.busy = chain[-1].step, False
+
+    def drop(self) -> None:
+        if self.stage is not None and not self.busy:
+            self.stage.close()
+        _close_tiers(self.tables)
 
 
 def _close_tiers(tables: dict) -> None:

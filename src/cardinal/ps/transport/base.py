@@ -1,6 +1,6 @@
 """The narrow interface through which workers reach shard stores.
 
-Seven calls, each returning a ``Handle`` whose ``.wait(timeout)`` gives the result or raises
+Eight calls, each returning a ``Handle`` whose ``.wait(timeout)`` gives the result or raises
 the request's error; a pull and a push take their request whole (``requests.py``). Two
 strategies: ``InProcessTransport`` (the embedded default: stores in this process, no sockets)
 and the gRPC transport (stores in server processes). A client addresses shards by index;
@@ -79,9 +79,16 @@ class Transport(ABC):
 
     @abstractmethod
     def load(self, shard: int, step_path: str, phase: str = "load", token: str | None = None, *,
-             markers: list | None = None) -> Handle:
-        """``ShardStore.load``: phases prepare / commit / abort (with the prepare's token), or load;
-        ``markers``: the chain's commits, for a server whose part is on its own disk."""
+             markers: list | None = None, part=None) -> Handle:
+        """``ShardStore.load``: phases find / prepare / feed / commit / abort (with the prepare's
+        token), or load; ``markers``: the chain's commits, for a server whose part is on its own disk;
+        ``part``: a feed's ``Part`` (``checkpoint/parts.py``)."""
+
+    @abstractmethod
+    def read_part(self, shard: int, step_path: str, commit: dict, need: dict, to: int) -> Handle:
+        """``ShardStore.read_part``: what the shard's server holds on its disk of a part of the
+        checkpoint ``step_path`` (its commit ``commit``) that shard ``to`` needs (``need``), a ``Part``
+        that fits a message to either."""
 
     def where(self, shard: int) -> str:
         """The shard's server as an error message names it (its address)."""

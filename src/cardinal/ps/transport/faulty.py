@@ -71,8 +71,11 @@ class FaultyTransport(Transport):
     def save(self, shard, root, step, base=None, *, keep=None, dry=False):
         return self.inner.save(shard, root, step, base, keep=keep, dry=dry)
 
-    def load(self, shard, step_path, phase="load", token=None, *, markers=None):
-        return self.inner.load(shard, step_path, phase, token, markers=markers)
+    def load(self, shard, step_path, phase="load", token=None, *, markers=None, part=None):
+        return self.inner.load(shard, step_path, phase, token, markers=markers, part=part)
+
+    def read_part(self, shard, step_path, commit, need, to):
+        return self.inner.read_part(shard, step_path, commit, need, to)
 
     def where(self, shard):
         return self.inner.where(shard)

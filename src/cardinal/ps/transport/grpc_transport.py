@@ -1,6 +1,6 @@
 """Shard stores in server processes, reached over gRPC (``cardinal server``).
 
-The same seven calls as the in-process transport, each a future: requests to different
+The same eight calls as the in-process transport, each a future: requests to different
 shards go out in parallel, and ``wait`` has a deadline. Errors name the shard and address:
 
     ShardRequestError (a ValueError)  the server refused the request (INVALID_ARGUMENT, ...)
@@ -31,12 +31,14 @@ import grpc
 import numpy as np
 
 from cardinal import codecs
+from cardinal.checkpoint.parts import Part
 from cardinal.failures import ServerFailure
 from cardinal.ps.transport import wire
 from cardinal.ps.transport.base import DEFAULT_TIMEOUT, Handle, TransientError, Transport
 from cardinal.ps.transport.requests import PullRequest, PushRequest
 
 BUSY_RETRIES, BUSY_BACKOFF_S = 8, 0.05
+PART_HEADER = 8192  # bytes a part's header and arrays' names may take beside them, in a reply and a feed
 REFUSED = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.PERMISSION_DENIED,
            grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.RESOURCE_EXHAUSTED)
 
@@ -179,6 +181,7 @@ class GrpcTransport(Transport):
         self._slots = [threading.BoundedSemaphore(max_in_flight) for _ in self.addresses]
         self._message = [self.chunk_bytes] * self.n_shards  # each server's largest request and calls read at
         self._calls = [max_in_flight] * self.n_shards        # once, as it said (Stats)
+        self._told: set[int] = set()  # servers whose limits a Stats reply gave
         self._incarnations: list[str | None] = [None] * self.n_shards
         self._client = uuid.uuid4().hex[:12]
         self._seq = itertools.count()
@@ -222,6 +225,7 @@ class GrpcTransport(Transport):
         be refused and wait (each of ``share`` clients takes its part of the server's calls); its
         calls in flight give their slots back to the semaphore they took."""
         self._message[shard] = min(self.chunk_bytes, int(limits["message_bytes"]))
+        self._told.add(shard)
         calls = min(self.max_in_flight, max(1, int(limits["calls"]) // self.share))  # this client's share
         if calls != self._calls[shard]:
             self._calls[shard], self._slots[shard] = calls, threading.BoundedSemaphore(calls)
@@ -231,7 +235,7 @@ class GrpcTransport(Transport):
         per = max(1, int(min(self.limit * 0.9, self._message[shard]) - 4096) // bytes_per_id)
         return [slice(a, min(a + per, n)) for a in range(0, max(n, 1), per)]
 
-    # --- the seven calls ---------------------------------------------------------------------
+    # --- the eight calls ---------------------------------------------------------------------
 
     def pull(self, shard: int, request: PullRequest) -> Handle:
         r, rows_codec = request, codecs.get(request.codec)
@@ -281,13 +285,32 @@ class GrpcTransport(Transport):
         header.update({} if keep is None else {"keep": len(steps[0])})
         return _Mapped([self._call(shard, "Save", header, *steps)], _save_reply)
 
-    def load(self, shard, step_path, phase="load", token=None, *, markers=None):
+    def load(self, shard, step_path, phase="load", token=None, *, markers=None, part=None):
         header, sent = {"path": str(step_path), "phase": phase, "token": token}, []
         if markers is not None:  # the payload: not bounded by the header's size
             sent = [json.dumps(markers, separators=(",", ":")).encode()]
             header["commits"] = len(sent[0])
+        if part is not None:  # a feed: the arrays a holder sent, on to this shard
+            header["arrays"], sent = wire.encode_arrays(part.arrays)
+            header.update(end=part.end, total=part.total)
         return _Mapped([self._call(shard, "Load", header, *sent)],
                        lambda r: {k: v for k, v in r[0][0].items() if k != "incarnation"})
+
+    def read_part(self, shard, step_path, commit, need, to):
+        for s in {shard, to}:  # the part must fit a message to either: sized as they read (Stats)
+            if s not in self._told:
+                self.health(s).wait(self.timeout)
+        body = json.dumps(commit, separators=(",", ":")).encode()
+        header = {"path": str(step_path), "commit": len(body), **need, "to": int(to),
+                  "max_bytes": min(self._message[shard], self._message[to]) - PART_HEADER}
+
+        def part(replies):
+            (reply, payload), = replies
+            try:
+                return Part(reply["end"], reply["total"], wire.decode_arrays(reply.get("arrays"), payload))
+            except (KeyError, wire.WireError) as e:
+                raise ShardUnavailable(f"shard {shard}: a part's reply: {e}") from None
+        return _Mapped([self._call(shard, "ReadPart", header, body)], part)
 
     def where(self, shard):
         return self.addresses[shard]

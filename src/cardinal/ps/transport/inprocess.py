@@ -57,8 +57,11 @@ class InProcessTransport(Transport):
     def save(self, shard, root, step, base=None, *, keep=None, dry=False):
         return self._call(shard, "save", root, step, base, keep=keep, dry=dry)
 
-    def load(self, shard, step_path, phase="load", token=None, *, markers=None):
-        return self._call(shard, "load", step_path, phase, token, markers)
+    def load(self, shard, step_path, phase="load", token=None, *, markers=None, part=None):
+        return self._call(shard, "load", step_path, phase, token, markers, part)
+
+    def read_part(self, shard, step_path, commit, need, to):
+        return self._call(shard, "read_part", step_path, commit, need, to)
 
     def stats(self, shard, digest=False, check=False):
         return self._call(shard, "stats", digest, check)

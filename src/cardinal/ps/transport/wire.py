@@ -20,6 +20,10 @@ and mistyped ones (JSON booleans are not integers) are refused, nesting is at mo
 ``MAX_DEPTH`` deep (checked before parsing), and errors quote at most a short prefix of any
 string the sender chose.
 
+A part of a checkpoint (``checkpoint/parts.py``: a ``ReadPart`` reply, and the ``Load`` that passes
+it on to the shard that asked) is named arrays: ``"arrays": [[name, dtype, shape], ...]`` in the
+header, their bytes (little-endian) in that order in the payload (``encode_arrays``).
+
 Arrays cross without per-element encoding (``np.frombuffer`` on arrival, no copy) unless a
 codec other than fp32 is asked for.
 """
@@ -34,7 +38,7 @@ from cardinal import codecs
 from cardinal.codecs import Codec
 from cardinal.ps.validate import quote
 
-SERVICE = "cardinal.Shard"  # the gRPC service: its methods are /cardinal.Shard/Pull, Push, Save, Load, Stats, Finish
+SERVICE = "cardinal.Shard"  # the gRPC service: /cardinal.Shard/Pull, Push, Save, Load, ReadPart, Stats, Finish
 PROTOCOL = 1
 CODEC_ALIASES = {"raw": "fp32"}  # the push codec's name before there were codecs
 DTYPES = {"float32": np.float32}
@@ -48,16 +52,20 @@ _BRACKETS = re.compile(rb"[\[\]{}]")
 ORIGIN = {"worker": int, "workers": int, "part": int, "parts": int, "combine": bool, "staleness": int,
           "since": int}
 _TARGET = {"v": int, "shard": int, "n_shards": int}
+_PART = {"end": int, "total": int, "arrays": list}  # a part of a checkpoint (checkpoint/parts.py)
 _ARRAYS = {"table": str, "ids_bytes": int, "ids_dtype": str, "step": int, "request_id": str}
 SCHEMAS: dict[str, dict[str, type]] = {
     "Pull": {**_TARGET, **_ARRAYS, "create": bool, "codec": str},
     "Push": {**_TARGET, **_ARRAYS, "grads_bytes": int, "dim": int, "dtype": str, "codec": str, "kind": str,
              **ORIGIN, "counts_bytes": int},
     "Save": {**_TARGET, "root": str, "step": int, "base": int, "dry": bool, "keep": int},
-    "Load": {**_TARGET, "path": str, "phase": str, "token": str, "commits": int},
+    "Load": {**_TARGET, "path": str, "phase": str, "token": str, "commits": int, **_PART},
+    "ReadPart": {**_TARGET, "path": str, "commit": int, "step": int, "part": int, "table": str, "into": str,
+                 "kind": str, "lo": int, "hi": int, "to": int, "max_bytes": int},
     "Stats": {**_TARGET, "digest": bool, "check": bool},
     "Finish": {**_TARGET, "step": int},  # the job ended with its checkpoint of this step (ps/server/process.py)
 }
+ARRAY_DTYPES = ("int64", "int32", "uint32", "uint8", "float32", "float64")  # of a checkpoint's parts
 
 
 class WireError(ValueError):
@@ -170,6 +178,33 @@ def take_counts(header: dict, payload: memoryview) -> tuple[memoryview, np.ndarr
         raise WireError(f"counts_bytes: {_num(n)} is not a multiple of 4 within the payload (counts are int32)")
     cut = len(payload) - n
     return payload[:cut], np.frombuffer(payload[cut:], "<i4").astype(np.int32)
+
+
+def encode_arrays(arrays: dict) -> tuple[list, list[np.ndarray]]:
+    """Named arrays as a header's list of [name, dtype, shape] and the payload's parts, in that order."""
+    spec = [[name, a.dtype.name, list(a.shape)] for name, a in arrays.items()]
+    return spec, [np.ascontiguousarray(a) for a in arrays.values()]
+
+
+def decode_arrays(spec, payload: memoryview) -> dict:
+    """The named arrays ``encode_arrays`` sent (little-endian), each checked against the payload."""
+    if not isinstance(spec, list) or len(spec) > 64:
+        raise WireError("arrays: must be a list of [name, dtype, shape]")
+    out, at = {}, 0
+    for item in spec:
+        if not (isinstance(item, list) and len(item) == 3 and isinstance(item[0], str) and len(item[0]) <= 64
+                and item[1] in ARRAY_DTYPES and isinstance(item[2], list) and len(item[2]) <= 2
+                and all(_is(d, int) and 0 <= d < 1 << 40 for d in item[2])) or item[0] in out:
+            raise WireError(f"arrays: {quote(str(item))} is not [a new name, one of {list(ARRAY_DTYPES)}, a shape]")
+        dtype = np.dtype(item[1]).newbyteorder("<")
+        size = dtype.itemsize * int(np.prod(item[2], dtype=np.int64))
+        if at + size > len(payload):
+            raise WireError(f"arrays: {quote(item[0])} needs {size} bytes, the payload has {len(payload) - at} left")
+        out[item[0]] = np.frombuffer(payload[at:at + size], dtype).reshape(item[2])
+        at += size
+    if at != len(payload):
+        raise WireError(f"arrays: {at} bytes named, the payload holds {len(payload)}")
+    return out
 
 
 def push_codec_name(codec: Codec) -> str:
