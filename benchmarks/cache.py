@@ -22,8 +22,9 @@ import jobs  # noqa: E402
 from report import write  # noqa: E402
 
 from cardinal.checkpoint.reader import Reader  # noqa: E402
+from cardinal.optim import make_optimizer  # noqa: E402
 from cardinal.recipe import load  # noqa: E402
-from cardinal.worker.sources.cache_slots import META_BYTES  # noqa: E402
+from cardinal.worker.sources.cache_slots import slot_bytes  # noqa: E402
 
 RECIPE = "criteo_synthetic"
 QUICK = {"rows": 40_000, "eval_rows": 10_000, "steps": 40, "batch": 1024}
@@ -34,6 +35,13 @@ def rows_created(summary: dict) -> int:
     """Rows on the servers at the run's last checkpoint (every table, every shard)."""
     info = Reader(Path(summary["checkpoint"])).info
     return sum(t["rows"] for m in info["manifests"].values() for t in m["tables"].values())
+
+
+def cache_bytes(recipe, rows: int, share: float) -> int:
+    """cache.bytes holding ``share`` of ``rows`` DeepFM rows (dim values + a wide weight), each
+    slot with its pending sum, its optimizer state and the cache's bookkeeping."""
+    dim = recipe.embedding.dim + 1
+    return int(share * rows * slot_bytes(dim, make_optimizer(recipe.sparse_optimizer).state_width(dim)))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -58,8 +66,7 @@ def main(argv: list[str] | None = None) -> None:
         if plain.summary is None:
             raise SystemExit(f"the run without cache failed (exit {plain.code}):\n{plain.tail()}")
         n_rows = rows_created(plain.summary)
-        slot = 2 * 4 * (recipe.embedding.dim + 1) + META_BYTES  # deepfm rows: dim values + a wide weight
-        capacity = int(args.share * n_rows * slot)
+        capacity = cache_bytes(recipe, n_rows, args.share)
         cache_sets = [f"cache.bytes={capacity}", f'cache.policy="{args.policy}"']
         runs = [("no cache", plain.summary)]
         for s in args.staleness.split(","):

@@ -3,20 +3,25 @@
     pull(unique)  ──> cached and at most s updates behind?  hits: served, no request
                   └─> the rest (misses, stale rows): ONE pull from the servers; admitted rows
                       (seen in ``admit_after`` pulls) are cached, evicting by LRU or LFU
-    push(grads)   ──> a cached row's gradient is added to its pending sum; once a row holds
-                      more than s of them, the sum goes out with its count (``counts=``, one
-                      update on the server); every other row's gradient goes out at once.
+    push(grads)   ──> a cached row's gradient is added to its pending sum and applied to the
+                      cached row at once (below); once a row holds more than s of them, the
+                      sum goes out with its count (``counts=``, one update on the server);
+                      every other row's gradient goes out at once.
                       With several workers each table is pushed once per step, so the push is
                       held until the next pull, settle or flush (which folds every pending sum
                       into it); one worker sends it at once
     flush(step)   ──> everything pending is pushed, settled, and the cache is DROPPED
 
-The contract: (a) a row is served at most s updates behind its server; (b) a worker holds at
-most s unpushed updates of a row. This cache counts more strictly than (a) asks, in training
-steps, because a pushed sum of k gradients is one update on the server but k steps the cached
-value lacks (counting it as one, as HET counts versions, lost 0.03-0.05 AUC at s = 4 in
-benchmarks/cache.py; values stay frozen here, they are not updated on the worker). A cached
-row's lag is:
+The contract: (a) a row is served as fetched at most s updates behind its server, plus this
+worker's own gradients since, applied on the worker; (b) a worker holds at most s unpushed
+updates of a row. A cached row follows its own gradients as HET's do: the servers' optimizer
+runs on it with a state kept on the worker (fresh when the row is cached, kept across its
+refreshes: the servers send values only, ``cache_slots.py``). Rows that stayed as fetched
+until refreshed trained as if the worker's own last s steps had not happened: at s = 4 on
+200k rows the loss spiked (0.536 -> 0.74 near step 40) and AUC fell 0.043 (benchmarks/cache.py;
+with every gradient pushed at once, 0.026 with frozen rows, 0.002 with rows following them). This cache
+counts (a) more strictly than it asks, in training steps, because a pushed sum of k gradients is
+one update on the server but k steps the fetched value lacks. A cached row's lag is:
 
     its pending gradients (steps not pushed yet) + the steps of its own pushes since it was
     fetched (k for a sum of k), and, with several workers, the others' updates (one each):
@@ -38,6 +43,7 @@ from collections import Counter, deque
 import numpy as np
 import torch
 
+from cardinal.optim import SparseOptimizer, make_optimizer
 from cardinal.ps.transport.base import DEFAULT_TIMEOUT, Handle
 from cardinal.worker.sources.base import RowSource
 from cardinal.worker.sources.cache_history import UNSENT, History
@@ -48,7 +54,8 @@ from cardinal.worker.sources.ps import PSSource
 
 class CachedSource(RowSource):
     def __init__(self, inner: PSSource, dims: dict[str, int], capacity_bytes: int, staleness: int,
-                 policy: str = "lru", admit_after: int = 1, device: str | torch.device = "cpu"):
+                 optimizer: dict | SparseOptimizer, policy: str = "lru", admit_after: int = 1,
+                 device: str | torch.device = "cpu"):
         if not isinstance(inner, PSSource):
             raise TypeError(f"a cache wraps a PSSource, got {type(inner).__name__} (GEO keeps a replica already)")
         for name, value in (("cache.bytes", capacity_bytes), ("cache.staleness", staleness)):
@@ -60,15 +67,15 @@ class CachedSource(RowSource):
             raise ValueError("a cache with several workers needs consistency.<mode>.combine = true (its staleness "
                              "bound counts one update per row per combined step)")
         self.inner, self.s, self.device = inner, staleness, torch.device(device)
-        self.policy = make_policy(policy)
+        self.policy, self.optimizer = make_policy(policy), make_optimizer(optimizer)
         per_table = capacity_bytes // len(dims)
         self.slots: dict[str, Slots] = {}
         for table, dim in dims.items():
-            n = slots_for(per_table, dim)
+            n = slots_for(per_table, dim, self.optimizer.state_width(dim))
             if n < 1:
                 raise ValueError(f"cache.bytes = {capacity_bytes} holds no row of table {table!r} (dim {dim}); "
                                  "give it more bytes, or 0 for no cache")
-            self.slots[table] = Slots(n, dim, self.device)
+            self.slots[table] = Slots(n, dim, self.device, self.optimizer)
         self.admission = {t: Admission(admit_after) for t in dims}
         self.n_shards, self.plan = inner.client.n_shards, inner.client.plan
         split = [t for t in dims if len(self.plan.pieces(t)) > 1]
@@ -192,6 +199,8 @@ class CachedSource(RowSource):
         sl.count[cs] += add
         due = np.zeros(len(ids), bool)
         due[cached] = sl.count[cs] > self.s
+        if self.s:  # cached rows follow this worker's own gradients at once (s = 0: none is read before a refresh)
+            sl.follow(cs, np.asarray(grads[cached], np.float32), None if counts is None else add)
         send = ~cached | due
         out_counts = np.ones(len(ids), np.int32) if counts is None else np.asarray(counts, np.int32).copy()
         out_grads = np.array(grads[send], np.float32, copy=True)
