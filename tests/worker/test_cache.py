@@ -80,7 +80,7 @@ def test_any_int64_is_an_id_the_cache_keeps_negative_ones_too():
 
 
 def test_lookups_read_the_servers_and_a_row_lags_by_its_pending_and_pushed_steps():
-    src, client = cache(s=2)
+    src, client = cache(s=2, hold=2)
     one = np.ones((2, DIM), np.float32)
     start = src.pull("a", ids(1, 2), create=True, step=1).wait()
     src.push("a", ids(1, 2), one, step=1)  # pending: 1 step the servers' row lacks; the cached row follows it
@@ -106,16 +106,27 @@ def test_a_cached_row_follows_own_gradients_with_a_local_state_kept_across_refre
     src = CachedSource(PSSource(client, 4, 20), {"a": DIM}, 16 * slot_bytes(DIM, DIM), 1, opt)
     g = np.full((1, DIM), 2.0, np.float32)
     start = src.pull("a", ids(3), create=True, step=1).wait()
-    src.push("a", ids(3), g, step=1)  # 1 pending <= s: the cached row follows it
+    src.push("a", ids(3), g, step=1)  # pushed, and the cached row follows it: 1 behind, still served
     step = lambda acc: np.float32(0.1) * 2.0 / np.sqrt(np.float32(acc))
     np.testing.assert_allclose(src.pull("a", ids(3), create=True, step=2).wait(), start - step(0.5 + 4), rtol=1e-6)
-    src.push("a", ids(3), g, step=2)  # 2 > s: the sum goes out, one update of count 2
+    src.push("a", ids(3), g, step=2)
     src.settle(None)
     fetched = src.pull("a", ids(3), create=True, step=3).wait()  # 2 behind: fetched again
     np.testing.assert_array_equal(fetched, client.pull("a", ids(3), create=False).wait())
     src.push("a", ids(3), g, step=3)
     np.testing.assert_allclose(src.pull("a", ids(3), create=True, step=4).wait(), fetched - step(0.5 + 3 * 4),
                                rtol=1e-6)  # the accumulator saw all three gradients
+
+
+def test_hold_bounds_the_gradients_a_row_keeps_and_staleness_bounds_hold():
+    src, client = cache(s=3, hold=1)
+    src.pull("a", ids(1), create=True, step=1).wait()
+    for step in (1, 2, 3):
+        src.push("a", ids(1), np.ones((1, DIM), np.float32), step=step)
+        assert src.slots["a"].count.max() == (1 if step == 1 else step % 2)  # pushed once past hold: 1, 0, 1
+        src.pull("a", ids(1), create=True, step=step + 1).wait()
+    with pytest.raises(ValueError, match="cache.hold = 4 is past cache.staleness = 3"):
+        CachedSource(PSSource(client), {"a": DIM}, ONE_ROW, 3, CONFIG.optimizer, hold=4)
 
 
 @pytest.mark.parametrize("policy,evicted", [("lru", 1), ("lfu", 2)])
@@ -157,7 +168,7 @@ def test_the_cache_holds_as_many_rows_as_its_bytes_pay_for():
 
 
 def test_flush_pushes_every_pending_gradient_and_drops_the_cache():
-    src, client = cache(s=3)
+    src, client = cache(s=3, hold=3)
     start = src.pull("a", ids(1, 2, 3), create=True, step=1).wait()
     src.push("a", ids(1, 2, 3), np.ones((3, DIM), np.float32), step=1)
     src.pull("a", ids(1, 2), create=True, step=2).wait()
@@ -176,7 +187,7 @@ def two_workers(n_shards=2, s=4):
     """Worker 0 behind a cache, in this thread; worker 1's pushes are sent by hand."""
     client = connect(CONFIG, n_shards)
     src = CachedSource(PSSource(client, 4, 20, worker=0, workers=2, combine=True), {"a": DIM}, 64 * ONE_ROW, s,
-                       CONFIG.optimizer)
+                       CONFIG.optimizer, hold=s)
     return src, client
 
 
@@ -278,7 +289,7 @@ def test_each_shard_is_asked_from_its_own_cursor_and_rows_nobody_else_changed_st
 
 def test_a_fetched_row_counts_every_step_of_an_own_sum_still_in_flight():
     client = connect(CONFIG, 2)
-    src = CachedSource(PSSource(Deferred(client), 4, 20), {"a": DIM}, 16 * ONE_ROW, 1, CONFIG.optimizer)
+    src = CachedSource(PSSource(Deferred(client), 4, 20), {"a": DIM}, 16 * ONE_ROW, 1, CONFIG.optimizer, hold=1)
     one = np.ones((1, DIM), np.float32)
     start = src.pull("a", ids(4), create=True, step=1).wait()
     src.push("a", ids(4), one, step=1)

@@ -1,7 +1,7 @@
 """The worker cache's contract, against a model of the servers kept by the test itself:
 (a) a row is read at most s updates behind its server, plus this worker's own gradients since
-it was fetched, applied by the optimizer on the worker; (b) a worker holds at most s unpushed
-updates of a row; s = 0 is bitwise equal to no cache; flush leaves nothing held.
+it was fetched, applied by the optimizer on the worker; (b) a worker holds at most h <= s
+unpushed updates of a row; s = 0 is bitwise equal to no cache; flush leaves nothing held.
 
 Every value a row takes on the servers is recorded (the stores' tables are wrapped), so the
 true lag of a read is: updates the row has had - the version it was fetched as. The optimizer
@@ -77,7 +77,7 @@ class Versions:
 
 
 def train(workers: int, s: int | None, steps: int = 40, ids_space: int = 30, seed: int = 0,
-          capacity: int = 1 << 16, check=None, prefetch: bool = False, device: str = "cpu"):
+          capacity: int = 1 << 16, check=None, prefetch: bool = False, device: str = "cpu", hold: int = 0):
     """``workers`` threads, one CachedSource each (None: no cache), sync, combined steps; returns
     (the servers' rows of every id, the sources). ``prefetch``: async as the trainer runs it with
     staleness 1 (the next step's pull is sent before this step's push)."""
@@ -86,7 +86,7 @@ def train(workers: int, s: int | None, steps: int = 40, ids_space: int = 30, see
     sources = []
     for w in range(workers):
         src = PSSource(client, 4, 20, worker=w, workers=workers, combine=True)
-        sources.append(src if s is None else CachedSource(src, {"a": DIM}, capacity, s, CONFIG.optimizer,
+        sources.append(src if s is None else CachedSource(src, {"a": DIM}, capacity, s, CONFIG.optimizer, hold,
                                                           device=device))
     errors = []
     handed = np.zeros((workers, ids_space), np.int64)  # gradients each worker gave its source, per id
@@ -122,7 +122,7 @@ def train(workers: int, s: int | None, steps: int = 40, ids_space: int = 30, see
                 for i, g in zip(ids.tolist(), grads):
                     own[w].setdefault(i, []).append(g)
                 if s is not None:
-                    assert src.slots["a"].count.max() <= s  # (b): at most s unpushed updates of a row
+                    assert src.slots["a"].count.max() <= hold  # (b): at most h unpushed updates of a row
             src.flush(steps)
         except BaseException as e:  # noqa: BLE001 - reported by the test
             errors.append(e)
@@ -137,9 +137,10 @@ def train(workers: int, s: int | None, steps: int = 40, ids_space: int = 30, see
     return client.pull("a", np.arange(ids_space, dtype=np.int64), create=False).wait(), sources
 
 
+@pytest.mark.parametrize("held", [False, True], ids=["hold 0", "hold s"])
 @pytest.mark.parametrize("workers,prefetch", [(1, False), (2, False), (1, True)])
 @pytest.mark.parametrize("s", [1, 2, 4])
-def test_every_read_is_at_most_s_updates_behind_its_server(workers, prefetch, s):
+def test_every_read_is_at_most_s_updates_behind_its_server(workers, prefetch, s, held):
     lags, step_lags, followed = [], [], []
 
     def check(versions, src, ids, rows, handed, moved_by):
@@ -147,13 +148,13 @@ def test_every_read_is_at_most_s_updates_behind_its_server(workers, prefetch, s)
             lag, taken = versions.lag(i, row, moved_by[i])
             lags.append(lag)
             followed.append(len(moved_by[i]))
-            assert lag <= s, f"id {i} read {lag} updates behind its server, over s = {s}"
+            bound = s + prefetch  # async: the collection's own bound (1) adds to the cache's
+            assert lag <= bound, f"id {i} read {lag} updates behind its server, over {bound}"
             if workers == 1:  # the cache counts steps, not updates: the row lacks at most s of this worker's steps
                 step_lags.append(handed[i] - taken)
-                bound = s + prefetch  # async: the collection's own bound (1) adds to the cache's
                 assert handed[i] - taken <= bound, f"id {i} read {handed[i] - taken} steps behind, over {bound}"
     plain, _ = train(workers, None)
-    final, sources = train(workers, s, check=check, prefetch=prefetch)
+    final, sources = train(workers, s, check=check, prefetch=prefetch, hold=s if held else 0)
     np.testing.assert_allclose(final, plain, rtol=1e-5, atol=1e-6)  # every gradient reached the servers
     assert sources[0].metrics()["cache_a_hit_rate_unique"] > 0
     if s > 1:  # rows were served behind: the check checked something
@@ -180,7 +181,7 @@ def test_a_larger_bound_serves_more_hits_and_flush_pushes_every_pending_gradient
                     "on a machine with one")
 def test_a_cache_on_the_gpu_keeps_the_contract_and_returns_device_rows():
     plain, _ = train(2, None)
-    final, sources = train(2, 2, device="cuda")
+    final, sources = train(2, 2, device="cuda", hold=2)
     np.testing.assert_allclose(final, plain, rtol=1e-5, atol=1e-6)
     assert sources[0].slots["a"].rows.is_cuda and sources[0].metrics()["cache_a_hit_rate_unique"] > 0
     bitwise, _ = train(1, 0, device="cuda")
