@@ -18,17 +18,20 @@ updates of a row. A cached row follows its own gradients as HET's do: the server
 runs on it with a state kept on the worker (fresh when the row is cached, kept across its
 refreshes: the servers send values only, ``cache_slots.py``). Rows left as fetched until
 refreshed trained as if the worker's last s steps had not happened: at s = 4 on 200k rows the
-loss spiked (0.536 -> 0.74 near step 40) and AUC fell 0.043, 0.026 with every gradient pushed
-at once; following them, 0.002 (benchmarks/cache.py; 0.0000 on the 3M-row default).
+loss spiked (0.536 -> 0.66-0.75 near step 40) and AUC fell 0.043, 0.026 with every gradient
+pushed at once; following them, one worker loses nothing and two 0.0027, the price of the other
+worker's updates read late (benchmarks/cache.py; on the 3M-row default s = 1, 2, 4 are within
+0.0001). Own pushes still count in the lag: the refresh every s + 1 steps keeps the worker's
+copy, moved with a state of its own, from drifting from the servers' row.
 
 Holding (h > 0) saves pushes at a price in the model: the servers take a sum's second moment as
 that of k equal parts (``optim/base.py``), less than k noisy gradients add, so held rows learn
-faster than without the cache: on 200k rows AUC rose 0.007-0.010 at h = s = 1, 2, 4; on 3M
-it fell 0.0002, 0.0013, 0.0022. Sending the parts' squares made the rows exact in their second
-moments but cost as many bytes as holding saved (and 0.002-0.005 AUC on 200k rows); h = 0 is
-the default. This cache counts (a) more strictly than it asks, in training steps, because a
-pushed sum of k gradients is one update on the server but k steps the fetched value lacks. A
-cached row's lag is:
+faster than without the cache: on 200k rows AUC rose 0.007-0.010 at h = s = 1, 2, 4; on 3M it
+fell 0.0002, 0.0013, 0.0022. Sending the parts' squares made the rows exact in their second
+moments but cost more bytes than holding saved (and 0.002-0.005 AUC on 200k rows); h = 0 is the
+default. This cache counts (a) more strictly than it asks, in training steps, because a pushed
+sum of k gradients is one update on the server but k steps the fetched value lacks. A cached
+row's lag is:
 
     its pending gradients (steps not pushed yet) + the steps of its own pushes since it was
     fetched (k for a sum of k), and, with several workers, the others' updates (one each):

@@ -7,7 +7,7 @@
                                                     local, fresh when the row is cached, kept
                                                     across refreshes (the servers send values only)
     ids       (slots,) int64, where ``used``    index: id -> slot (``embedding/index.py``, compiled)
-    count     (slots,) int32   gradients in pending (0..s)
+    count     (slots,) int32   gradients in pending (0..h)
     behind    (slots,) int32   steps the row lacks that the servers applied (own: k per pushed sum of k;
                                others: one per update), as far as known
     seen      (slots,) int64   the step of the servers' clock the fetched row surely reflects
@@ -28,7 +28,7 @@ from cardinal.embedding.index import IdIndex
 from cardinal.optim import SparseOptimizer
 from cardinal.worker.sources.cache_policy import EvictionPolicy
 
-# host bytes per slot besides its two rows: the arrays above, ``used``, and the index's 5 bytes a
+# host bytes per slot besides its rows and state: the arrays above, ``used``, and the index's 5 bytes a
 # slot at a load of 0.6 to 0.85, up to twice that just after a sub-table grew
 META_BYTES = 8 + 4 + 4 + 8 + 8 + 8 + 8 + 1 + 16
 
