@@ -1,11 +1,13 @@
 """The worker cache of hot rows: bytes on the wire and AUC, with and without it.
 
-    python benchmarks/cache.py [--workers 2] [--staleness 2,4] [--share 0.1] [--rows N] [--steps N] [--quick]
+    python benchmarks/cache.py [--workers 2] [--staleness 1,2,4] [--hold 0] [--share 0.1] [--rows N] [--steps N]
+                               [--quick]
 
-Two ``cardinal launch --servers 1 --workers W`` runs of the default recipe, sync consistency:
+``cardinal launch --servers 1 --workers W`` runs of the default recipe, sync consistency:
   - no cache (the reference);
   - a cache per worker holding ``--share`` of the rows the reference run created (counted in
-    its last checkpoint), staleness s = ``--staleness``.
+    its last checkpoint), staleness s = each of ``--staleness``, holding min(``--hold``, s)
+    gradients of a row. Each run's largest logged loss (every 10 steps, worker 0) shows a spike.
 Bytes are the gRPC messages both ways (requests + replies, every worker: summary.json's
 bytes_sent + bytes_received), so they include what the cache adds (update logs in push
 replies, counts) and what it saves. Writes results/cache.{md,json} (cache_quick.* with --quick).
@@ -13,6 +15,7 @@ Target (issue 11): >= 80% fewer bytes, AUC within 0.002 of the run without the c
 """
 
 import argparse
+import json
 import sys
 import tempfile
 from pathlib import Path
@@ -22,8 +25,9 @@ import jobs  # noqa: E402
 from report import write  # noqa: E402
 
 from cardinal.checkpoint.reader import Reader  # noqa: E402
+from cardinal.optim import make_optimizer  # noqa: E402
 from cardinal.recipe import load  # noqa: E402
-from cardinal.worker.sources.cache_slots import META_BYTES  # noqa: E402
+from cardinal.worker.sources.cache_slots import slot_bytes  # noqa: E402
 
 RECIPE = "criteo_synthetic"
 QUICK = {"rows": 40_000, "eval_rows": 10_000, "steps": 40, "batch": 1024}
@@ -36,10 +40,24 @@ def rows_created(summary: dict) -> int:
     return sum(t["rows"] for m in info["manifests"].values() for t in m["tables"].values())
 
 
+def largest_loss(summary: dict) -> float:
+    """The largest training loss the run logged (its metrics.jsonl, beside its checkpoints)."""
+    log = Path(summary["checkpoint"]).parents[1] / "metrics.jsonl"
+    return max(json.loads(line).get("loss", 0.0) for line in log.read_text().splitlines())
+
+
+def cache_bytes(recipe, rows: int, share: float) -> int:
+    """cache.bytes holding ``share`` of ``rows`` DeepFM rows (dim values + a wide weight), each
+    slot with its pending sum, its optimizer state and the cache's bookkeeping."""
+    dim = recipe.embedding.dim + 1
+    return int(share * rows * slot_bytes(dim, make_optimizer(recipe.sparse_optimizer).state_width(dim)))
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--staleness", default="4", help="s, or several comma-separated (one cached run each)")
+    p.add_argument("--staleness", default="1,2,4", help="s, or several comma-separated (one cached run each)")
+    p.add_argument("--hold", type=int, default=0, help="cache.hold: gradients of a row summed before a push (<= s)")
     p.add_argument("--share", type=float, default=0.1, help="the cache's size, a share of the rows created")
     p.add_argument("--policy", default="lru")
     p.add_argument("--rows", type=int, default=0, help="generated training rows (0: the recipe's)")
@@ -58,16 +76,19 @@ def main(argv: list[str] | None = None) -> None:
         if plain.summary is None:
             raise SystemExit(f"the run without cache failed (exit {plain.code}):\n{plain.tail()}")
         n_rows = rows_created(plain.summary)
-        slot = 2 * 4 * (recipe.embedding.dim + 1) + META_BYTES  # deepfm rows: dim values + a wide weight
-        capacity = int(args.share * n_rows * slot)
+        capacity = cache_bytes(recipe, n_rows, args.share)
         cache_sets = [f"cache.bytes={capacity}", f'cache.policy="{args.policy}"']
         runs = [("no cache", plain.summary)]
-        for s in args.staleness.split(","):
-            cached = jobs.launch(1, args.workers, [*sets, *cache_sets, f"cache.staleness={s}"], Path(tmp) / f"s{s}",
-                                 TIMEOUT_S)
+        losses = {"no cache": largest_loss(plain.summary)}
+        for s in map(int, args.staleness.split(",")):
+            hold = min(args.hold, s)
+            name = f"cache {args.share:.0%} of rows, s={s}" + (f", hold {hold}" if hold else "")
+            cached = jobs.launch(1, args.workers, [*sets, *cache_sets, f"cache.staleness={s}", f"cache.hold={hold}"],
+                                 Path(tmp) / f"s{s}", TIMEOUT_S)
             if cached.summary is None:
                 raise SystemExit(f"the run with the cache (s={s}) failed (exit {cached.code}):\n{cached.tail()}")
-            runs.append((f"cache {args.share:.0%} of rows, s={s}", cached.summary))
+            runs.append((name, cached.summary))
+            losses[name] = largest_loss(cached.summary)
     a = plain.summary
     wire = lambda s: s["bytes_sent"] + s["bytes_received"]
     rows = lambda s: s["pull_bytes_per_sample"] + s["push_bytes_per_sample"]  # rows and gradients only
@@ -76,6 +97,7 @@ def main(argv: list[str] | None = None) -> None:
         table.append({"run": name, "bytes/sample": wire(s) / s["samples"], "bytes vs no cache": wire(s) / wire(a),
                       "embedding bytes vs no cache": rows(s) / rows(a),
                       "eval_auc": s["eval_auc"], "AUC - no cache": s["eval_auc"] - a["eval_auc"],
+                      "largest loss": losses[name],
                       "hit rate (unique)": s.get("cache_emb_hit_rate_unique", "-"),
                       "hit rate (accesses)": s.get("cache_emb_hit_rate_accesses", "-"),
                       "staleness p50/p99": f"{s['cache_staleness_p50']:g}/{s['cache_staleness_p99']:g}"
@@ -85,7 +107,9 @@ def main(argv: list[str] | None = None) -> None:
              f"samples; {n_rows:,} rows created; cache {capacity:,} bytes per worker ({args.policy})",
              "bytes: every gRPC message both ways (pulls, pushes, their replies with the update logs, clock polls)",
              "embedding bytes: rows pulled and gradients pushed (at their codec's size), per sample",
-             "target: >= 80% fewer embedding bytes (<= 0.2 of no cache), AUC within 0.002"]
+             "largest loss: the largest training loss worker 0 logged (every 10 steps): a spike shows there",
+             f"hold: gradients of a row summed before a push (cache.hold, --hold {args.hold}, at most s)",
+             "target: >= 80% fewer embedding bytes (<= 0.2 of no cache), AUC within 0.002, no loss spike"]
     write("cache" + ("_quick" if args.quick else ""), f"Worker cache of hot rows ({RECIPE}, {args.workers} workers)",
           table, notes, extra={"sets": sets, "cache_sets": cache_sets, "summaries": [s for _, s in runs]})
 

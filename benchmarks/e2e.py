@@ -36,15 +36,14 @@ from torch import nn
 from torchmetrics.functional.classification import binary_auroc
 
 sys.path.insert(0, str(Path(__file__).parent))
+from cache import cache_bytes, rows_created  # noqa: E402
 from report import write  # noqa: E402
 
-from cardinal.checkpoint.reader import Reader  # noqa: E402
 from cardinal.data import CriteoReader  # noqa: E402
 from cardinal.models import DeepFM  # noqa: E402
 from cardinal.recipe import load  # noqa: E402
 from cardinal.train import Trainer  # noqa: E402
 from cardinal.train.readers import synthetic_dir  # noqa: E402
-from cardinal.worker.sources.cache_slots import META_BYTES  # noqa: E402
 
 
 class Cached:
@@ -163,18 +162,12 @@ def run_cardinal(recipe, lr: float, tmp: Path, train, halves):
     return seconds, metrics, summary
 
 
-def rows_created(summary: dict) -> int:
-    """Rows on the servers at the run's last checkpoint (every table, every shard)."""
-    info = Reader(Path(summary["checkpoint"])).info
-    return sum(t["rows"] for m in info["manifests"].values() for t in m["tables"].values())
-
-
 def variants(recipe, created: int) -> list[tuple[str, list[str]]]:
     """Cardinal with rows and gradients as bf16, and with a worker cache of 10% of the rows the
-    run created (s = 4; a slot costs its row, its pending sum and the cache's bookkeeping)."""
-    slot = 2 * 4 * (recipe.embedding.dim + 1) + META_BYTES  # deepfm rows: dim values + a wide weight
+    run created (s = 4)."""
     return [("cardinal, bf16 rows and gradients", ['wire.pull="bf16"', 'wire.push="bf16"']),
-            ("cardinal, cache 10% of rows, s=4", [f"cache.bytes={int(0.1 * created * slot)}", "cache.staleness=4"])]
+            ("cardinal, cache 10% of rows, s=4", [f"cache.bytes={cache_bytes(recipe, created, 0.1)}",
+                                                  "cache.staleness=4"])]
 
 
 def wire_bytes(summary: dict | None) -> dict:

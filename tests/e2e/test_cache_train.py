@@ -39,3 +39,8 @@ def test_the_cache_section_reads_sizes_and_refuses_geo():
         load(None, ['cache.bytes="1MiB"', 'consistency.mode="geo"'])
     with pytest.raises(ValueError, match="cache.policy"):
         load(None, ['cache.policy="fifo"'])
+    assert load(None, ["cache.staleness=4", "cache.hold=2"]).cache.hold == 2
+    with pytest.raises(ValueError, match=r"cache.hold must be in \[0, cache.staleness = 1\], got 2"):
+        load(None, ["cache.staleness=1", "cache.hold=2"])
+    with pytest.raises(ValueError, match="cache.hold = 3 is past 2: .* cost 0.0022 AUC"):
+        load(None, ["cache.staleness=4", "cache.hold=3"])

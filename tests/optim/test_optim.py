@@ -133,3 +133,21 @@ def test_bad_optimizer_specs_are_named():
         make_optimizer({"name": "adam", "beta1": 1.0})
     with pytest.raises(ValueError, match="lr"):
         make_optimizer({"name": "sgd", "lr": float("nan")})
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_a_fresh_state_matched_to_fetched_values_steps_from_them(name):
+    """A worker cache's copy of rows: values fetched, state fresh. After ``match_values`` a zero
+    gradient leaves the values where they are, and a positive one moves each of them down."""
+    opt = make_optimizer({"name": name, **SPECS[name], "l2": 0.0})
+    dim, rng = 4, np.random.default_rng(0)
+    values = rng.standard_normal((6, dim)).astype(np.float32)
+    values[0] = 0.0
+    for grad, check in ((0.0, lambda after: np.testing.assert_allclose(after, values, atol=1e-6)),
+                        (0.5, lambda after: np.testing.assert_array_less(after, values))):
+        data = np.zeros((6, dim + opt.state_width(dim)), np.float32)
+        opt.init_state(data, 0, 6, dim)
+        data[:, :dim] = values
+        opt.match_values(data, dim)
+        opt.apply(data, np.arange(6, dtype=np.int64), np.full((6, dim), grad, np.float32), dim)
+        check(data[:, :dim])

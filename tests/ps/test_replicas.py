@@ -288,8 +288,8 @@ def test_the_worker_cache_refuses_a_table_with_copies():
     from cardinal.worker.sources.ps import PSSource
     _, (w0, _), _ = job()
     with pytest.raises(ValueError, match="table 'user' has copies of its hot rows .* the two bounds would add up"):
-        CachedSource(PSSource(w0), {"user": 6}, 1 << 20, 2)
-    CachedSource(PSSource(w0), {"item": 3}, 1 << 20, 2)  # a table without copies is cached
+        CachedSource(PSSource(w0), {"user": 6}, 1 << 20, 2, {"name": "sgd"})
+    CachedSource(PSSource(w0), {"item": 3}, 1 << 20, 2, {"name": "sgd"})  # a table without copies is cached
 
 
 def test_copies_take_their_bytes_from_the_memory_budget():

@@ -698,9 +698,9 @@ def test_the_hot_row_cache_refuses_a_table_split_by_columns_and_takes_a_table_wi
     from cardinal.worker.sources.cache import CachedSource
     split = connect(config("sgd"), 4, plan=plan("columns"))
     with pytest.raises(ValueError, match=r"splits table 'user' by columns: place it row-wise or table-wise"):
-        CachedSource(PSSource(split, 4, 20), {"user": 9}, 1 << 20, 100)
+        CachedSource(PSSource(split, 4, 20), {"user": 9}, 1 << 20, 100, OPTIMIZERS["sgd"])
     whole = connect(config("sgd"), 4, plan=plan("subset"))
-    src = CachedSource(PSSource(whole, 4, 20), {"user": 9}, 1 << 20, 100, admit_after=1)
+    src = CachedSource(PSSource(whole, 4, 20), {"user": 9}, 1 << 20, 100, OPTIMIZERS["sgd"], admit_after=1)
     ids = np.array([3, 9, 3], np.int64)
     rows = src.pull("user", ids, create=True, step=1).wait()
     assert np.asarray(rows).tobytes() == connect(config("sgd"), 1).pull("user", ids, step=1).wait().tobytes()

@@ -1,6 +1,7 @@
 """The worker cache's parts: hits make no request, lookups read the servers, LRU and LFU evict
 in their order, admission after n pulls, the size in bytes, a reset when a worker's cursor
-fell out of a shard's update log, and flush leaves nothing behind."""
+fell out of a shard's update log, cached rows following own gradients with a local optimizer state,
+and flush leaves nothing behind."""
 
 import numpy as np
 import pytest
@@ -11,7 +12,7 @@ from cardinal.ps.server.update_log import UpdateLog
 from cardinal.ps.transport.requests import Origin
 from cardinal.worker.sources import PSSource
 from cardinal.worker.sources.cache import CachedSource
-from cardinal.worker.sources.cache_slots import META_BYTES, slots_for
+from cardinal.worker.sources.cache_slots import META_BYTES, slot_bytes, slots_for
 
 DIM = 4
 CONFIG = StoreConfig((TableConfig("a", DIM, init_scale=0.5),), {"name": "sgd", "lr": 0.5})
@@ -35,7 +36,7 @@ class Counting:
 
 def cache(client=None, rows=16, s=100, **kw):
     client = client or connect(CONFIG, 2)
-    return CachedSource(PSSource(client, 4, 20), {"a": DIM}, rows * ONE_ROW, s, **kw), client
+    return CachedSource(PSSource(client, 4, 20), {"a": DIM}, rows * ONE_ROW, s, CONFIG.optimizer, **kw), client
 
 
 def ids(*values):
@@ -79,21 +80,53 @@ def test_any_int64_is_an_id_the_cache_keeps_negative_ones_too():
 
 
 def test_lookups_read_the_servers_and_a_row_lags_by_its_pending_and_pushed_steps():
-    src, client = cache(s=2)
+    src, client = cache(s=2, hold=2)
     one = np.ones((2, DIM), np.float32)
     start = src.pull("a", ids(1, 2), create=True, step=1).wait()
-    src.push("a", ids(1, 2), one, step=1)  # pending: 1 step the cached row lacks
+    src.push("a", ids(1, 2), one, step=1)  # pending: 1 step the servers' row lacks; the cached row follows it
     src.settle(None)
     np.testing.assert_array_equal(client.pull("a", ids(1, 2), create=False).wait(), start)  # nothing pushed
-    np.testing.assert_array_equal(src.pull("a", ids(1, 2), create=True, step=2).wait(), start)  # 1 behind
+    np.testing.assert_allclose(src.pull("a", ids(1, 2), create=False, step=2).wait(), start)  # a lookup: the servers
+    np.testing.assert_allclose(src.pull("a", ids(1, 2), create=True, step=2).wait(), start - 0.5, rtol=1e-6)  # a hit
     src.push("a", ids(1, 2), one, step=2)
-    np.testing.assert_array_equal(src.pull("a", ids(1, 2), create=True, step=3).wait(), start)  # 2 behind
+    np.testing.assert_allclose(src.pull("a", ids(1, 2), create=True, step=3).wait(), start - 1.0, rtol=1e-6)
     src.push("a", ids(1, 2), one, step=3)  # 3 pending > s: pushed, one update with count 3
     src.settle(None)
     expected = start - 0.5 * 3  # sgd: the three summed gradients
     np.testing.assert_allclose(client.pull("a", ids(1, 2), create=False).wait(), expected, rtol=1e-6)
     np.testing.assert_allclose(src.pull("a", ids(1, 2), create=False, step=4).wait(), expected, rtol=1e-6)
     np.testing.assert_allclose(src.pull("a", ids(1, 2), create=True, step=4).wait(), expected, rtol=1e-6)  # 3 > s
+
+
+def test_a_cached_row_follows_own_gradients_with_a_local_state_kept_across_refreshes():
+    """Adagrad: each cached row has its own accumulator on the worker, fresh (initial_accumulator)
+    when the row is cached and kept when it is fetched again; the servers' rows are untouched."""
+    opt = {"name": "adagrad", "lr": 0.1, "initial_accumulator": 0.5}
+    client = connect(StoreConfig((TableConfig("a", DIM, init_scale=0.5),), opt), 1)
+    src = CachedSource(PSSource(client, 4, 20), {"a": DIM}, 16 * slot_bytes(DIM, DIM), 1, opt)
+    g = np.full((1, DIM), 2.0, np.float32)
+    start = src.pull("a", ids(3), create=True, step=1).wait()
+    src.push("a", ids(3), g, step=1)  # pushed, and the cached row follows it: 1 behind, still served
+    step = lambda acc: np.float32(0.1) * 2.0 / np.sqrt(np.float32(acc))
+    np.testing.assert_allclose(src.pull("a", ids(3), create=True, step=2).wait(), start - step(0.5 + 4), rtol=1e-6)
+    src.push("a", ids(3), g, step=2)
+    src.settle(None)
+    fetched = src.pull("a", ids(3), create=True, step=3).wait()  # 2 behind: fetched again
+    np.testing.assert_array_equal(fetched, client.pull("a", ids(3), create=False).wait())
+    src.push("a", ids(3), g, step=3)
+    np.testing.assert_allclose(src.pull("a", ids(3), create=True, step=4).wait(), fetched - step(0.5 + 3 * 4),
+                               rtol=1e-6)  # the accumulator saw all three gradients
+
+
+def test_hold_bounds_the_gradients_a_row_keeps_and_staleness_bounds_hold():
+    src, client = cache(s=3, hold=1)
+    src.pull("a", ids(1), create=True, step=1).wait()
+    for step in (1, 2, 3):
+        src.push("a", ids(1), np.ones((1, DIM), np.float32), step=step)
+        assert src.slots["a"].count.max() == (1 if step == 1 else step % 2)  # pushed once past hold: 1, 0, 1
+        src.pull("a", ids(1), create=True, step=step + 1).wait()
+    with pytest.raises(ValueError, match="cache.hold = 4 is past cache.staleness = 3"):
+        CachedSource(PSSource(client), {"a": DIM}, ONE_ROW, 3, CONFIG.optimizer, hold=4)
 
 
 @pytest.mark.parametrize("policy,evicted", [("lru", 1), ("lfu", 2)])
@@ -124,17 +157,18 @@ def test_rows_are_cached_after_admit_after_pulls():
 
 
 def test_the_cache_holds_as_many_rows_as_its_bytes_pay_for():
-    assert slots_for(10 * ONE_ROW, DIM) == 10 and slots_for(10 * ONE_ROW - 1, DIM) == 9
+    assert slots_for(10 * ONE_ROW, DIM, 0) == 10 and slots_for(10 * ONE_ROW - 1, DIM, 0) == 9
+    assert slot_bytes(DIM, DIM) == ONE_ROW + 4 * DIM  # adagrad: a slot also holds the row's optimizer state
     src, _ = cache(rows=3)
     src.pull("a", ids(*range(10)), create=True, step=1).wait()
     m = src.metrics()
     assert m["cache_a_rows"] == 3 and m["cache_a_bytes"] == 3 * 2 * 4 * DIM
     with pytest.raises(ValueError, match="holds no row"):
-        CachedSource(PSSource(connect(CONFIG, 1)), {"a": DIM}, ONE_ROW - 1, 1)
+        CachedSource(PSSource(connect(CONFIG, 1)), {"a": DIM}, ONE_ROW - 1, 1, CONFIG.optimizer)
 
 
 def test_flush_pushes_every_pending_gradient_and_drops_the_cache():
-    src, client = cache(s=3)
+    src, client = cache(s=3, hold=3)
     start = src.pull("a", ids(1, 2, 3), create=True, step=1).wait()
     src.push("a", ids(1, 2, 3), np.ones((3, DIM), np.float32), step=1)
     src.pull("a", ids(1, 2), create=True, step=2).wait()
@@ -152,7 +186,8 @@ def test_flush_pushes_every_pending_gradient_and_drops_the_cache():
 def two_workers(n_shards=2, s=4):
     """Worker 0 behind a cache, in this thread; worker 1's pushes are sent by hand."""
     client = connect(CONFIG, n_shards)
-    src = CachedSource(PSSource(client, 4, 20, worker=0, workers=2, combine=True), {"a": DIM}, 64 * ONE_ROW, s)
+    src = CachedSource(PSSource(client, 4, 20, worker=0, workers=2, combine=True), {"a": DIM}, 64 * ONE_ROW, s,
+                       CONFIG.optimizer, hold=s)
     return src, client
 
 
@@ -223,7 +258,7 @@ class Deferred:
 
 def test_a_row_fetched_while_an_own_push_of_it_is_in_flight_counts_that_push():
     client = connect(CONFIG, 2)
-    src = CachedSource(PSSource(Deferred(client), 4, 20), {"a": DIM}, 16 * ONE_ROW, 0)
+    src = CachedSource(PSSource(Deferred(client), 4, 20), {"a": DIM}, 16 * ONE_ROW, 0, CONFIG.optimizer)
     first = src.pull("a", ids(4), create=True, step=1).wait()
     src.push("a", ids(4), np.ones((1, DIM), np.float32), step=1)  # s = 0: goes out with the next pull
     second = src.pull("a", ids(4), create=True, step=2).wait()  # fetched again, before the push is applied
@@ -254,7 +289,7 @@ def test_each_shard_is_asked_from_its_own_cursor_and_rows_nobody_else_changed_st
 
 def test_a_fetched_row_counts_every_step_of_an_own_sum_still_in_flight():
     client = connect(CONFIG, 2)
-    src = CachedSource(PSSource(Deferred(client), 4, 20), {"a": DIM}, 16 * ONE_ROW, 1)
+    src = CachedSource(PSSource(Deferred(client), 4, 20), {"a": DIM}, 16 * ONE_ROW, 1, CONFIG.optimizer, hold=1)
     one = np.ones((1, DIM), np.float32)
     start = src.pull("a", ids(4), create=True, step=1).wait()
     src.push("a", ids(4), one, step=1)

@@ -63,6 +63,12 @@ class SparseOptimizer(ABC):
         counts,  # (u,) int32 >= 1, or None (one update each)
         """
 
+    def match_values(self, data: np.ndarray, dim: int) -> None:
+        """Make the state of every row of ``data`` agree with the row's values, so that the next
+        update steps from them: for copies of rows fetched without their state, given a fresh one
+        (a worker cache's rows follow the worker's gradients, ``worker/sources/cache_slots.py``).
+        Nothing to do where an update adds a step to the values; FTRL computes them from its state."""
+
     def scaled(self, factor: float) -> "SparseOptimizer":
         """The same optimizer with its learning rate times ``factor`` (staleness compensation)."""
         return type(self)(replace(self.config, lr=self.config.lr * factor))

@@ -86,6 +86,12 @@ class FTRL(SparseOptimizer):
     def init_state(self, data, start, stop, dim):
         fill_state(data, start, stop, 2 * dim, 3 * dim, np.float32(self.config.initial_accumulator))
 
+    def match_values(self, data, dim):
+        """z from w and n, the inverse of the weight's formula: w = 0 gives z = 0 (|z| <= l1)."""
+        lr, beta, l1, l2 = self.f32("lr", "beta", "l1", "l2")
+        w, n = data[:, :dim], data[:, 2 * dim:3 * dim]
+        data[:, dim:2 * dim] = -w * ((beta + np.sqrt(n)) / lr + l2) - np.sign(w) * l1
+
     def scaled(self, factor: float) -> "SparseOptimizer":
         """FTRL recomputes each weight from its accumulators with the lr, so a smaller lr for one
         push would rescale the whole weight, not that push's step: no staleness compensation."""

@@ -116,7 +116,7 @@ def cached(recipe: Recipe, rows, device: torch.device):
     if not c.capacity:
         return rows
     dims = {t: tables.row_width(recipe, t) for t in set(tables.features(recipe).values())}
-    return CachedSource(rows, dims, c.capacity, c.staleness, c.policy, c.admit_after,
+    return CachedSource(rows, dims, c.capacity, c.staleness, recipe.sparse_optimizer, c.hold, c.policy, c.admit_after,
                         device if c.device == "auto" else c.device)  # auto: the worker's device
 
 
