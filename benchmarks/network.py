@@ -1,6 +1,7 @@
 """The network as the bottleneck: Cardinal's communication features on shaped links, side by side.
 
     python benchmarks/network.py [--rates 150,1000] [--sweep 50,150,400,1000,0] [--rows 200000] [--quick]
+    python benchmarks/network.py --only "cache s=1,best" --tag cache     # some rows (and fp32): network_cache.*
 
 Four hosts on this machine (network namespaces on a bridge, ``tests/helpers/hosts.py``): two
 servers (``cardinal server``, one shard each) and two workers (``torchrun``, one a host), as the
@@ -149,6 +150,8 @@ def main() -> None:
     p.add_argument("--rows", type=int, default=200_000)
     p.add_argument("--eval-rows", type=int, default=20_000)
     p.add_argument("--quick", action="store_true", help="20,000 rows, fp32 and best at 150 Mbit/s only")
+    p.add_argument("--only", default="", help="comma-separated rows to run (fp32 always runs: the ratios' base)")
+    p.add_argument("--tag", default="", help="results/network_TAG.* instead of results/network.*")
     args = p.parse_args()
     why = unavailable()
     if why is not None:
@@ -171,13 +174,17 @@ def main() -> None:
                                                                       f'train.run_dir="{tmp / "warm"}"'])],
                        env=ENV, capture_output=True, timeout=600)  # the data set and numba's cache, once
         table = configs(plan, copies)
-        if args.quick:
-            table = {k: table[k] for k in ("fp32", "best")}
+        if args.quick or args.only:
+            keep = ("fp32", "best") if args.quick else ("fp32", *args.only.split(","))
+            unknown = [k for k in keep if k not in table]
+            if unknown:
+                raise SystemExit(f"--only: no row {unknown}; the rows are {list(table)}")
+            table = {k: table[k] for k in table if k in keep}
         rows, points, k = [], {"fp32": {}, "best": {}}, 0
         with Hosts(4, tmp) as hosts:
             for rate in dict.fromkeys([*rates, *sweep]):
                 shape(hosts, rate)
-                names = table if rate in rates else {n: table[n] for n in ("fp32", "best")}
+                names = table if rate in rates else {n: table[n] for n in ("fp32", "best") if n in table}
                 fp32 = None
                 for name, extra in names.items():
                     k += 1
@@ -190,7 +197,7 @@ def main() -> None:
                         rows.append(row(name, rate, s, fp32))
                     if name in points:
                         points[name][rate] = s["samples_per_s"] if s else float("nan")
-        name = "network_quick" if args.quick else "network"
+        name = "network_quick" if args.quick else f"network_{args.tag}" if args.tag else "network"
         delay = "none: this kernel has no sch_netem" if not Path("/sys/module/sch_netem").exists() else "none"
         notes = [f"2 servers x 2 workers on 4 hosts; each host's sending side shaped by tc tbf (rate above, a 4 ms "
                  f"burst); delay: {delay}",
@@ -201,7 +208,7 @@ def main() -> None:
                  "samples/s: summary.json (training time of the workers: reading batches and steps; process start, "
                  "evaluation excluded); B/sample: gRPC bytes of both workers per training sample, pull = replies "
                  "received, push = requests sent",
-                 f"reproduce: python benchmarks/network.py{' --quick' if args.quick else ''}"]
+                 "reproduce: python benchmarks/network.py " + " ".join(sys.argv[1:])]
         report.write(name, "The network as the bottleneck: 2 servers x 2 workers on shaped links", rows, notes)
         if sweep:
             plot(points, report.RESULTS / f"{name}.png", "samples/s against the link rate (fp32, best)")
