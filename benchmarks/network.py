@@ -158,7 +158,7 @@ def main() -> None:
         print(f"network.py needs network namespaces: {why}")
         return
     rows_n, rates = (20_000, [150.0]) if args.quick else (args.rows, [float(r) for r in args.rates.split(",")])
-    sweep = [] if args.quick else [float(r) for r in args.sweep.split(",")]
+    sweep = [] if args.quick or not args.sweep else [float(r) for r in args.sweep.split(",")]
     with tempfile.TemporaryDirectory(prefix="cardinal-network-") as tmp:
         tmp = Path(tmp)
         sets = base_sets(rows_n, args.eval_rows, tmp / "data")
