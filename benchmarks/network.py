@@ -131,9 +131,9 @@ def plot(points: dict, out: Path, title: str) -> None:
     fig, ax = plt.subplots(figsize=(6, 4))
     for name, by_rate in points.items():
         shaped = sorted((r, v) for r, v in by_rate.items() if r and v == v)
-        ax.plot([r for r, _ in shaped], [v for _, v in shaped], "o-", label=name)
+        line, = ax.plot([r for r, _ in shaped], [v for _, v in shaped], "o-", label=name)
         if by_rate.get(0) == by_rate.get(0) and 0 in by_rate:
-            ax.axhline(by_rate[0], linestyle="--", alpha=0.5, label=f"{name}, unshaped")
+            ax.axhline(by_rate[0], color=line.get_color(), linestyle="--", alpha=0.5, label=f"{name}, unshaped")
     ax.set(xscale="log", xlabel="link rate, Mbit/s (each host's sending side)", ylabel="samples/s (both workers)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
