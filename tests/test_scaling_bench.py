@@ -74,9 +74,10 @@ def test_options():
     for bad in (["--modes", "sync,eventual"], ["--workers", "0,2"], ["--workers", "two"], ["--rows", "-1"]):
         with pytest.raises(SystemExit):
             scaling.parse_args(bad)
-    assert scaling.recipe_sets(0, 0, 0) == ["eval.every=0", "data.batch_size=4096", 'train.baseline="none"']
+    assert scaling.recipe_sets(0, 0, 0) == ["eval.every=0", "data.batch_size=4096", 'train.baseline="none"',
+                                              'train.device="cpu"']
     assert scaling.recipe_sets(50_000, 20_000, 7) == ["eval.every=0", "data.batch_size=4096", 'train.baseline="none"',
-                                                       "data.synthetic.rows=50000",
+                                                       'train.device="cpu"', "data.synthetic.rows=50000",
                                                        "data.synthetic.eval_rows=20000", "train.steps=7"]
 
 

@@ -11,11 +11,11 @@ and one rule for the names a manifest may give (``check_name``): plain file name
 the checkpoint's directory, so a tampered manifest can never make a load read elsewhere.
 """
 
-import contextlib
 import json
 import os
 import re
 import threading
+import uuid
 import zlib
 from pathlib import Path
 
@@ -130,21 +130,18 @@ def file_entry(path: Path) -> dict:
 
 def probe_dir(path: Path) -> None:
     """Make ``path`` and write, sync and remove a file in it: a dry save, so a checkpoint directory
-    that cannot be written fails at a job's start, not at its first save. OSError when it cannot;
-    either way the directories it made are gone again (a refused start leaves nothing)."""
-    made = [p for p in (path, *path.parents) if not p.exists()]  # deepest first
-    probe = path / f".probe-{os.getpid()}"
+    that cannot be written fails at a job's start, not at its first save. OSError when it cannot.
+    The directory stays (the first save writes there); the probe, named for this call alone, goes:
+    several shards and workers probe one directory at once."""
+    path.mkdir(parents=True, exist_ok=True)
+    probe = path / f".probe-{uuid.uuid4().hex}"
     try:
-        path.mkdir(parents=True, exist_ok=True)
         with open(probe, "wb") as f:
             f.write(b"cardinal")
             f.flush()
             os.fsync(f.fileno())
     finally:
         probe.unlink(missing_ok=True)
-        for p in made:
-            with contextlib.suppress(OSError):
-                p.rmdir()
 
 
 def bytes_entry(data: bytes) -> dict:
