@@ -30,7 +30,7 @@ from plain_loop import VARIANTS, PlainLoop  # noqa: E402
 from cardinal.recipe import load  # noqa: E402
 from cardinal.train import Callback, Trainer  # noqa: E402
 
-VARIANT_OF = {"adagrad": "adagrad", "rowwise_adagrad": "rowwise_shared"}  # what Cardinal's optimizer computes
+VARIANT_OF = {"adagrad": "adagrad", "rowwise_adagrad": "rowwise_own"}  # what Cardinal's optimizer computes
 
 
 def recipe(args, extra=()):

@@ -104,7 +104,8 @@ def source(recipe: Recipe, ps_client: PSClient, workers: Workers, consistency: s
     ``consistency``: the mode the run trains in (``ConsistencyConfig.resolve``), whose sub-table it reads."""
     c, timeout = recipe.consistency, recipe.ps.timeout_s
     if consistency == "geo":
-        return GeoReplica(ps_client, recipe.sparse_optimizer, c.geo.interval, timeout)
+        return GeoReplica(ps_client, recipe.sparse_optimizer, c.geo.interval, timeout,
+                          wide={t.name: t.wide for t in tables.store_config(recipe).tables})
     return PSSource(ps_client, c.max_in_flight, timeout, worker=workers.rank, workers=workers.world,
                     combine=c.of(consistency).combine,
                     compensate=consistency == "async" and c.async_.compensation == "lr")

@@ -3,10 +3,11 @@
 One table ``emb`` for all sparse fields (``embedding.shared``, ids never collide across
 fields) or one per field; each row is ``dim`` values (a table's own with ``embedding.dims``, whose
 fields the dense side projects to ``dim``: ``models/projection.py``), plus one first-order weight
-for models with a wide part (DeepFM, Wide&Deep), so a step needs one pull and one push per table.
-With ``train.baseline = "lr"`` each table has a twin ``lr_<name>`` of one weight per id: the
-logistic-regression baseline trained on the same batches, on the same servers. With
-``compression.fiited.chunks > 1`` the model's tables keep their rows in chunks
+for models with a wide part (DeepFM, Wide&Deep), so a step needs one pull and one push per table;
+the weight is the table's ``wide`` column, whose state a row-wise optimizer keeps apart from the
+values' (``optim/base.py``). With ``train.baseline = "lr"`` each table has a twin ``lr_<name>`` of
+one weight per id: the logistic-regression baseline trained on the same batches, on the same
+servers. With ``compression.fiited.chunks > 1`` the model's tables keep their rows in chunks
 (``embedding/formats/chunked.py``), the wide part's weight after them, never freed; the
 baseline's stay whole. With ``compression.saec.ratio`` the model's tables are clustered at
 ``compression.saec.at`` (``embedding/clustered_table.py``), each id's field its bits from
@@ -99,7 +100,9 @@ def store_config(recipe: Recipe) -> StoreConfig:
     model_tables = set(features(recipe).values()) if fiited.chunks > 1 else set()
     chunked = {n: (fiited.chunks, fiited.target, int(cls.uses_wide)) if n in model_tables else (1, 1.0, 0)
                for n in widths}
-    return StoreConfig(tuple(TableConfig(n, w, e.init_scale, e.seed, storage[n], *chunked[n])
+    wide = int(cls.uses_wide and cls.uses_embedding)  # a row of values and a weight: the weight's state its own
+    wide_of = {n: wide if n in features(recipe).values() else 0 for n in widths}
+    return StoreConfig(tuple(TableConfig(n, w, e.init_scale, e.seed, storage[n], *chunked[n], wide=wide_of[n])
                              for n, w in sorted(widths.items())),
                        dict(recipe.sparse_optimizer), admission, memory.eviction, fiited.every,
                        {n: SaecSpec(saec.ratio, saec.at, field_shift(recipe))
