@@ -105,3 +105,13 @@ def test_whole_rows_and_rows_with_the_weight_cut_off_load_into_each_other_and_tr
     train(src, steps=[3, 4], seed=9)
     train(dst, steps=[3, 4], seed=9)
     assert_same(lookup(dst), lookup(src))
+
+
+def test_a_checkpoint_from_before_the_weight_had_its_own_state_is_refused_saying_why(tmp_path):
+    old = StoreConfig(tuple(TableConfig(t, d, seed=k + 1) for k, (t, d) in enumerate(DIMS.items())),
+                      OPTIMIZERS["rowwise_adagrad"], {})
+    src = connect(old, 2)
+    train(src, steps=[1])
+    dst = connect(config(), 2)
+    with pytest.raises(ValueError, match="before a wide part's weight had an accumulator of its own"):
+        dst.load(src.save(tmp_path, 1))
