@@ -7,7 +7,8 @@ The default recipe (one epoch, the lr baseline off) on --rows generated rows: on
 optimizer and lr, every other sparse setting the recipe's (initial_accumulator 1e-6 for both:
 ``--set sparse_optimizer.name=...`` starts another optimizer from its own defaults, whose 0 would
 set an undamped row-wise Adagrad against the recipe's damped Adagrad). The table gives every run
-and, per dim, each optimizer's best lr and the gap; results/<name>.md and .json. ``--before NAME``
+and, per dim, each optimizer's best lr and the gap; results/<name>.md and .json (and each run as it
+ends in <name>.runs.json, which ``--resume`` goes on from). ``--before NAME``
 adds a column from results/NAME.json: the same runs of another commit (``rowwise_before``: the
 command with ``--optimizers rowwise_adagrad --name rowwise_before`` at 4b2ae46, before the wide
 part's weight had an accumulator of its own). What the same optimizers reach in a plain PyTorch
@@ -64,17 +65,21 @@ def main() -> None:
     p.add_argument("--set", action="append", default=[], help="a recipe override, KEY=VALUE")
     p.add_argument("--name", default="rowwise", help="results/<name>.md and .json")
     p.add_argument("--before", default="", help="results/<before>.json: its AUCs as a column")
+    p.add_argument("--resume", action="store_true", help="keep the runs results/<name>.runs.json holds")
     args = p.parse_args()
     before = {}
     if args.before:
         saved = json.loads((RESULTS / f"{args.before}.json").read_text())
         before = {(r["dim"], r["optimizer"], r["lr"]): r["auc"] for r in saved.get("runs", saved["rows"])}
-    rows = []
+    done = RESULTS / f"{args.name}.runs.json"  # each run as it ends: a rerun goes on where one stopped
+    rows = json.loads(done.read_text()) if args.resume and done.exists() else []
     for dim in map(int, args.dims.split(",")):
         for optimizer in args.optimizers.split(","):
             for lr in args.lrs.split(","):
-                rows.append(run(args, dim, optimizer, lr))
-                print(rows[-1], flush=True)
+                if not any((r["dim"], r["optimizer"], r["lr"]) == (dim, optimizer, float(lr)) for r in rows):
+                    rows.append(run(args, dim, optimizer, lr))
+                    done.write_text(json.dumps(rows, indent=1))
+                    print(rows[-1], flush=True)
     notes = []
     for dim in sorted({r["dim"] for r in rows}):
         best = {o: max((r for r in rows if r["dim"] == dim and r["optimizer"] == o), key=lambda r: r["auc"])
