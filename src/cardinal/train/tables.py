@@ -36,6 +36,13 @@ def row_width(recipe: Recipe, table: str, model: str | None = None) -> int:
     return (table_dim(recipe, table) if cls.uses_embedding else 0) + (1 if cls.uses_wide else 0)
 
 
+def wide(recipe: Recipe) -> dict[str, int]:
+    """model table -> its wide columns (``TableConfig.wide``): 1 where a row holds values and a first-order
+    weight (DeepFM, Wide&Deep), else 0; a baseline table's one weight is a whole row (0, not named)."""
+    cls = MODELS[recipe.model["name"]]
+    return {t: int(cls.uses_wide and cls.uses_embedding) for t in set(features(recipe).values())}
+
+
 def table_dim(recipe: Recipe, table: str) -> int:
     """A model table's embedding dim: its own (``embedding.dims``), else ``embedding.dim``."""
     return recipe.embedding.dims.get(table, recipe.embedding.dim)
@@ -100,9 +107,8 @@ def store_config(recipe: Recipe) -> StoreConfig:
     model_tables = set(features(recipe).values()) if fiited.chunks > 1 else set()
     chunked = {n: (fiited.chunks, fiited.target, int(cls.uses_wide)) if n in model_tables else (1, 1.0, 0)
                for n in widths}
-    wide = int(cls.uses_wide and cls.uses_embedding)  # a row of values and a weight: the weight's state its own
-    wide_of = {n: wide if n in features(recipe).values() else 0 for n in widths}
-    return StoreConfig(tuple(TableConfig(n, w, e.init_scale, e.seed, storage[n], *chunked[n], wide=wide_of[n])
+    wide_of = wide(recipe)
+    return StoreConfig(tuple(TableConfig(n, w, e.init_scale, e.seed, storage[n], *chunked[n], wide=wide_of.get(n, 0))
                              for n, w in sorted(widths.items())),
                        dict(recipe.sparse_optimizer), admission, memory.eviction, fiited.every,
                        {n: SaecSpec(saec.ratio, saec.at, field_shift(recipe))
