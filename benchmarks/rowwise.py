@@ -45,7 +45,7 @@ def run(args, dim: int, optimizer: str, lr: str) -> dict:
 def table(rows: list[dict], before: dict) -> list[dict]:
     """The rows as printed: AUC and logloss to 4 places, and the --before run's AUC where it has one."""
     out = []
-    for r in rows:
+    for r in sorted(rows, key=lambda r: (r["dim"], r["optimizer"], r["lr"])):
         row = {"dim": r["dim"], "optimizer": r["optimizer"], "lr": f"{r['lr']:g}", "eval AUC": f"{r['auc']:.4f}",
                "logloss": f"{r['logloss']:.4f}"}
         if before:
@@ -88,6 +88,8 @@ def main() -> None:
         if {"adagrad", "rowwise_adagrad"} <= set(best):
             line += f"; row-wise - Adagrad {best['rowwise_adagrad']['auc'] - best['adagrad']['auc']:+.4f}"
         notes.append(f"dim {dim}, best: {line}")
+    acc0 = next((s.split("=", 1)[1] for s in reversed(args.set) if s.startswith("sparse_optimizer.initial_accumulator=")),
+                "1e-6")
     if before:
         was = {d: max(a for (dd, o, _), a in before.items() if dd == d and o == "rowwise_adagrad")
                for d in {d for d, o, _ in before if o == "rowwise_adagrad"}}
@@ -98,7 +100,7 @@ def main() -> None:
                   f"--optimizers {args.optimizers} --model {args.model}"
                   + "".join(f" --set {s}" for s in args.set) + f" --name {args.name}"
                   + (f" --before {args.before}" if args.before else "") + "`",
-                  "one epoch, train.baseline = none, sparse_optimizer.initial_accumulator = 1e-6, "
+                  f"one epoch, train.baseline = none, sparse_optimizer.initial_accumulator = {acc0}, "
                   "the recipe's consistency (async, staleness 1, in one process)"])
 
 
