@@ -20,8 +20,13 @@ SPECS = {
 }
 
 
-def make_table(name, dim=4, seed=3):
-    return EmbeddingTable(TableConfig("t", dim, init_scale=0.5, seed=seed), make_optimizer({"name": name, **SPECS[name]}))
+# every optimizer on plain rows, and row-wise Adagrad on rows whose last column is a wide part's weight
+CASES = [(name, 0) for name in sorted(OPTIMIZERS)] + [("rowwise_adagrad", 1)]
+
+
+def make_table(name, dim=4, seed=3, wide=0):
+    return EmbeddingTable(TableConfig("t", dim, init_scale=0.5, seed=seed, wide=wide),
+                          make_optimizer({"name": name, **SPECS[name]}))
 
 
 def run_pushes(table, pushes):
@@ -37,13 +42,13 @@ def with_grads(rng, pushes, dim):
     return [(ids, rng.standard_normal((len(ids), dim)).astype(np.float32)) for ids, _ in pushes]
 
 
-@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+@pytest.mark.parametrize("name, wide", CASES)
 @given(seed=st.integers(0, 2**32 - 1))
-def test_matches_numpy_reference(name, seed):
+def test_matches_numpy_reference(name, wide, seed):
     rng = np.random.default_rng(seed)
     pushes, dim = random_pushes(rng)
     pushes = with_grads(rng, pushes, dim)
-    table = make_table(name, dim)
+    table = make_table(name, dim, wide=wide)
     run_pushes(table, pushes)
     opt = table.optimizer
     ref = {}
@@ -53,8 +58,8 @@ def test_matches_numpy_reference(name, seed):
             summed[k] = summed[k] + g if k in summed else g.copy()
         for k, g in summed.items():
             if k not in ref:
-                ref[k] = np.concatenate([init_row(3, k, dim, 0.5), initial_state(name, opt.config, dim)])
-            update_row(name, opt.config, ref[k], g, dim)
+                ref[k] = np.concatenate([init_row(3, k, dim, 0.5), initial_state(name, opt.config, dim, opt.wide)])
+            update_row(name, opt.config, ref[k], g, dim, opt.wide)
     got = table.export()
     assert sorted(got["ids"].tolist()) == sorted(ref)
     for k, row in zip(got["ids"].tolist(), got["data"]):
@@ -93,6 +98,31 @@ def test_rowwise_adagrad_is_adagrad_at_dim_1(rng):
         b.push(ids, g, step=step)
     # the same math, associated differently (lr / (sqrt(s) + eps) * g): equal to float rounding
     np.testing.assert_allclose(a.pull(ids, create=False), b.pull(ids, create=False), rtol=1e-6)
+
+
+@pytest.mark.parametrize("counted", [False, True])
+def test_rowwise_wide_column_trains_as_a_row_of_its_own(counted, rng):
+    """Values and wide weight in one row train bitwise as two tables would (TorchRec's layout: the
+    first-order weights a table of dim 1), and a row without a wide part keeps fbgemm's one word."""
+    ids = np.arange(-6, 6, dtype=np.int64)
+    spec = {"name": "rowwise_adagrad", **SPECS["rowwise_adagrad"]}
+    packed = EmbeddingTable(TableConfig("t", 5, wide=1), make_optimizer(spec))
+    values = EmbeddingTable(TableConfig("t", 4), make_optimizer(spec))
+    weight = EmbeddingTable(TableConfig("t", 1, first_column=4), make_optimizer(spec))
+    for step in range(1, 6):
+        g = rng.standard_normal((len(ids), 5)).astype(np.float32)
+        counts = {"counts": rng.integers(1, 4, len(ids)).astype(np.int32)} if counted else {}
+        packed.push(ids, g, step=step, **counts)
+        values.push(ids, g[:, :4].copy(), step=step, **counts)
+        weight.push(ids, g[:, 4:].copy(), step=step, **counts)
+    rows = {n: dict(zip(t.export()["ids"].tolist(), t.export()["data"])) for n, t in
+            (("packed", packed), ("values", values), ("weight", weight))}
+    for i in ids.tolist():  # [v0..v3 w | s_values s_w] against [v0..v3 | s] and [w | s]
+        expect = np.concatenate([rows["values"][i][:4], rows["weight"][i][:1], rows["values"][i][4:],
+                                 rows["weight"][i][1:]])
+        assert rows["packed"][i].tobytes() == expect.tobytes()
+    assert values.optimizer.state_width(4) == 1 and "wide" not in values.optimizer.describe()
+    assert packed.optimizer.state_width(5) == 2 and packed.optimizer.describe()["wide"] == 1
 
 
 def test_adam_rows_not_pushed_do_not_decay(rng):

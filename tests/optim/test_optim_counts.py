@@ -9,16 +9,16 @@ from hypothesis import strategies as st
 
 from cardinal.embedding import EmbeddingTable, TableConfig
 from cardinal.embedding.reference import init_row
-from cardinal.optim import OPTIMIZERS, make_optimizer
+from cardinal.optim import make_optimizer
 from cardinal.optim.reference import counted_update_row, initial_state
-from test_optim import SPECS
+from test_optim import CASES, SPECS
 
 NO_L2 = {name: {**spec, "l2": 0.0} for name, spec in SPECS.items()}
 
 
-def make_table(name, spec=None, dim=4):
+def make_table(name, spec=None, dim=4, wide=0):
     spec = SPECS[name] if spec is None else spec
-    return EmbeddingTable(TableConfig("t", dim, init_scale=0.5, seed=3), make_optimizer({"name": name, **spec}))
+    return EmbeddingTable(TableConfig("t", dim, init_scale=0.5, seed=3, wide=wide), make_optimizer({"name": name, **spec}))
 
 
 def random_counted_pushes(rng, n_pushes=6, dim=4, id_range=12):
@@ -31,13 +31,13 @@ def random_counted_pushes(rng, n_pushes=6, dim=4, id_range=12):
 
 
 @pytest.mark.parametrize("spec", [SPECS, NO_L2], ids=["l2", "no-l2"])
-@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+@pytest.mark.parametrize("name, wide", CASES)
 @given(seed=st.integers(0, 2**32 - 1))
-def test_counted_kernel_matches_numpy_reference(name, spec, seed):
+def test_counted_kernel_matches_numpy_reference(name, wide, spec, seed):
     rng = np.random.default_rng(seed)
     dim = 4
     pushes = random_counted_pushes(rng, dim=dim)
-    table = make_table(name, spec[name], dim)
+    table = make_table(name, spec[name], dim, wide)
     for step, (ids, grads, counts) in enumerate(pushes, 1):
         table.push(ids, grads, step=step, counts=counts)
     cfg, ref = table.optimizer.config, {}
@@ -48,8 +48,8 @@ def test_counted_kernel_matches_numpy_reference(name, spec, seed):
             count[k] = max(count.get(k, 0), c)
         for k, g in summed.items():
             if k not in ref:
-                ref[k] = np.concatenate([init_row(3, k, dim, 0.5), initial_state(name, cfg, dim)])
-            counted_update_row(name, cfg, ref[k], g, dim, count[k])
+                ref[k] = np.concatenate([init_row(3, k, dim, 0.5), initial_state(name, cfg, dim, wide)])
+            counted_update_row(name, cfg, ref[k], g, dim, count[k], wide)
     got = table.export()
     assert sorted(got["ids"].tolist()) == sorted(ref)
     for k, row in zip(got["ids"].tolist(), got["data"]):
@@ -57,9 +57,9 @@ def test_counted_kernel_matches_numpy_reference(name, spec, seed):
 
 
 @pytest.mark.parametrize("spec", [SPECS, NO_L2], ids=["l2", "no-l2"])
-@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
-def test_counts_of_all_ones_are_bitwise_the_uncounted_update(name, spec, rng):
-    plain, ones = make_table(name, spec[name]), make_table(name, spec[name])
+@pytest.mark.parametrize("name, wide", CASES)
+def test_counts_of_all_ones_are_bitwise_the_uncounted_update(name, wide, spec, rng):
+    plain, ones = make_table(name, spec[name], wide=wide), make_table(name, spec[name], wide=wide)
     for step, (ids, grads, _) in enumerate(random_counted_pushes(rng, n_pushes=10, id_range=200), 1):
         plain.push(ids, grads, step=step)
         ones.push(ids, grads, step=step, counts=np.ones(len(ids), np.int32))

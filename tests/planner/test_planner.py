@@ -330,7 +330,7 @@ def test_from_sample_widths_follow_the_model_and_dim(tmp_path):
     stats = {s.name: s for s in from_sample(tables.plan_inputs(r), 600)}
     assert stats["C1"].width == 17 and stats["lr_C1"].width == 1
     opt = make_optimizer(dict(r.sparse_optimizer))
-    assert stats["C1"].words == stored_width(TableConfig("C1", 17), opt)
+    assert stats["C1"].words == stored_width(TableConfig("C1", 17, wide=1), opt)  # DeepFM's weight: state of its own
 
 
 def test_from_sample_knows_the_row_format(tmp_path):
@@ -338,8 +338,9 @@ def test_from_sample_knows_the_row_format(tmp_path):
     stats = {s.name: s for s in from_sample(tables.plan_inputs(r), 600)}
     opt = make_optimizer(dict(r.sparse_optimizer))
     assert stats["C1"].storage == "fp16"
-    assert stats["C1"].words == stored_width(TableConfig("C1", 5, storage="fp16"), opt)
-    assert stats["C1"].row_bytes(2) == 4 * stored_width(TableConfig("C1", 2, storage="fp16"), opt) + ROW_OVERHEAD
+    assert stats["C1"].words == stored_width(TableConfig("C1", 5, storage="fp16", wide=1), opt)
+    # a piece's estimate counts the state of any width whole: the weight's own accumulator too
+    assert stats["C1"].row_bytes(2) == 4 * stored_width(TableConfig("C1", 2, storage="fp16", wide=1), opt) + ROW_OVERHEAD
 
 
 def test_from_sample_one_shared_table(tmp_path):

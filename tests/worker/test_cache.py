@@ -118,6 +118,20 @@ def test_a_cached_row_follows_own_gradients_with_a_local_state_kept_across_refre
                                rtol=1e-6)  # the accumulator saw all three gradients
 
 
+def test_a_cached_row_with_a_wide_weight_follows_as_its_server_row_does():
+    """Row-wise Adagrad with a wide part's weight (``TableConfig.wide``): the worker's state keeps the
+    weight's accumulator apart as the servers' does, so a followed row is the servers' row, bit for bit."""
+    opt = {"name": "rowwise_adagrad", "lr": 0.1, "initial_accumulator": 1e-3}
+    client = connect(StoreConfig((TableConfig("a", DIM, init_scale=0.5, wide=1),), opt), 1)
+    src = CachedSource(PSSource(client, 4, 20), {"a": DIM}, 16 * slot_bytes(DIM, 2), 1, opt, wide={"a": 1})
+    assert src.slots["a"].state.shape[1] == 2
+    src.pull("a", ids(3, 4), create=True, step=1).wait()
+    src.push("a", ids(3, 4), np.array([[0.1, 0.2, 0.3, 5.0], [1.0, -1.0, 0.5, 0.01]], np.float32), step=1)
+    src.settle(None)
+    followed = src.pull("a", ids(3, 4), create=True, step=2).wait()  # 1 behind: served from the cache
+    assert followed.tobytes() == client.pull("a", ids(3, 4), create=False).wait().tobytes()
+
+
 def test_hold_bounds_the_gradients_a_row_keeps_and_staleness_bounds_hold():
     src, client = cache(s=3, hold=1)
     src.pull("a", ids(1), create=True, step=1).wait()

@@ -7,7 +7,10 @@ takes each value and each per-column word from the saved piece holding that colu
 per-row word as the mean of the saved pieces' words weighted by the columns each gives, summed
 in float64 and rounded once: sum(word * columns) / width (equal words, such as Adam's step
 counts, join to themselves exactly; exact for row-wise Adagrad's mean squared gradient when the
-pieces were one row). An id is kept where every saved piece it draws on holds it (every piece
+pieces were one row). A wide part's weight with state of its own (row-wise Adagrad, ``wide`` in a
+piece's optimizer description) carries its own words, ``per_wide`` of them: a column's state is
+its own words if it has them, else its piece's per-row words, and the new piece's per-row words
+are the mean over its columns without words of their own. An id is kept where every saved piece it draws on holds it (every piece
 evicts by time to live alike, and stores with a memory budget refuse column pieces, whose
 evictions would differ). The piece's rows for this shard are read whole: a re-split table must
 fit in memory.
@@ -19,10 +22,22 @@ from cardinal.checkpoint.parts import relay
 from cardinal.embedding.storage import Columns
 
 
-def layout(optimizer) -> tuple[int, int]:
-    """(per_dim, per_row) words of the optimizer's state: state_width(w) = per_dim * w + per_row."""
-    per_dim = optimizer.state_width(2) - optimizer.state_width(1)
-    return per_dim, optimizer.state_width(1) - per_dim
+def layout(optimizer) -> tuple[int, int, int]:
+    """(per_dim, per_row, per_wide) words of the optimizer's state: state_width(w) of a piece with
+    ``wide`` columns of their own = per_dim * w + per_row + per_wide * wide."""
+    plain = optimizer.with_wide(0)
+    per_dim = plain.state_width(2) - plain.state_width(1)
+    per_wide = plain.with_wide(1).state_width(2) - plain.state_width(2)
+    assert per_wide in (0, plain.state_width(1) - per_dim), "a wide column's own words are a row's"
+    return per_dim, plain.state_width(1) - per_dim, per_wide
+
+
+def _saved_wide(info: dict, name: str) -> int:
+    """The wide columns of a saved table (piece) with state of their own: 0 in checkpoints from before them."""
+    for m in info["manifests"].values():
+        if name in m["tables"]:
+            return int(m["tables"][name]["optimizer"].get("wide", 0))
+    return 0
 
 
 def check_cuttable(where: str, table: str, saved: dict, store_table) -> None:
@@ -45,8 +60,10 @@ def cut(step_path, info: dict, plan, shard: int, table, saved_rows):
     full = saved_pieces[-1].columns[1] if saved_pieces[-1].columns else \
         next(m["tables"][logical]["dim"] for m in entries.values() if logical in m["tables"])
     lo, hi = piece.columns or (0, table.dim)
-    per_dim, per_row = layout(table.optimizer)
+    per_dim, per_row, per_wide = layout(table.optimizer)
     w = hi - lo
+    own_lo = hi - (table.optimizer.wide if per_wide else 0)  # [own_lo, hi): the new piece's columns with own words
+    tail = per_row + per_wide * (hi - own_lo)
     parts, where = [], step_path
     for p in saved_pieces:
         plo, phi = p.columns or (0, full)
@@ -57,26 +74,36 @@ def cut(step_path, info: dict, plan, shard: int, table, saved_rows):
         if blocks:
             where, blocks = blocks[-1][0], [rows for _, rows in blocks]
         else:  # a piece saved with no rows: nothing to join
-            yield where, Columns(np.zeros(0, np.int64), np.zeros((0, w * (1 + per_dim) + per_row), np.float32),
+            yield where, Columns(np.zeros(0, np.int64), np.zeros((0, w * (1 + per_dim) + tail), np.float32),
                                  np.zeros(0, np.uint32), np.zeros(0, np.uint32))
             return
         cols = Columns(*(np.concatenate([getattr(b, c) for b in blocks]) for c in Columns._fields))
         order = np.argsort(cols.ids, kind="stable")
-        parts.append((plo, phi, Columns(*(c[order] for c in cols))))
-    ids = parts[0][2].ids
-    for _, _, cols in parts[1:]:
+        parts.append((plo, phi, phi - (_saved_wide(info, p.name(logical)) if per_wide else 0),
+                      Columns(*(c[order] for c in cols))))
+    ids = parts[0][3].ids
+    for *_, cols in parts[1:]:
         ids = np.intersect1d(ids, cols.ids, assume_unique=True)
-    data = np.zeros((len(ids), w * (1 + per_dim) + per_row), np.float32)
+    data = np.zeros((len(ids), w * (1 + per_dim) + tail), np.float32)
     words = np.zeros((len(ids), per_row), np.float64)  # sum of word x columns: exact for equal words
     count = np.zeros(len(ids), np.uint32)
     last = np.zeros(len(ids), np.uint32)
-    for plo, phi, cols in parts:
+    own = w * (1 + per_dim) + per_row  # where the new piece's columns' own words start
+    for plo, phi, p_own, cols in parts:  # [p_own, phi): the saved piece's columns with own words
         at = np.searchsorted(cols.ids, ids)
         a, b, pw = max(lo, plo), min(hi, phi), phi - plo
         for k in range(1 + per_dim):  # the values, then each per-column block of state
             data[:, k * w + a - lo:k * w + b - lo] = cols.data[at, k * pw + a - plo:k * pw + b - plo]
-        words += cols.data[at, pw * (1 + per_dim):pw * (1 + per_dim) + per_row].astype(np.float64) * (b - a)
+        start = pw * (1 + per_dim)
+        row_words = cols.data[at, start:start + per_row]
+        governing = [(a, min(b, p_own), row_words)] + [  # (columns, the words that govern them)
+            (c, c + 1, cols.data[at, start + per_row + (c - p_own) * per_wide:][:, :per_wide])
+            for c in range(max(a, p_own), b)]
+        for c0, c1, held in governing:
+            words += held.astype(np.float64) * max(0, min(c1, own_lo) - c0)
+            for c in range(max(c0, own_lo), c1):
+                data[:, own + (c - own_lo) * per_wide:][:, :per_wide] = held
         np.maximum(count, cols.count[at], out=count)
         np.maximum(last, cols.last_step[at], out=last)
-    data[:, w * (1 + per_dim):] = (words / w).astype(np.float32)  # one rounding: Adam's step counts stay whole
+    data[:, w * (1 + per_dim):own] = (words / (own_lo - lo)).astype(np.float32)  # one rounding: Adam's counts stay whole
     yield where, Columns(ids, data, count, last)

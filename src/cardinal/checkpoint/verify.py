@@ -244,8 +244,12 @@ def check_compatible(step_path: Path, info: dict, tables: dict, plan: ShardingPl
                              f"the store has {table.config.chunks} (tail {table.config.chunk_tail}): rows load in "
                              f"the layout they were saved in; set compression.fiited.chunks = {layout[0]}")
         if same and s["width"] != table.portable_width:
+            wide = s["optimizer"].get("wide", 0)
+            why = "" if wide == table.optimizer.wide else (
+                f" (row-wise Adagrad's state of {wide} wide columns, the store's of {table.optimizer.wide}: a "
+                "checkpoint from before a wide part's weight had an accumulator of its own does not load)")
             raise ValueError(f"{where}: table {name!r} has rows of width {s['width']}, "
-                             f"the store's are {table.portable_width} wide")
+                             f"the store's are {table.portable_width} wide{why}")
 
 
 def saved_tables(info: dict) -> dict:

@@ -37,7 +37,7 @@ from cardinal.embedding.hashing import init_rows
 from cardinal.embedding.index import IdIndex
 from cardinal.embedding.protocol import Admit
 from cardinal.embedding.storage import MemoryRowStorage, RowStorage
-from cardinal.embedding.table_config import TableConfig, make_format, portable_width, stored_width  # noqa: F401
+from cardinal.embedding.table_config import TableConfig, bind, make_format, portable_width, stored_width  # noqa: F401
 from cardinal.embedding.table_removal import RowRemoval
 from cardinal.embedding.table_views import WholeTableViews
 from cardinal.embedding.tiers import ColdTier
@@ -61,7 +61,7 @@ class EmbeddingTable(RowRemoval, WholeTableViews):
                  cold: ColdTier | None = None, schedule=None):
         self.config = config
         self.dim = config.dim
-        self.optimizer = optimizer
+        self.optimizer = optimizer = bind(config, optimizer)
         self.format = make_format(config, optimizer)
         width = self.format.width(self.dim, optimizer.state_width(self.dim))
         self.portable_width = self.format.portable_width(self.dim, optimizer.state_width(self.dim))

@@ -43,6 +43,7 @@ class TableConfig:
     chunk_target: float = 1.0  # ... keeping at most this share of the RAM rows' chunks live
     chunk_tail: int = 0       # ... after the chunks, this many columns never freed (a wide part's weight)
     first_column: int = 0     # a column piece of a wider row (``sharding/plan.py``): where its values start in it
+    wide: int = 0             # the row's last columns are a wide part's weights: a row-wise optimizer's own (optim/base.py)
     chunk_every: int = 100    # steps between the passes over chunked rows that choose which chunks stay (chunks > 1)
     saec: SaecSpec | None = None  # clustered while training (Saec), as this says
 
@@ -60,6 +61,8 @@ class TableConfig:
             raise ValueError(f"table {self.name!r}: chunks must be an integer >= 1 (1: off), got {self.chunks!r}")
         if not isinstance(self.chunk_tail, int) or not 0 <= self.chunk_tail < self.dim:
             raise ValueError(f"table {self.name!r}: chunk_tail must be an integer in [0, dim), got {self.chunk_tail!r}")
+        if isinstance(self.wide, bool) or not isinstance(self.wide, int) or not 0 <= self.wide < self.dim:
+            raise ValueError(f"table {self.name!r}: wide must be an integer in [0, dim), got {self.wide!r}")
         if not isinstance(self.first_column, int) or self.first_column < 0:
             raise ValueError(f"table {self.name!r}: first_column must be an integer >= 0, got {self.first_column!r}")
         if not 0 < self.chunk_target <= 1:
@@ -83,18 +86,24 @@ class TableConfig:
                 raise ValueError(f"table {self.name!r}: saec with chunked rows (chunks > 1), which Saec cannot cluster")
 
 
+def bind(config: TableConfig, optimizer: SparseOptimizer) -> SparseOptimizer:
+    """The optimizer for this table's rows: their wide part's weights named (``optim/base.py``)."""
+    return optimizer.with_wide(config.wide)
+
+
 def make_format(config: TableConfig, optimizer: SparseOptimizer) -> formats.RowFormat:
     """The table's row format: a shared one by name, or its own chunk pool (``chunks > 1``)."""
     if config.chunks == 1:
         return formats.get(config.storage)
-    return formats.Chunked(config.dim, config.chunks, config.chunk_tail, optimizer.state_width, config.chunk_target)
+    return formats.Chunked(config.dim, config.chunks, config.chunk_tail, bind(config, optimizer).state_width,
+                           config.chunk_target)
 
 
 def stored_width(config: TableConfig, optimizer: SparseOptimizer) -> int:
     """float32 words a stored row takes: its encoded values, then the optimizer's state."""
-    return make_format(config, optimizer).width(config.dim, optimizer.state_width(config.dim))
+    return make_format(config, optimizer).width(config.dim, bind(config, optimizer).state_width(config.dim))
 
 
 def portable_width(config: TableConfig, optimizer: SparseOptimizer) -> int:
     """float32 words of a row in the cold tier and in checkpoints (``formats/base.py``)."""
-    return make_format(config, optimizer).portable_width(config.dim, optimizer.state_width(config.dim))
+    return make_format(config, optimizer).portable_width(config.dim, bind(config, optimizer).state_width(config.dim))

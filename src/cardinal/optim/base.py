@@ -14,6 +14,12 @@ row accumulates: a worker cache of hot rows pushes the sum ``g`` of a row's ``k`
 gradients once. Each optimizer documents its counted update in its module: where no exact
 form exists it treats ``g`` as ``k`` updates with the mean gradient ``g / k``. ``counts=None``
 runs the uncounted kernel, bitwise as before; counts of all ones give the same bits.
+
+``wide``: a row whose last ``wide`` columns are a wide part's first-order weights (DeepFM,
+Wide&Deep pack them after the embedding values, so one pull serves both). An element-wise
+optimizer's state is per column already; a row-wise one (``rowwise_adagrad.py``) gives each of
+them an accumulator of its own, as if it were a row of dim 1 in a table of its own (TorchRec
+keeps first-order weights in such a table). A table binds its optimizer with ``with_wide``.
 """
 
 from abc import ABC, abstractmethod
@@ -39,6 +45,7 @@ class OptimizerConfig:
 class SparseOptimizer(ABC):
     name: ClassVar[str]
     Config: ClassVar[type[OptimizerConfig]]
+    wide: int = 0  # the row's last columns that keep state of their own (row-wise optimizers)
 
     def __init__(self, config: OptimizerConfig | None = None):
         self.config = config if config is not None else self.Config()
@@ -48,6 +55,11 @@ class SparseOptimizer(ABC):
     @abstractmethod
     def state_width(self, dim: int) -> int:
         """float32 words of state per row."""
+
+    def with_wide(self, wide: int) -> "SparseOptimizer":
+        """This optimizer for rows whose last ``wide`` columns are first-order weights: itself, where
+        every column's state is its own already."""
+        return self
 
     def init_state(self, data: np.ndarray, start: int, stop: int, dim: int) -> None:
         """Initialise the state of new rows [start, stop); storage is zero-filled already."""
@@ -71,7 +83,7 @@ class SparseOptimizer(ABC):
 
     def scaled(self, factor: float) -> "SparseOptimizer":
         """The same optimizer with its learning rate times ``factor`` (staleness compensation)."""
-        return type(self)(replace(self.config, lr=self.config.lr * factor))
+        return type(self)(replace(self.config, lr=self.config.lr * factor)).with_wide(self.wide)
 
     def describe(self) -> dict:
         """Name and hyper-parameters, as recorded in checkpoint manifests."""

@@ -2,6 +2,8 @@
 
 ``update_row`` is one ordinary update; ``counted_update_row`` one push of a row's ``k``
 accumulated gradients (their sum ``g``), as each optimizer's module docstring writes it.
+``wide``: the row's last columns that are a wide part's weights (``optim/base.py``): row-wise
+Adagrad updates each as a row of its own; the other optimizers' state is per column already.
 """
 
 import numpy as np
@@ -9,7 +11,7 @@ import numpy as np
 f32 = np.float32
 
 
-def update_row(name: str, cfg, row: np.ndarray, g: np.ndarray, dim: int) -> None:
+def update_row(name: str, cfg, row: np.ndarray, g: np.ndarray, dim: int, wide: int = 0) -> None:
     """Apply one update to ``row`` = [values | state] in place."""
     w = row[:dim]
     if name == "sgd":
@@ -20,9 +22,7 @@ def update_row(name: str, cfg, row: np.ndarray, g: np.ndarray, dim: int) -> None
         s += g * g
         w -= f32(cfg.lr) * (g / (np.sqrt(s) + f32(cfg.eps)))
     elif name == "rowwise_adagrad":
-        g = g + f32(cfg.l2) * w
-        row[dim] += f32(np.sum(g * g, dtype=np.float32) / f32(dim))
-        w -= (f32(cfg.lr) / (np.sqrt(row[dim]) + f32(cfg.eps))) * g
+        _rowwise(cfg, row, g + f32(cfg.l2) * w, dim, wide, f32(1))
     elif name == "adam":
         m, v = row[dim:2 * dim], row[2 * dim:3 * dim]
         row[3 * dim] += 1
@@ -48,7 +48,18 @@ def _ftrl(cfg, row: np.ndarray, w: np.ndarray, g: np.ndarray, dim: int, n_add: n
     w[:] = np.where(np.abs(z) <= f32(cfg.l1), f32(0), -(z - np.sign(z) * f32(cfg.l1)) / denom)
 
 
-def counted_update_row(name: str, cfg, row: np.ndarray, g: np.ndarray, dim: int, k: int) -> None:
+def _rowwise(cfg, row: np.ndarray, g: np.ndarray, dim: int, wide: int, k) -> None:
+    """Row-wise Adagrad on ``row``, ``g`` (l2 included) the sum of ``k`` updates: one accumulator
+    over the dim - wide values (row[dim]), then one for each wide column (row[dim + 1 + t])."""
+    n = dim - wide
+    groups = [(slice(0, n), dim)] + [(slice(n + t, n + t + 1), dim + 1 + t) for t in range(wide)]
+    for cols, at in groups:
+        mean = g[cols] / k
+        row[at] += k * f32(np.sum(mean * mean, dtype=np.float32) / f32(cols.stop - cols.start))
+        row[cols] -= (f32(cfg.lr) / (np.sqrt(row[at]) + f32(cfg.eps))) * g[cols]
+
+
+def counted_update_row(name: str, cfg, row: np.ndarray, g: np.ndarray, dim: int, k: int, wide: int = 0) -> None:
     """Apply one counted update (``k`` updates summed in ``g``) to ``row`` = [values | state] in place."""
     w, k = row[:dim], f32(k)
     if name != "ftrl":
@@ -61,8 +72,7 @@ def counted_update_row(name: str, cfg, row: np.ndarray, g: np.ndarray, dim: int,
         s += k * mean * mean
         w -= f32(cfg.lr) * g / (np.sqrt(s) + f32(cfg.eps))
     elif name == "rowwise_adagrad":
-        row[dim] += k * f32(np.mean(mean * mean, dtype=np.float32))
-        w -= f32(cfg.lr) / (np.sqrt(row[dim]) + f32(cfg.eps)) * g
+        _rowwise(cfg, row, g, dim, wide, k)
     elif name == "adam":
         m, v = row[dim:2 * dim], row[2 * dim:3 * dim]
         row[3 * dim] += k
@@ -78,8 +88,8 @@ def counted_update_row(name: str, cfg, row: np.ndarray, g: np.ndarray, dim: int,
         raise ValueError(name)
 
 
-def initial_state(name: str, cfg, dim: int) -> np.ndarray:
-    width = {"sgd": 0, "adagrad": dim, "rowwise_adagrad": 1, "adam": 2 * dim + 1, "ftrl": 2 * dim}[name]
+def initial_state(name: str, cfg, dim: int, wide: int = 0) -> np.ndarray:
+    width = {"sgd": 0, "adagrad": dim, "rowwise_adagrad": 1 + wide, "adam": 2 * dim + 1, "ftrl": 2 * dim}[name]
     state = np.zeros(width, np.float32)
     if name in ("adagrad", "rowwise_adagrad"):
         state[:] = cfg.initial_accumulator

@@ -16,7 +16,7 @@ column piece under ``<table>-cols<lo>-<hi>`` (its optimizer state alike, cut by 
 columns). A column piece's rows start from the same values as the columns of the whole row
 (``TableConfig.first_column``), so with an element-wise optimizer (SGD, Adagrad, Adam, FTRL)
 any plan trains the same model; row-wise Adagrad keeps one accumulator a piece, as
-TorchRec's column-wise shards do.
+TorchRec's column-wise shards do (and one for a wide part's weight, in the piece that holds it).
 
 A table placed on fewer servers than all may also have its hottest ids copied (``Replicas``):
 read-only copies of those rows on every server, refreshed by one worker at least every
@@ -216,7 +216,9 @@ class ShardingPlan:
                 if shard not in p.servers:
                     continue
                 lo, hi = p.columns or (0, t.dim)
-                tables.append(replace(t, name=p.name(t.name), dim=hi - lo, first_column=t.first_column + lo))
+                wide = max(0, hi - max(lo, t.dim - t.wide))  # the wide part's columns in the piece...
+                tables.append(replace(t, name=p.name(t.name), dim=hi - lo, first_column=t.first_column + lo,
+                                      wide=wide if wide < hi - lo else 0))  # ...a piece of those alone: rows of their own
                 if t.name in config.admission:
                     admission[p.name(t.name)] = config.admission[t.name]
         names = [t.name for t in tables] + [self.replica_name(t) for t in self.replicas]

@@ -104,7 +104,7 @@ def source(recipe: Recipe, ps_client: PSClient, workers: Workers, consistency: s
     ``consistency``: the mode the run trains in (``ConsistencyConfig.resolve``), whose sub-table it reads."""
     c, timeout = recipe.consistency, recipe.ps.timeout_s
     if consistency == "geo":
-        return GeoReplica(ps_client, recipe.sparse_optimizer, c.geo.interval, timeout)
+        return GeoReplica(ps_client, recipe.sparse_optimizer, c.geo.interval, timeout, wide=tables.wide(recipe))
     return PSSource(ps_client, c.max_in_flight, timeout, worker=workers.rank, workers=workers.world,
                     combine=c.of(consistency).combine,
                     compensate=consistency == "async" and c.async_.compensation == "lr")
@@ -117,7 +117,7 @@ def cached(recipe: Recipe, rows, device: torch.device):
         return rows
     dims = {t: tables.row_width(recipe, t) for t in set(tables.features(recipe).values())}
     return CachedSource(rows, dims, c.capacity, c.staleness, recipe.sparse_optimizer, c.hold, c.policy, c.admit_after,
-                        device if c.device == "auto" else c.device)  # auto: the worker's device
+                        device if c.device == "auto" else c.device, wide=tables.wide(recipe))  # auto: the worker's
 
 
 def embedding(recipe: Recipe, ps_client: PSClient, workers: Workers, consistency: str, device: torch.device,

@@ -3,10 +3,11 @@
 One table ``emb`` for all sparse fields (``embedding.shared``, ids never collide across
 fields) or one per field; each row is ``dim`` values (a table's own with ``embedding.dims``, whose
 fields the dense side projects to ``dim``: ``models/projection.py``), plus one first-order weight
-for models with a wide part (DeepFM, Wide&Deep), so a step needs one pull and one push per table.
-With ``train.baseline = "lr"`` each table has a twin ``lr_<name>`` of one weight per id: the
-logistic-regression baseline trained on the same batches, on the same servers. With
-``compression.fiited.chunks > 1`` the model's tables keep their rows in chunks
+for models with a wide part (DeepFM, Wide&Deep), so a step needs one pull and one push per table;
+the weight is the table's ``wide`` column, whose state a row-wise optimizer keeps apart from the
+values' (``optim/base.py``). With ``train.baseline = "lr"`` each table has a twin ``lr_<name>`` of
+one weight per id: the logistic-regression baseline trained on the same batches, on the same
+servers. With ``compression.fiited.chunks > 1`` the model's tables keep their rows in chunks
 (``embedding/formats/chunked.py``), the wide part's weight after them, never freed; the
 baseline's stay whole. With ``compression.saec.ratio`` the model's tables are clustered at
 ``compression.saec.at`` (``embedding/clustered_table.py``), each id's field its bits from
@@ -33,6 +34,13 @@ def row_width(recipe: Recipe, table: str, model: str | None = None) -> int:
     """The table's dim embedding values (models that use them) + 1 first-order weight (models with a wide part)."""
     cls = MODELS[model or recipe.model["name"]]
     return (table_dim(recipe, table) if cls.uses_embedding else 0) + (1 if cls.uses_wide else 0)
+
+
+def wide(recipe: Recipe) -> dict[str, int]:
+    """model table -> its wide columns (``TableConfig.wide``): 1 where a row holds values and a first-order
+    weight (DeepFM, Wide&Deep), else 0; a baseline table's one weight is a whole row (0, not named)."""
+    cls = MODELS[recipe.model["name"]]
+    return {t: int(cls.uses_wide and cls.uses_embedding) for t in set(features(recipe).values())}
 
 
 def table_dim(recipe: Recipe, table: str) -> int:
@@ -99,7 +107,8 @@ def store_config(recipe: Recipe) -> StoreConfig:
     model_tables = set(features(recipe).values()) if fiited.chunks > 1 else set()
     chunked = {n: (fiited.chunks, fiited.target, int(cls.uses_wide)) if n in model_tables else (1, 1.0, 0)
                for n in widths}
-    return StoreConfig(tuple(TableConfig(n, w, e.init_scale, e.seed, storage[n], *chunked[n])
+    wide_of = wide(recipe)
+    return StoreConfig(tuple(TableConfig(n, w, e.init_scale, e.seed, storage[n], *chunked[n], wide=wide_of.get(n, 0))
                              for n, w in sorted(widths.items())),
                        dict(recipe.sparse_optimizer), admission, memory.eviction, fiited.every,
                        {n: SaecSpec(saec.ratio, saec.at, field_shift(recipe))

@@ -65,7 +65,8 @@ from cardinal.worker.sources.ps import PSSource
 class CachedSource(RowSource):
     def __init__(self, inner: PSSource, dims: dict[str, int], capacity_bytes: int, staleness: int,
                  optimizer: dict | SparseOptimizer, hold: int = 0, policy: str = "lru", admit_after: int = 1,
-                 device: str | torch.device = "cpu"):
+                 device: str | torch.device = "cpu", wide: dict[str, int] | None = None):
+        """``wide``: table -> its rows' wide columns (``TableConfig.wide``), as the servers' tables have them."""
         if not isinstance(inner, PSSource):
             raise TypeError(f"a cache wraps a PSSource, got {type(inner).__name__} (GEO keeps a replica already)")
         for name, value in (("cache.bytes", capacity_bytes), ("cache.staleness", staleness), ("cache.hold", hold)):
@@ -84,11 +85,12 @@ class CachedSource(RowSource):
         per_table = capacity_bytes // len(dims)
         self.slots: dict[str, Slots] = {}
         for table, dim in dims.items():
-            n = slots_for(per_table, dim, self.optimizer.state_width(dim))
+            optimizer = self.optimizer.with_wide((wide or {}).get(table, 0))
+            n = slots_for(per_table, dim, optimizer.state_width(dim))
             if n < 1:
                 raise ValueError(f"cache.bytes = {capacity_bytes} holds no row of table {table!r} (dim {dim}); "
                                  "give it more bytes, or 0 for no cache")
-            self.slots[table] = Slots(n, dim, self.device, self.optimizer)
+            self.slots[table] = Slots(n, dim, self.device, optimizer)
         self.admission = {t: Admission(admit_after) for t in dims}
         self.n_shards, self.plan = inner.client.n_shards, inner.client.plan
         split = [t for t in dims if len(self.plan.pieces(t)) > 1]

@@ -27,8 +27,8 @@ from cardinal.worker.sources.base import RowSource
 class _Local:
     """One table's replica: the rows, and each row's value when it was pulled."""
 
-    def __init__(self, name: str, dim: int, optimizer: dict):
-        self.table = EmbeddingTable(TableConfig(name, dim), make_optimizer(optimizer))
+    def __init__(self, name: str, dim: int, optimizer: dict, wide: int):
+        self.table = EmbeddingTable(TableConfig(name, dim, wide=wide), make_optimizer(optimizer))
         self.base: list[np.ndarray] = []
 
 
@@ -43,10 +43,13 @@ class _Deferred(Handle):
 
 
 class GeoReplica(RowSource):
-    def __init__(self, client: PSClient, optimizer: dict, interval: int, timeout: float = DEFAULT_TIMEOUT):
+    def __init__(self, client: PSClient, optimizer: dict, interval: int, timeout: float = DEFAULT_TIMEOUT,
+                 wide: dict[str, int] | None = None):
+        """``wide``: table -> its rows' wide columns (``TableConfig.wide``), as the servers' tables have them."""
         if interval < 1:
             raise ValueError(f"geo interval must be >= 1, got {interval}")
         self.client, self.optimizer, self.interval, self.timeout = client, dict(optimizer), interval, timeout
+        self.wide = dict(wide or {})
         self.local: dict[str, _Local] = {}
         self.period = 0
 
@@ -63,7 +66,7 @@ class GeoReplica(RowSource):
         if len(missing) or local is None:
             pulled = self.client.pull(table, missing, step=step).wait(self.timeout)
             if local is None:
-                local = self.local[table] = _Local(table, pulled.shape[1], self.optimizer)
+                local = self.local[table] = _Local(table, pulled.shape[1], self.optimizer, self.wide.get(table, 0))
             t = local.table
             data = np.zeros((len(missing), t.portable_width), np.float32)
             data[:, :t.dim] = pulled
