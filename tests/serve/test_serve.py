@@ -127,7 +127,8 @@ def test_compressed_exports_predict_close_with_fewer_bytes(run, tmp_path, form):
                                                        batches))
         assert np.abs(got - predict_all(exact, batches)).max() > 1e-3
     else:
-        assert 0 < np.abs(got - predict_all(exact, batches)).max() < {"fp16": 5e-3, "int8": 3e-2}[form]
+        error = np.abs(got - predict_all(exact, batches))  # int8: a row's scale spans its wide weight too
+        assert 0 < error.max() < {"fp16": 5e-3, "int8": 5e-2}[form] and error.mean() < {"fp16": 5e-4, "int8": 5e-3}[form]
 
 
 # --- tables ----------------------------------------------------------------------------------
