@@ -40,6 +40,7 @@ from cache import cache_bytes, rows_created  # noqa: E402
 from report import write  # noqa: E402
 
 from cardinal.data import CriteoReader  # noqa: E402
+from cardinal.parallel import available_cores  # noqa: E402
 from cardinal.models import DeepFM  # noqa: E402
 from cardinal.recipe import load  # noqa: E402
 from cardinal.train import Trainer  # noqa: E402
@@ -97,7 +98,9 @@ def evaluate(logits_fn, batches):
 
 
 def run_torch(recipe, train, halves, fields, sparse_opt: str, lr: float, size: int):
-    """(train seconds, (AUC, logloss) on each eval half) for plain PyTorch at sparse ``lr``."""
+    """(train seconds, (AUC, logloss) on each eval half) for plain PyTorch at sparse ``lr``, on every
+    core (nothing works beside it; Cardinal's trainer leaves half to its embedded shards)."""
+    torch.set_num_threads(available_cores())
     torch.manual_seed(recipe.train.seed)
     dim = recipe.embedding.dim
     model = DeepFM(len(train.dense_fields), len(fields), dim, **{k: v for k, v in recipe.model.items() if k != "name"})
@@ -124,8 +127,9 @@ def run_torch(recipe, train, halves, fields, sparse_opt: str, lr: float, size: i
     return seconds, [evaluate(logits, h) for h in halves]
 
 
-def run_cardinal(recipe, lr: float, tmp: Path, train, halves):
-    """(train seconds, metrics on each eval half, summary) for Cardinal's trainer at sparse ``lr``.
+def run_cardinal(recipe, lr: float, tmp: Path, train, halves, on_trainer=None):
+    """(train seconds, metrics on each eval half, summary) for Cardinal's trainer at sparse ``lr``
+    (``on_trainer``: called with the trainer after its fit, e.g. to read its timers).
 
     The timed scope matches the torch loops: ``fit``'s wall time less its evaluation, checkpoint
     and summary, while the flush of the last pushes (done at the start of the checkpoint) counts.
@@ -156,6 +160,8 @@ def run_cardinal(recipe, lr: float, tmp: Path, train, halves):
     summary = trainer.fit()
     seconds = time.perf_counter() - start - excluded
     metrics = [(summary["eval_auc"], summary["eval_logloss"])]
+    if on_trainer is not None:
+        on_trainer(trainer)
     trainer.eval_data = halves[1]
     second = trainer.evaluate()
     metrics.append((second["eval_auc"], second["eval_logloss"]))

@@ -24,6 +24,7 @@ taken as it is: no copy, no bytes counted.
 
 import logging
 import os
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -64,6 +65,17 @@ def cuda_failure(device: torch.device) -> str | None:
     except Exception as e:  # noqa: BLE001 - any failure means the device is unusable; it is reported
         return f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
     return None
+
+
+def _numpy_dtype(dtype: torch.dtype) -> np.dtype:
+    """``dtype`` as numpy's. The fill into a pinned buffer is numpy's copy, not torch's: torch's
+    CPU copy (a cast) runs on its intra-op threads, and with the embedded servers' kernels busy on
+    the same cores its parallel region waits for descheduled threads (milliseconds a call, measured
+    on 16 cores); a single-threaded memcpy of a few MB takes well under one."""
+    try:
+        return torch.empty(0, dtype=dtype).numpy().dtype
+    except TypeError as e:  # bfloat16 and friends: numpy has no such type
+        raise ValueError(f"cannot stage as {dtype}: numpy has no such dtype") from e
 
 
 def staging_for(device: torch.device) -> "DeviceRows | None":
@@ -116,6 +128,9 @@ class DeviceRows:
         self._turn: dict[str, int] = {}
         self._waits: list = []   # (before, after) CUDA events around each compute-stream wait
         self.h2d_bytes, self.grown, self.reused = 0, 0, 0
+        # host seconds in stage(), by part: waiting for a slot's last copy, pinning new buffers,
+        # filling them, starting the copies (benchmarks/step_profile.py reports them)
+        self.seconds = {"slot_wait": 0.0, "grow": 0.0, "fill": 0.0, "launch": 0.0}
 
     def stage(self, key: str, value: np.ndarray | torch.Tensor, dtype: torch.dtype | None = None) -> Staged:
         """``value`` on the device (a copy started, unless it is there already or nothing is staged),
@@ -128,19 +143,22 @@ class DeviceRows:
         array = np.ascontiguousarray(value)
         if not self.staged:
             return Staged(torch.from_numpy(array))
-        source = torch.from_numpy(array)
-        dtype = source.dtype if dtype is None else dtype
-        nbytes = array.size * dtype.itemsize
+        target = array.dtype if dtype is None else _numpy_dtype(dtype)
+        nbytes = array.size * target.itemsize
         buf = self._buffer(key, nbytes)
-        host = buf.data[:nbytes].view(dtype).view(source.shape)
-        host.copy_(source)
+        start = time.perf_counter()
+        host = buf.data[:nbytes].numpy().view(target).reshape(array.shape)
+        np.copyto(host, array, casting="unsafe")  # numpy's copy (and cast), on this thread: see _numpy_dtype
+        self.seconds["fill"] += time.perf_counter() - start
         self.h2d_bytes += nbytes
         if not self.cuda:
-            return Staged(host.clone())  # the CPU stand-in for the copy: a tensor of its own
+            return Staged(torch.from_numpy(host).clone())  # the CPU stand-in for the copy: a tensor of its own
+        start = time.perf_counter()
         with torch.cuda.stream(self.stream):
-            out = host.to(self.device, non_blocking=True)
+            out = torch.from_numpy(host).to(self.device, non_blocking=True)
         buf.event = torch.cuda.Event()
         buf.event.record(self.stream)
+        self.seconds["launch"] += time.perf_counter() - start
         return Staged(out, buf.event, self)
 
     def _buffer(self, key: str, nbytes: int) -> _Buffer:
@@ -148,12 +166,16 @@ class DeviceRows:
         ring = self._rings.setdefault(key, [None] * self.slots)
         i = self._turn[key] = (self._turn.get(key, -1) + 1) % self.slots
         buf = ring[i]
+        start = time.perf_counter()
         if buf is not None and buf.event is not None:
             buf.event.synchronize()  # its last copy has read it (steps ago: returns at once)
+        self.seconds["slot_wait"] += time.perf_counter() - start
         if buf is None or buf.data.numel() < nbytes:
+            start = time.perf_counter()
             capacity = max(nbytes, 2 * (buf.data.numel() if buf is not None else 0), 4096)
             buf = ring[i] = _Buffer(torch.empty(capacity, dtype=torch.uint8, pin_memory=self.cuda))
             self.grown += 1
+            self.seconds["grow"] += time.perf_counter() - start
         else:
             self.reused += 1
         return buf
