@@ -75,3 +75,21 @@ def test_torchruns_one_thread_for_several_local_workers_is_not_taken_as_a_share(
     assert threads.budget(0) == max(1, parallel.available_cores() // 4)
     monkeypatch.setenv("OMP_NUM_THREADS", "3")  # a real share, set by someone on purpose
     assert threads.budget(0) == 3
+
+
+@pytest.mark.parametrize("cores, expected", [(1, 1), (2, 2), (3, 2), (4, 2), (8, 4), (16, 8)])
+def test_embedded_servers_leave_half_the_cores_to_their_shards(monkeypatch, cores, expected):
+    """The shards apply pushes and serve pulls while torch computes: the worker takes half the cores
+    (at least 2); with servers elsewhere it takes them all; an explicit train.threads is kept."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    monkeypatch.setattr(parallel, "available_cores", lambda: cores)
+    assert threads.budget(0, embedded=True) == expected
+    assert threads.budget(0) == cores
+    assert threads.budget(5, embedded=True) == 5
+
+
+def test_the_trainer_halves_the_budget_only_for_embedded_servers(tmp_path, monkeypatch, restore_threads):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(parallel, "available_cores", lambda: 8)
+    assert Trainer(tiny_recipe(tmp_path), tmp_path / "run", progress=False).threads == 4

@@ -90,7 +90,7 @@ class Trainer:
         self.progress = progress and self.workers.leader
         if self.workers.leader:  # recipe.json is written by fit(), once a resume's checkpoint has loaded
             self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.threads = threads.apply(t.threads)  # torch, kernels and numba: one budget
+        self.threads = threads.apply(t.threads, embedded=not recipe.ps.servers)  # torch, kernels, numba: one budget
         torch.manual_seed(t.seed)
         self.train_data, self.eval_data, self.data_info = builder.readers(recipe, self.workers, self.progress)
         self.fields = list(self.train_data.sparse_fields)
