@@ -1,11 +1,11 @@
-"""Three hosts and no shared directory, as most clusters give each pod its own volume: a server on
-each of two hosts with its own --data-dir, two torchrun workers on the third with the run
-directory. The job trains and commits; a killed server is named by every worker within seconds;
-both servers restart on their disks and the run resumes, its workers on two hosts, each with the
-run directory of its own host (worker 1's absent: worker 0's is the run's), bitwise equal to a run
-that went straight on. A job whose server cannot write checkpoints fails at its start, naming the
-server and the flag.
-A 2-server checkpoint resumes on 3 servers: the rows of the old parts travel between the servers.
+"""Hosts and no shared directory, as most clusters give each pod its own volume: a server on each
+of two hosts with its own --data-dir, two torchrun workers on a third with the run directory. The
+job trains and commits; a killed server is named by every worker within seconds; both servers
+restart on their disks and the run resumes, its workers on two hosts, each with the run directory
+of its own host (worker 1's absent: worker 0's is the run's), bitwise equal to a run that went
+straight on. A job whose server cannot write checkpoints fails at its start, naming the server and
+the flag. A 2-server checkpoint resumes on 3 servers: the rows of the old parts travel between the
+servers.
 """
 
 import json
@@ -102,7 +102,7 @@ def gathered_state(run_dir: Path, server_dirs: list[Path]):
 
 
 @pytest.mark.timeout(300)
-def test_three_hosts_without_a_shared_directory_commit_restart_and_resume_bitwise(tmp_path):
+def test_hosts_without_a_shared_directory_commit_restart_and_resume_bitwise(tmp_path):
     with Hosts(4, tmp_path) as hosts:
         straight_dirs = [hosts[i].dir / "straight" for i in range(2)]
         servers = start_servers(hosts, straight_dirs)
