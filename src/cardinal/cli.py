@@ -154,12 +154,13 @@ def main(argv: list[str] | None = None) -> int:
 
 def train(args) -> int:
     from cardinal.recipe import load
+    from cardinal.train.leader_reads import before_group
     from cardinal.train.run_dirs import new_run_dir
 
     shared_dir = os.environ.get("CARDINAL_RUN_DIR")  # set for every worker of a job
-    if args.resume:
+    if args.resume:  # RUN is worker 0's: the others take its recipe, or its refusal, from worker 0
         run_dir = Path(args.resume)
-        recipe = _resumed(run_dir, args.set)
+        recipe = before_group(lambda: _resumed(run_dir, args.set))
     else:
         recipe = load(args.recipe, args.set)
         if shared_dir:
@@ -198,11 +199,9 @@ def train(args) -> int:
 
 def _resumed(run_dir: Path, overrides: list[str]):
     """The recipe a resume trains with, refused (nothing written) when it cannot go on."""
-    from cardinal.train import resume
+    from cardinal.train.resume import resumable
 
-    recipe = resume.resumed_recipe(run_dir, overrides)
-    resume.check_not_done(run_dir, recipe)
-    return recipe
+    return resumable(run_dir, overrides)
 
 
 def _shipped() -> list[str]:

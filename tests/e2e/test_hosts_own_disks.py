@@ -1,9 +1,11 @@
-"""Three hosts and no shared directory, as most clusters give each pod its own volume: a server on
-each of two hosts with its own --data-dir, two torchrun workers on the third with the run
-directory. The job trains and commits; a killed server is named by every worker within seconds;
-both servers restart on their disks and the run resumes, bitwise equal to a run that went straight
-on. A job whose server cannot write checkpoints fails at its start, naming the server and the flag.
-A 2-server checkpoint resumes on 3 servers: the rows of the old parts travel between the servers.
+"""Hosts and no shared directory, as most clusters give each pod its own volume: a server on each
+of two hosts with its own --data-dir, two torchrun workers on a third with the run directory. The
+job trains and commits; a killed server is named by every worker within seconds; both servers
+restart on their disks and the run resumes, its workers on two hosts, each with the run directory
+of its own host (worker 1's absent: worker 0's is the run's), bitwise equal to a run that went
+straight on. A job whose server cannot write checkpoints fails at its start, naming the server and
+the flag. A 2-server checkpoint resumes on 3 servers: the rows of the old parts travel between the
+servers.
 """
 
 import json
@@ -44,16 +46,34 @@ RUN = ["--set", "data.synthetic.rows=4000", "--set", "data.batch_size=250", "--s
        "--set", "checkpoint.every=3", "--set", "metrics.log_every=1"]
 
 
+def train_sets(hosts, servers: int, at: int) -> list[str]:
+    """The train command's settings for a worker on host ``at``, the servers on the first ``servers`` hosts."""
+    return [*MODEL, *RUN, "--set", "ps.servers=" + ",".join(f"{hosts[i].address}:7000" for i in range(servers)),
+            "--set", f'data.cache_dir="{hosts[at].dir / "data"}"', "--set", "ps.timeout_s=8"]
+
+
 def workers(hosts, run_dir: Path, *args: str, log: Path, servers: int = 2, at: int = 2,
             n: int = 2) -> subprocess.Popen:
     """``n`` workers on host ``at`` through torchrun, the servers on the first ``servers`` hosts;
     ``args``: the train command's."""
-    sets = [*MODEL, *RUN, "--set", "ps.servers=" + ",".join(f"{hosts[i].address}:7000" for i in range(servers)),
-            "--set", f'data.cache_dir="{hosts[at].dir / "data"}"', "--set", "ps.timeout_s=8"]
     with open(log, "w") as out:
         return hosts[at].popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-                                str(n), "-m", "cardinal.cli", "train", *args, *sets],
+                                str(n), "-m", "cardinal.cli", "train", *args, *train_sets(hosts, servers, at)],
                                env={**ENV, "CARDINAL_RUN_DIR": str(run_dir)}, stdout=out, stderr=out)
+
+
+def resumed_on_hosts(hosts, name: str, *args: str, logs: list[Path], at: tuple = (2, 3)) -> list[subprocess.Popen]:
+    """``cardinal train --resume`` by one worker on each host of ``at``, rank r on host ``at[r]``
+    with that host's own run directory ``dir / name``; ``args``: the train command's."""
+    job = {**ENV, "WORLD_SIZE": str(len(at)), "MASTER_ADDR": hosts[at[0]].address, "MASTER_PORT": "7100"}
+    procs = []
+    for r, (i, log) in enumerate(zip(at, logs)):
+        run_dir = hosts[i].dir / name
+        with open(log, "w") as out:
+            procs.append(hosts[i].popen([*ME, "train", "--resume", str(run_dir), *args, *train_sets(hosts, 2, i)],
+                                        env={**job, "RANK": str(r), "LOCAL_RANK": "0", "CARDINAL_RUN_DIR": str(run_dir)},
+                                        stdout=out, stderr=out))
+    return procs
 
 
 def kill(procs) -> None:
@@ -82,8 +102,8 @@ def gathered_state(run_dir: Path, server_dirs: list[Path]):
 
 
 @pytest.mark.timeout(300)
-def test_three_hosts_without_a_shared_directory_commit_restart_and_resume_bitwise(tmp_path):
-    with Hosts(3, tmp_path) as hosts:
+def test_hosts_without_a_shared_directory_commit_restart_and_resume_bitwise(tmp_path):
+    with Hosts(4, tmp_path) as hosts:
         straight_dirs = [hosts[i].dir / "straight" for i in range(2)]
         servers = start_servers(hosts, straight_dirs)
         straight = workers(hosts, hosts[2].dir / "straight", "--set", "train.steps=9", log=tmp_path / "straight.log")
@@ -110,9 +130,10 @@ def test_three_hosts_without_a_shared_directory_commit_restart_and_resume_bitwis
         kill(servers)
 
         servers = start_servers(hosts, dirs)  # both servers restarted on their own disks
-        resumed = workers(hosts, run_dir, "--resume", str(run_dir), "--set", "train.steps=9",
-                          log=tmp_path / "resumed.log")
-        assert resumed.wait(timeout=120) == 0, (tmp_path / "resumed.log").read_text()[-3000:]
+        logs = [tmp_path / f"resumed-{r}.log" for r in range(2)]
+        resumed = resumed_on_hosts(hosts, "stopped", "--set", "train.steps=9", logs=logs)
+        assert [p.wait(timeout=120) for p in resumed] == [0, 0], [log.read_text()[-3000:] for log in logs]
+        assert not (hosts[3].dir / "stopped").exists()  # worker 1 read, and wrote, nothing of the run
         kill(servers)
     assert hosts.leftovers() == []
     a, b = gathered_state(hosts[2].dir / "straight", straight_dirs), gathered_state(run_dir, dirs)

@@ -38,16 +38,21 @@ class Checkpoints:
         """Load the newest checkpoint to resume from; a new run refuses a directory that holds one,
         and servers another run has used (``job_servers.py``). First a dry save: every server, and
         worker 0 here, can write where a checkpoint goes (``PSClient.check_checkpoints``), so a job
-        misconfigured for it fails now, not at its first save."""
+        misconfigured for it fails now, not at its first save. Worker 0 alone does both, and alone
+        looks in the run directory, which is its own (``leader_reads.py``): its refusal is every worker's."""
         tr = self.trainer
         root = tr.run_dir / "checkpoints"
-        tr.client.check_checkpoints(str(root.resolve()), here=tr.workers.leader)
+        tr.workers.from_leader(lambda: tr.client.check_checkpoints(str(root.resolve())))
         if resume:
             tr.load(root)
             return
-        if committed_steps(root):
-            raise ValueError(f"{tr.run_dir} already holds checkpoints: resume it, or train into a new "
-                             "directory")
+
+        def unused() -> None:
+            if committed_steps(root):
+                raise ValueError(f"{tr.run_dir} already holds checkpoints: resume it, or train into a new "
+                                 "directory")
+
+        tr.workers.from_leader(unused)
         job_servers.check_unused(tr)
 
     def save(self) -> int:
@@ -108,19 +113,13 @@ class Checkpoints:
         """Restore tables, dense state and data position from a checkpoint (or the newest under a root).
 
         All or nothing: the commit marker, the dense state (against the model's parameter names
-        and shapes) and every shard's rows are verified before any shard or parameter changes."""
+        and shapes) and every shard's rows are verified before any shard or parameter changes.
+        Worker 0 alone reads it and loads the servers (``_read``); every worker takes the dense
+        state and position from worker 0, whatever its own run directory holds (``leader_reads.py``),
+        and only once the servers hold the checkpoint: no worker pulls before."""
         tr = self.trainer
-        checkpoint = Reader.open(Path(path).resolve())
-        found = checkpoint.path
-        dense = checkpoint.dense_state()
-        self._check_dense(checkpoint.dense_path, dense)
-        if tr.baseline is not None:
-            tr.baseline.check_state(checkpoint.dense_path, dense)
-        if tr.workers.leader:
-            info = tr.client.load(found)
-        tr.workers.barrier()  # no worker pulls before the servers hold the checkpoint
-        if not tr.workers.leader:
-            info = {"extra": checkpoint.extra}
+        read = tr.workers.from_leader(lambda: self._read(Path(path).resolve()))
+        dense = read["dense"]
         tr.model.load_state_dict(dense["model"])
         tr.optimizer.load_state_dict(dense["optimizer"])
         lr, decay = builder.dense_lr(tr.recipe, tr.workers.world), tr.recipe.dense_optimizer.weight_decay
@@ -128,23 +127,40 @@ class Checkpoints:
             group["lr"], group["weight_decay"] = lr, decay  # a resume may lower the lr
         if tr.baseline is not None:
             tr.baseline.load_state(dense)
-        info = {**info, "path": str(found)}
+        info = {**read["info"], "path": read["path"]}
         extra = info["extra"]
         tr.step, tr.epoch, tr.batch_in_epoch = extra["step"], extra["epoch"], extra["batch_in_epoch"]
         self.saved = tr.step
-        self.run_id = checkpoint.run_id or self.run_id  # none in a checkpoint from before run ids
+        self.run_id = read["run_id"] or self.run_id  # none in a checkpoint from before run ids
         tr.best.restore(extra.get("best"))
-        root = found.parent
-        kept = best_checkpoint(root)
-        self.kept_best = step_of(kept) if kept else None
+        self.kept_best = read["kept_best"]
         # a crash between the best checkpoint's commit and best.json: repaired from the newest checkpoint
         # only (an older one, loaded by `cardinal eval RUN --checkpoint`, records an older best)
         if tr.recipe.eval.keep_best and tr.best.step is not None and tr.best.step != self.kept_best \
-                and found == latest(root) and committed(step_dir(root, tr.best.step)):
+                and read["newest"] and tr.best.step in read["committed"]:
             if tr.workers.leader:
-                write_marker(root, tr.best.step, tr.best.metric, tr.best.result)
+                write_marker(Path(read["path"]).parent, tr.best.step, tr.best.metric, tr.best.result)
             self.kept_best = tr.best.step
         return info
+
+    def _read(self, path: Path) -> dict:
+        """Worker 0's part of ``load``: the checkpoint verified against this model and loaded into
+        the servers, and what every worker then restores: the dense state, the servers' answer
+        (its ``extra``: the step, data position and best evaluation), the run's id, which steps
+        are committed beside it and which one best.json names."""
+        tr = self.trainer
+        checkpoint = Reader.open(path)
+        found = checkpoint.path
+        dense = checkpoint.dense_state()
+        self._check_dense(checkpoint.dense_path, dense)
+        if tr.baseline is not None:
+            tr.baseline.check_state(checkpoint.dense_path, dense)
+        info = tr.client.load(found)
+        root = found.parent
+        kept = best_checkpoint(root)
+        return {"dense": dense, "info": info, "path": str(found), "run_id": checkpoint.run_id,
+                "kept_best": step_of(kept) if kept else None, "newest": found == latest(root),
+                "committed": committed_steps(root)}
 
     def _check_dense(self, where: Path, dense) -> None:
         """The saved dense state fits this model (names, shapes), so loading it cannot fail halfway."""
@@ -167,8 +183,9 @@ class Checkpoints:
             raise ValueError(f"{where}: the optimizer state has other parameter groups than this recipe's optimizer")
 
     def last_checkpoint(self) -> str:
-        """The newest committed checkpoint, as the error that stops a diverged run names it."""
-        last = latest(self.trainer.run_dir / "checkpoints")
+        """The newest committed checkpoint, as the error that stops a diverged run names it (worker
+        0's: every worker calls it, once all agreed to stop)."""
+        last = self.trainer.workers.from_leader(lambda: latest(self.trainer.run_dir / "checkpoints"))
         return f"the newest checkpoint is {last}" if last else "the run has no checkpoint"
 
     # --- refusing to save a diverged model -----------------------------------------------

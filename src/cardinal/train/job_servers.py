@@ -15,12 +15,10 @@ log = logging.getLogger(__name__)
 
 def check_unused(trainer) -> None:
     """Before a new run's first step: worker 0 checks that no run has used the servers, and no
-    worker pulls before it has."""
+    worker pulls before it has; a refusal is every worker's error."""
     if not trainer.recipe.ps.servers:
         return
-    if trainer.workers.leader:
-        trainer.client.check_unused()
-    trainer.workers.barrier()
+    trainer.workers.from_leader(trainer.client.check_unused)
 
 
 def end(trainer) -> None:

@@ -54,6 +54,13 @@ def resumed_recipe(run_dir: Path, overrides: list[str]) -> Recipe:
     return after
 
 
+def resumable(run_dir: Path, overrides: list[str]) -> Recipe:
+    """The recipe a resume of RUN trains with, refused when it cannot go on (``check_not_done``)."""
+    recipe = resumed_recipe(run_dir, overrides)
+    check_not_done(run_dir, recipe)
+    return recipe
+
+
 def check_not_done(run_dir: Path, recipe: Recipe) -> None:
     """Refuse a resume that would do nothing: the newest checkpoint is already at the totals, and
     the run was summarised there (a signal at the last step leaves it to the resume to finish)."""

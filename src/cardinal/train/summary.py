@@ -62,12 +62,13 @@ def summarise(trainer, final: dict, samples: int, train_time: float) -> dict:
     writes summary.json and curves.png. Every worker calls it (its sums are collectives)."""
     best, w, run_dir = trainer.best, trainer.workers, trainer.run_dir
     timings = {**trainer.timings, **trainer.embedding.timings}
-    root = run_dir / "checkpoints"
-    kept = best_checkpoint(root) if trainer.recipe.eval.keep_best else None
+    root = run_dir / "checkpoints"  # worker 0's, which it alone reads (leader_reads.py)
+    keep = trainer.recipe.eval.keep_best
+    kept, newest = w.from_leader(lambda: (best_checkpoint(root) if keep else None, latest(root)))
     headline = best.result if kept is not None and best.step is not None else final
     summary = {**headline, **{f"last_{k}": v for k, v in final.items()},
                "best_step": best.step if kept is not None else trainer.step,
-               "best_checkpoint": str(kept if kept is not None else latest(root)),
+               "best_checkpoint": str(kept if kept is not None else newest),
                "stopped_early": trainer.stop_reason}
     transport = trainer.client.transport
     if hasattr(transport, "bytes_sent"):  # network traffic, all workers together
@@ -76,7 +77,7 @@ def summarise(trainer, final: dict, samples: int, train_time: float) -> dict:
     summary = {**summary, "steps": trainer.step, "samples": samples, "train_seconds": train_time,
                "samples_per_s": samples / train_time if train_time else 0.0, "timings_s": timings,
                "bad_lines": getattr(trainer.train_data, "bad_lines", 0),
-               "checkpoint": str(latest(run_dir / "checkpoints")), "workers": w.world,
+               "checkpoint": str(newest), "workers": w.world,
                **staleness(trainer.embedding), **wire_metrics.per_sample(trainer.client, w, samples, summed=True),
                **trainer.meter.summary(train_time), "device": str(trainer.device), **cache_metrics(trainer.embedding),
                **server_metrics(trainer.client)}

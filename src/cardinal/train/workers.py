@@ -3,9 +3,11 @@
 Started by ``torchrun`` (or ``cardinal launch``), a worker finds RANK and WORLD_SIZE in its
 environment and joins a process group: gloo on the CPU; on CUDA, nccl for CUDA tensors (DDP's
 gradients, GlobalBatchNorm's statistics) and gloo for the CPU tensors of the trainer's small
-collectives (``sum``, ``gather``, barriers), one group with both backends. Alone, it is rank 0
-of 1 and every collective is a no-op. Dense parameters are data-parallel (DistributedDataParallel); embedding rows
-never travel this path, only the parameter servers'.
+collectives (``sum``, ``gather``, barriers, what worker 0 alone reads: ``from_leader``), one group
+with both backends, made on the rendezvous store a resume's recipe came through when it did
+(``leader_reads.before_group``). Alone, it is rank 0 of 1 and every collective is a no-op. Dense
+parameters are data-parallel (DistributedDataParallel); embedding rows never travel this path,
+only the parameter servers'.
 """
 
 import logging
@@ -15,6 +17,8 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 from torch import nn
+
+from cardinal.train import leader_reads
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +33,13 @@ class Workers:
             torch.cuda.set_device(device)  # nccl and DDP use the current device
         if self.world > 1 and not dist.is_initialized():
             backend = "cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo"
-            dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
+            timeout, store = timedelta(seconds=timeout_s), leader_reads.joined()
+            if store is None:
+                dist.init_process_group(backend, timeout=timeout)
+            else:
+                store.set_timeout(timeout)
+                dist.init_process_group(backend, timeout=timeout, store=dist.PrefixStore("default_pg", store),
+                                        rank=int(os.environ["RANK"]), world_size=self.world)
         self.rank = dist.get_rank() if self.world > 1 else 0
         if self.world > 1 and device.type == "cuda":
             self.device = self._own_gpu(device, fallback)
@@ -82,6 +92,20 @@ class Workers:
         parts = [None] * self.world
         dist.all_gather_object(parts, t)
         return torch.cat(parts)
+
+    def from_leader(self, read):
+        """``read()`` run on worker 0 alone, its value (or its error, raised) on every worker: what
+        only worker 0's run directory holds (``leader_reads.py``). Every worker calls it."""
+        if self.world == 1:
+            return read()
+
+        def receive():
+            box = [None]
+            dist.broadcast_object_list(box, src=0)
+            return box[0]
+
+        return leader_reads.handed(read, self.leader, lambda message: dist.broadcast_object_list([message], src=0),
+                                   receive)
 
     def close(self) -> None:
         if self.world > 1 and dist.is_initialized():
