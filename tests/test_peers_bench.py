@@ -2,6 +2,7 @@
 Cardinal's side on tiny data beside a fake peer that reads the exported arrays (no environment made,
 nothing downloaded)."""
 
+import ast
 import json
 import sys
 from pathlib import Path
@@ -16,6 +17,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import peers  # noqa: E402
 import peers_env  # noqa: E402
 import report  # noqa: E402
+
+
+def test_the_peer_runner_compiles_and_imports_no_cardinal():
+    tree = ast.parse(peers_env.RUNNER.read_text())
+    imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert {"deepctr_torch.models", "torch"} <= imported
+    assert not any(m.split(".")[0] == "cardinal" for m in imported)
+    compile(tree, str(peers_env.RUNNER), "exec")
 
 
 def test_encode_codes_ids_over_both_splits_with_zero_for_missing_and_padding():
