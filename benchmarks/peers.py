@@ -42,9 +42,9 @@ COMMON = ["eval.every=0", 'train.baseline="none"', 'train.device="cpu"']
 CARDINAL, PEER = "cardinal", "deepctr-torch"
 
 
-def recipes(names: list[str], rows: tuple[int, int], epochs: int | None) -> dict:
+def recipes(names: list[str], rows: tuple[int, int], epochs: int | None, seed: int | None = None) -> dict:
     """Each data set's recipe, or the reason it is skipped."""
-    extra = [*COMMON, *([f"train.epochs={epochs}"] if epochs else [])]
+    extra = [*COMMON, *([f"train.epochs={epochs}"] if epochs else []), *([f"train.seed={seed}"] if seed is not None else [])]
     out = {}
     for name in names:
         if name == "criteo":
@@ -137,6 +137,7 @@ def main(argv: list[str] | None = None):
     parser.add_argument("--data", default="criteo,movielens", help="data sets, comma-separated")
     parser.add_argument("--lrs", default=",".join(map(str, SPARSE_LRS)), help="the sparse lr grid, comma-separated")
     parser.add_argument("--epochs", type=int, default=None, help="epochs (default: each recipe's)")
+    parser.add_argument("--seed", type=int, default=None, help="both systems' seed (default: each recipe's)")
     parser.add_argument("--rows", type=int, default=None, help="generated train rows (eval: a tenth, at least 4,096)")
     parser.add_argument("--note", action="append", default=[], help="a line for the table's notes (e.g. the machine's load)")
     parser.add_argument("--peer", choices=["deepctr", "none"], default="deepctr", help="none: Cardinal's side alone")
@@ -148,7 +149,7 @@ def main(argv: list[str] | None = None):
     python = peer_python() if args.peer == "deepctr" else None
     runs, skipped = [], []
     with tempfile.TemporaryDirectory() as tmp:
-        for name, recipe in recipes(args.data.split(","), rows, args.epochs).items():
+        for name, recipe in recipes(args.data.split(","), rows, args.epochs, args.seed).items():
             if isinstance(recipe, str):
                 print(f"{name}: skipped: {recipe}")
                 skipped.append(f"{name} skipped: {recipe}")

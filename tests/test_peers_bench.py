@@ -79,6 +79,7 @@ def test_cardinal_side_and_table_beside_a_fake_peer(tmp_path, monkeypatch, movie
         spec = json.loads((folder / "spec.json").read_text())
         train, evaluation = np.load(folder / "train.npz"), np.load(folder / "eval.npz")
         width = {f["name"]: train[f["name"]].shape[1] for f in spec["sparse"]}
+        assert spec["seed"] == 3 and spec["epochs"] == 1
         seen.append((spec["batch_size"], spec["dim"], len(spec["dense"]), width, len(train["labels"]),
                      len(evaluation["labels"]), spec["select_rows"]))
         assert all(train[f["name"]].max() < f["vocab"] for f in spec["sparse"])
@@ -88,7 +89,7 @@ def test_cardinal_side_and_table_beside_a_fake_peer(tmp_path, monkeypatch, movie
     monkeypatch.setattr(peers, "run_peer", fake_peer)
     monkeypatch.setattr(peers, "find_copy", lambda: movielens_folder)
     monkeypatch.setattr(report, "RESULTS", tmp_path)
-    peers.main(["--rows", "2000", "--lrs", "0.03", "--data", "criteo,movielens"])
+    peers.main(["--rows", "2000", "--lrs", "0.03", "--data", "criteo,movielens", "--seed", "3"])
     criteo, movielens = seen
     assert criteo[:4] == (1024, 16, 13, {f"C{i}": 1 for i in range(1, 27)})
     assert criteo[4:7] == (2000, 4096, 2048)  # the first half of the eval rows selects
@@ -97,7 +98,8 @@ def test_cardinal_side_and_table_beside_a_fake_peer(tmp_path, monkeypatch, movie
     assert [(r["system"], r["data"]) for r in saved["rows"]] == [
         ("cardinal", "criteo"), ("deepctr-torch", "criteo"), ("cardinal", "movielens"), ("deepctr-torch", "movielens")]
     card = saved["rows"][0]
-    assert card["x peer samples/s"] == card["samples/s"] / 10.0 and float(card["eval AUC"]) > 0.5
+    assert card["x peer samples/s"] == card["samples/s"] / 10.0
+    assert card["eval AUC"] == f"{saved['grid'][0]['eval'][0]:.4f}" and 0 < saved["grid"][0]["eval"][0] < 1
     assert len(saved["grid"]) == 4 and "deepctr-torch fake" in (tmp_path / "peers.md").read_text()
 
 
