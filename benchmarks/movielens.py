@@ -34,11 +34,13 @@ MODELS = {"deepfm": [], "wide_deep": ['model.name="wide_deep"', "model.hidden=[6
 SEEDS = [0, 1, 2, 3]
 
 
+def find_copy() -> Path | None:
+    """The downloaded copy, else the shared one beside this checkout, else None."""
+    return next((d for d in (default_dir("movielens"), SHARED) if is_complete("movielens", d)), None)
+
+
 def data_dir() -> Path:
-    for d in (default_dir("movielens"), SHARED):
-        if is_complete("movielens", d):
-            return d
-    sys.exit("no MovieLens copy: run `cardinal data movielens` first")
+    return find_copy() or sys.exit("no MovieLens copy: run `cardinal data movielens` first")
 
 
 def run(data: Path, sets: list[str]) -> dict:
