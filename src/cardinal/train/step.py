@@ -39,7 +39,12 @@ class Stepper:
             return tr.embedding.split(batch.sparse, tr.model.dims, tr.model.uses_wide)
         rows = tr.embedding.stacked(batch.sparse)  # (B, fields, dim [+ 1]), or (B, fields, 1) for `lr`
         dim = tr.recipe.embedding.dim if tr.model.uses_embedding else 0
-        return rows[..., :dim], (rows[..., dim] if tr.model.uses_wide else None)
+        if not tr.model.uses_wide:
+            return (rows if rows.shape[-1] == dim else rows[..., :dim]), None
+        # split and squeeze, not slices: the backward is one cat of the parts' gradients, where each
+        # slice's is a zero-filled (B, fields, dim + 1) tensor, copied into and summed (the same bits)
+        values, wide = rows.split([dim, 1], -1)
+        return values, wide.squeeze(-1)
 
     def inputs(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
         """(dense, labels) of ``batch`` where the model runs (as they are on the CPU path)."""
