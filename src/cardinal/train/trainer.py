@@ -147,10 +147,8 @@ class Trainer:
     # --- the loop ------------------------------------------------------------------------
 
     def fit(self, resume: bool = False) -> dict:
-        """Train to train.steps or the last epoch (or an early stop, or a signal), evaluate, save,
-        and return the summary; ``resume`` goes on from the run's newest checkpoint. Servers
-        (``ps.servers``) stay up after it: a script may evaluate or predict on the trained rows.
-        When the job is done, ``train.job_servers.end(trainer)`` ends them, as ``cardinal train`` does."""
+        """Train to train.steps or the last epoch (or an early stop, a signal), evaluate, save, return the summary
+        (``resume``: from the newest checkpoint). Servers stay up for what follows; ``job_servers.end`` ends them."""
         r = self.recipe
         t = r.train
         run = self._begin(resume)
