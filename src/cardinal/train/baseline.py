@@ -7,8 +7,12 @@ It starts from what a run of ``model.name = "lr"`` starts from (rows depend only
 and the id; the dense layer is drawn from ``train.seed`` on a forked generator, leaving the
 model's draws as they were), so it trains what that run trains.
 
-    step t:  model:     pull rows -> forward -> backward -> push      (trainer.py)
-             baseline:  pull lr_ rows -> forward -> backward -> push  (this file)
+    step t:  model:     pull rows ──────> forward ─┐ one backward  -> push rows
+             baseline:  pull lr_ rows ──> forward ─┘ (step.py)     -> push lr_ rows
+
+Its collection reuses the model's de-duplication of each batch (``worker/layouts.py``), its pulls
+are sent beside the model's and its pushes leave from the same backward; nothing else is shared,
+so every number is what it would be trained alone.
 """
 
 import torch
@@ -18,7 +22,6 @@ from cardinal.models import MODELS
 from cardinal.train import tables
 from cardinal.worker import EmbeddingCollection
 from cardinal.worker.clip import CowClip
-from cardinal.worker.device import host_value
 
 
 class Baseline:
@@ -32,31 +35,40 @@ class Baseline:
         self.embedding = EmbeddingCollection(source, tables.baseline_features(recipe), recipe.embedding.pooling,
                                              trainer.embedding.staleness, timeout=recipe.ps.timeout_s,
                                              clip=CowClip.from_config(recipe.embedding),  # as an `lr` run clips
-                                             staging=trainer.staging)
+                                             staging=trainer.staging, layouts=trainer.embedding.layouts)
         self.optimizer = type(trainer.optimizer)(self.model.parameters(), **trainer.optimizer.defaults)
 
     def _wide(self, sparse) -> torch.Tensor:
         return self.embedding.stacked(sparse)[..., 0]  # (B, fields)
 
-    def train_step(self, batch, n: float, upcoming, step: int) -> float:
-        """One step of the baseline on the model's batch (``n``: the global batch's examples)."""
+    def begin(self, batch, step: int) -> None:
+        """Step ``step`` starts: its pulls sent (unless pulled ahead), before the model's are waited on."""
         self.embedding.step = step
         self.trainer.schedule.apply(self.optimizer, step)  # the dense warmup and decay an `lr` run follows
-        wide = self._wide(batch.sparse)
-        if upcoming is not None:
-            self.embedding.prefetch(upcoming.sparse, step + 1)
+        if not self.embedding.pulling(batch.sparse):
+            self.embedding.prefetch(batch.sparse, step)
+
+    def wide(self, batch) -> torch.Tensor:
+        """This step's rows pooled (B, fields): taken before the next batch's pulls are sent."""
+        return self._wide(batch.sparse)
+
+    def prefetch(self, upcoming, step: int) -> None:
+        """The next batch's pulls, sent beside the model's (its de-duplication is the model's)."""
+        self.embedding.prefetch(upcoming.sparse, step)
+
+    def loss(self, batch, wide: torch.Tensor, n: float) -> torch.Tensor:
+        """The baseline's loss on the model's batch (``n``: the global batch's examples), to be summed with
+        the model's for one backward: each loss's gradients are what its own backward would give, bitwise."""
         dense, labels = self.trainer._inputs(batch)  # where the model runs (worker/device.py)
         logits = self.net(dense, None, wide)
         if self.trainer.workers.world == 1:
-            loss = F.binary_cross_entropy_with_logits(logits, labels)
-        else:
-            loss = F.binary_cross_entropy_with_logits(logits, labels, reduction="sum") / n
-        loss_value = host_value(loss)
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+            return F.binary_cross_entropy_with_logits(logits, labels)
+        return F.binary_cross_entropy_with_logits(logits, labels, reduction="sum") / n
+
+    def step(self) -> None:
+        """After the backward: the dense step, and the next batch's rows onto the device."""
         self.optimizer.step()
         self.embedding.stage_ahead()
-        return loss_value()
 
     def logits(self, batch) -> torch.Tensor:
         """Eval-mode logits (the caller holds no_grad and has set eval mode, see ``modules``)."""
