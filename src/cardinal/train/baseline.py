@@ -42,7 +42,7 @@ class Baseline:
         return self.embedding.stacked(sparse)[..., 0]  # (B, fields)
 
     def begin(self, batch, step: int) -> None:
-        """Step ``step`` starts: its pulls sent (unless pulled ahead), before the model's are waited on."""
+        """Step ``step`` starts: its pulls sent (unless pulled ahead), after the model's, before either is waited on."""
         self.embedding.step = step
         self.trainer.schedule.apply(self.optimizer, step)  # the dense warmup and decay an `lr` run follows
         if not self.embedding.pulling(batch.sparse):

@@ -62,7 +62,9 @@ class Stepper:
         if tr.model_seeds:  # dropout masks drawn from (seed, step, worker): a resumed run draws the same
             torch.manual_seed(dropout_seed(tr.recipe.train.seed, tr.step, tr.workers.rank))
         tr.meter.steps += 1
-        if baseline is not None:  # its pulls go out with the model's (train/baseline.py)
+        if baseline is not None:  # its pulls go out right after the model's (train/baseline.py)
+            if not tr.embedding.pulling(batch.sparse):
+                tr.embedding.prefetch(batch.sparse, tr.step)
             self._timed(baseline.begin, batch, tr.step)
         dense, labels = self.inputs(batch)
         emb, wide = self.embed(batch)
@@ -74,6 +76,9 @@ class Stepper:
             if self.feed is not None:
                 self.feed.stage(upcoming)  # its dense features and labels cross while this step runs
         start, apart = time.perf_counter(), tr.timings.get("baseline", 0.0)
+        # the baseline's graph first: backward runs the newer graph, the model's, first, so the model's
+        # pushes leave before the baseline's, as when each had a backward of its own
+        baseline_loss = None if baseline is None else self._timed(baseline.loss, batch, baseline_wide, n)
         logits = tr.net(dense, emb, wide)
         if tr.workers.world == 1:
             loss = F.binary_cross_entropy_with_logits(logits, labels)
@@ -84,7 +89,7 @@ class Stepper:
         total = loss
         if baseline is not None:  # one backward: both collections' pushes leave together
             baseline.optimizer.zero_grad(set_to_none=True)
-            total = loss + self._timed(baseline.loss, batch, baseline_wide, n)
+            total = loss + baseline_loss
         total.backward()
         tr.optimizer.step()
         tr.embedding.stage_ahead()  # the next batch's rows cross while the optimizer step runs
