@@ -7,12 +7,15 @@ It starts from what a run of ``model.name = "lr"`` starts from (rows depend only
 and the id; the dense layer is drawn from ``train.seed`` on a forked generator, leaving the
 model's draws as they were), so it trains what that run trains.
 
-    step t:  model:     pull rows ──────> forward ─┐ one backward  -> push rows
-             baseline:  pull lr_ rows ──> forward ─┘ (step.py)     -> push lr_ rows
+    step t:  send: pull rows, pull lr_ rows        (async: during step t-1, for the next batch)
+             wait and pool each; forward: the baseline's graph, then the model's
+             one backward over the sum of both losses: push rows, then push lr_ rows   (step.py)
 
-Its collection reuses the model's de-duplication of each batch (``worker/layouts.py``), its pulls
-are sent beside the model's and its pushes leave from the same backward; nothing else is shared,
-so every number is what it would be trained alone.
+Its collection reuses the model's de-duplication of each batch (``worker/layouts.py``); its pulls
+are sent right after the model's, before either is waited on, and its pushes leave from the
+model's backward, right after the model's: each shard sees the requests in the order it saw when
+the baseline had a step of its own (a memory budget's evictions depend on that order). Nothing
+else is shared, so every number is what it would be trained alone.
 """
 
 import torch
