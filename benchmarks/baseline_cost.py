@@ -1,15 +1,16 @@
 """What the `lr` baseline costs: samples/s of the default recipe with ``train.baseline = "lr"``
 against ``"none"``, in one process, the two alternated, with the trainer's per-step phases.
 
-    python benchmarks/baseline_cost.py [--steps 40] [--repeats 3] [--rows N] [--tag T]
+    python benchmarks/baseline_cost.py [--steps 40] [--repeats 3] [--rows N] [--tag T] [--note TEXT]
 
 The default recipe at batch 4096 on the CPU, embedded shards, no evaluation or checkpoint by time;
 the batches read once into memory and shared by every run; one untimed warm-up run of each first
 (numba's compiles); then ``--repeats`` rounds, each running both configurations, their order
 swapped every round, so a load that drifts (a shared machine) weighs on both alike. Reported:
 medians over the rounds of samples/s and of each phase's ms per step (the trainer's ``timings``,
-the model collection's and the baseline collection's), and the baseline's share, 1 - samples/s
-with it / samples/s without. Writes results/baseline_cost[_T].{md,json}.
+the model collection's and the baseline collection's), and the baseline's share: the median over
+the rounds of 1 - samples/s with it / samples/s without (a round's two runs are close in time,
+so a load that changes between rounds cancels). Writes results/baseline_cost[_T].{md,json}.
 """
 
 import argparse
@@ -45,6 +46,7 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="rounds, each timing both configurations")
     parser.add_argument("--rows", type=int, default=200_000, help="generated training rows")
     parser.add_argument("--tag", default="", help="results/baseline_cost_TAG.{md,json}")
+    parser.add_argument("--note", default="", help="a line added to the notes (e.g. which code ran)")
     args = parser.parse_args(argv)
     sets = ["data.batch_size=4096", "eval.every=0", 'train.device="cpu"', "checkpoint.minutes=0",
             f"data.synthetic.rows={args.rows}", f"data.synthetic.eval_rows={max(args.rows // 10, 1000)}"]
@@ -70,23 +72,27 @@ def main(argv=None) -> int:
                 timed[c].append({**seen, "whole step": 1000 * seconds / steps})
                 print(f"round {r} baseline {c}: {rates[c][-1]:,.0f} samples/s", flush=True)
     median = {c: float(np.median(v)) for c, v in rates.items()}
-    share = 1 - median["lr"] / median["none"]
+    shares = [1 - lr / none for none, lr in zip(rates["none"], rates["lr"])]  # each round's two runs, side by side
+    share = float(np.median(shares))
     names = list(dict.fromkeys(k for c in CONFIGS for t in timed[c] for k in t))
     rows = [{"ms per step (median)": k, **{f"baseline {c}": float(np.median([t.get(k, 0.0) for t in timed[c]]))
                                             for c in CONFIGS}} for k in names]
     rows.append({"ms per step (median)": "samples/s", **{f"baseline {c}": median[c] for c in CONFIGS}})
-    rows.append({"ms per step (median)": "baseline's share of samples/s", "baseline none": "",
+    rows.append({"ms per step (median)": "baseline's share of samples/s (median of rounds)", "baseline none": "",
                  "baseline lr": f"{100 * share:.1f}%"})
     write("baseline_cost" + (f"_{args.tag}" if args.tag else ""),
           "What the lr baseline costs: the default recipe with train.baseline \"lr\" against \"none\"", rows, [
               f"criteo_synthetic at batch 4096 on the CPU, {steps} steps a run, {args.repeats} rounds alternating the "
               f"two (order swapped every round), medians; threads: {torch.get_num_threads()}",
               "samples/s runs: " + "; ".join(f"{c}: " + ", ".join(f"{x:,.0f}" for x in rates[c]) for c in CONFIGS),
+              "the baseline's share of each round (1 - lr / none of its two runs): "
+              + ", ".join(f"{100 * x:.1f}%" for x in shares),
+              *([args.note] if args.note else []),
               "phases overlap (trainer compute holds the hooks' pushes; trainer baseline holds the baseline "
               "collection's phases)",
               f"reproduce: python benchmarks/baseline_cost.py --steps {args.steps} --repeats {args.repeats} "
               f"--rows {args.rows}" + (f" --tag {args.tag}" if args.tag else ""),
-          ], extra={"samples_per_s": rates, "phases": timed, "share": share})
+          ], extra={"samples_per_s": rates, "phases": timed, "shares": shares, "share": share})
     return 0
 
 
