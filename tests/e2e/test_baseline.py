@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from cardinal.recipe import load
-from cardinal.train import Trainer, tables
+from cardinal.train import Trainer, tables, trainer as trainer_module
+from cardinal.worker.device import DeviceRows
 from helpers.recipes import tiny_recipe
 
 pytestmark = pytest.mark.slow  # processes or whole runs: outside `pytest -m "not slow"`
@@ -16,10 +17,18 @@ LEARNS = ["ps.shards=3", "data.synthetic.vocab=30", "train.epochs=3", "dense_opt
 
 
 @pytest.mark.parametrize("extra", [[], ["embedding.clip_ratio=0.5", "dense_optimizer.warmup_steps=20",
-                                        'dense_optimizer.decay="linear"']], ids=["plain", "clip-warmup-decay"])
-def test_the_baseline_is_what_a_separate_lr_run_of_the_same_batches_trains(tmp_path, extra):
+                                        'dense_optimizer.decay="linear"'], ["staged"]],
+                         ids=["plain", "clip-warmup-decay", "staged"])
+def test_the_baseline_is_what_a_separate_lr_run_of_the_same_batches_trains(tmp_path, extra, monkeypatch):
+    """Bitwise, though it shares the model's dedup, its pulls go out with the model's and one backward
+    sends both collections' pushes (step.py); "staged": both runs' rows staged as on a GPU (on the CPU)."""
+    if extra == ["staged"]:
+        monkeypatch.setattr(trainer_module, "staging_for", lambda device: DeviceRows(device, staged=True))
+        extra = []
     deep = Trainer(tiny_recipe(tmp_path, *LEARNS, *extra), tmp_path / "deep", progress=False)
     summary = deep.fit()
+    layouts = deep.embedding.layouts  # each batch de-duplicated once, for both collections
+    assert layouts is deep.baseline.embedding.layouts and layouts.hits >= deep.step
     # tiny_recipe without model.hidden (the `lr` model takes no settings)
     sets = [f'data.cache_dir="{tmp_path / "data"}"', "data.synthetic.rows=3000", "data.synthetic.eval_rows=1000",
             "data.synthetic.vocab=300", "data.batch_size=256", "data.eval_batch_size=1000", "embedding.dim=4",

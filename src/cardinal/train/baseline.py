@@ -7,8 +7,15 @@ It starts from what a run of ``model.name = "lr"`` starts from (rows depend only
 and the id; the dense layer is drawn from ``train.seed`` on a forked generator, leaving the
 model's draws as they were), so it trains what that run trains.
 
-    step t:  model:     pull rows -> forward -> backward -> push      (trainer.py)
-             baseline:  pull lr_ rows -> forward -> backward -> push  (this file)
+    step t:  send: pull rows, pull lr_ rows        (async: during step t-1, for the next batch)
+             wait and pool each; forward: the baseline's graph, then the model's
+             one backward over the sum of both losses: push rows, then push lr_ rows   (step.py)
+
+Its collection reuses the model's de-duplication of each batch (``worker/layouts.py``); its pulls
+are sent right after the model's, before either is waited on, and its pushes leave from the
+model's backward, right after the model's: each shard sees the requests in the order it saw when
+the baseline had a step of its own (a memory budget's evictions depend on that order). Nothing
+else is shared, so every number is what it would be trained alone.
 """
 
 import torch
@@ -18,7 +25,6 @@ from cardinal.models import MODELS
 from cardinal.train import tables
 from cardinal.worker import EmbeddingCollection
 from cardinal.worker.clip import CowClip
-from cardinal.worker.device import host_value
 
 
 class Baseline:
@@ -32,31 +38,40 @@ class Baseline:
         self.embedding = EmbeddingCollection(source, tables.baseline_features(recipe), recipe.embedding.pooling,
                                              trainer.embedding.staleness, timeout=recipe.ps.timeout_s,
                                              clip=CowClip.from_config(recipe.embedding),  # as an `lr` run clips
-                                             staging=trainer.staging)
+                                             staging=trainer.staging, layouts=trainer.embedding.layouts)
         self.optimizer = type(trainer.optimizer)(self.model.parameters(), **trainer.optimizer.defaults)
 
     def _wide(self, sparse) -> torch.Tensor:
         return self.embedding.stacked(sparse).squeeze(-1)  # (B, fields): a view, whose backward fills no zeros
 
-    def train_step(self, batch, n: float, upcoming, step: int) -> float:
-        """One step of the baseline on the model's batch (``n``: the global batch's examples)."""
+    def begin(self, batch, step: int) -> None:
+        """Step ``step`` starts: its pulls sent (unless pulled ahead), after the model's, before either is waited on."""
         self.embedding.step = step
         self.trainer.schedule.apply(self.optimizer, step)  # the dense warmup and decay an `lr` run follows
-        wide = self._wide(batch.sparse)
-        if upcoming is not None:
-            self.embedding.prefetch(upcoming.sparse, step + 1)
+        if not self.embedding.pulling(batch.sparse):
+            self.embedding.prefetch(batch.sparse, step)
+
+    def wide(self, batch) -> torch.Tensor:
+        """This step's rows pooled (B, fields): taken before the next batch's pulls are sent."""
+        return self._wide(batch.sparse)
+
+    def prefetch(self, upcoming, step: int) -> None:
+        """The next batch's pulls, sent beside the model's (its de-duplication is the model's)."""
+        self.embedding.prefetch(upcoming.sparse, step)
+
+    def loss(self, batch, wide: torch.Tensor, n: float) -> torch.Tensor:
+        """The baseline's loss on the model's batch (``n``: the global batch's examples), to be summed with
+        the model's for one backward: each loss's gradients are what its own backward would give, bitwise."""
         dense, labels = self.trainer._inputs(batch)  # where the model runs (worker/device.py)
         logits = self.net(dense, None, wide)
         if self.trainer.workers.world == 1:
-            loss = F.binary_cross_entropy_with_logits(logits, labels)
-        else:
-            loss = F.binary_cross_entropy_with_logits(logits, labels, reduction="sum") / n
-        loss_value = host_value(loss)
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+            return F.binary_cross_entropy_with_logits(logits, labels)
+        return F.binary_cross_entropy_with_logits(logits, labels, reduction="sum") / n
+
+    def step(self) -> None:
+        """After the backward: the dense step, and the next batch's rows onto the device."""
         self.optimizer.step()
         self.embedding.stage_ahead()
-        return loss_value()
 
     def logits(self, batch) -> torch.Tensor:
         """Eval-mode logits (the caller holds no_grad and has set eval mode, see ``modules``)."""

@@ -26,6 +26,7 @@ from cardinal.train.schedule import DenseSchedule
 from cardinal.train.workers import Workers
 from cardinal.worker import EmbeddingCollection
 from cardinal.worker.clip import CowClip
+from cardinal.worker.layouts import Layouts
 from cardinal.worker.sources import GeoReplica, PSSource
 from cardinal.worker.sources.cache import CachedSource
 
@@ -130,10 +131,12 @@ def cached(recipe: Recipe, rows, device: torch.device):
 
 def embedding(recipe: Recipe, ps_client: PSClient, workers: Workers, consistency: str, device: torch.device,
               staging) -> EmbeddingCollection:
-    """The model's embedding collection: rows pulled ahead by ``consistency.async.staleness`` steps in async mode."""
+    """The model's embedding collection: rows pulled ahead by ``consistency.async.staleness`` steps in async mode;
+    with the `lr` baseline, its ``layouts`` (each batch's de-duplication) are the baseline's too (``baseline.py``)."""
     e = recipe.embedding
     staleness = recipe.consistency.async_.staleness if consistency == "async" else None
     return EmbeddingCollection(cached(recipe, source(recipe, ps_client, workers, consistency), device),
                                tables.features(recipe), e.pooling, staleness, timeout=recipe.ps.timeout_s,
                                clip=CowClip.from_config(e), staging=staging,
-                               buckets=recipe.compression.hash_buckets)
+                               buckets=recipe.compression.hash_buckets,
+                               layouts=Layouts() if tables.baseline(recipe) else None)

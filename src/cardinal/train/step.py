@@ -11,6 +11,10 @@ offsets, dense features and labels are staged onto it (pinned buffers, non-block
 a side stream); when the next batch is pulled ahead (async mode), its copies start while this
 step's work runs. DDP goes over nccl there, over gloo on the CPU; the recipe is the same.
 
+With the `lr` baseline (``baseline.py``) its pulls are sent beside the model's, its loss is added
+to the model's and one backward computes both (their graphs share nothing, so each gradient is
+what its own backward gives, bitwise) and sends both collections' pushes.
+
 ``Stepper`` runs on the trainer's parts (model, embedding, optimizer, schedule, baseline), so
 it holds the trainer, as ``Baseline`` does.
 """
@@ -57,19 +61,29 @@ class Stepper:
     def train(self, batch, n: float, upcoming) -> float:
         """Train on ``batch`` (``n``: the global batch's examples); ``upcoming``, when not None, is
         the next batch, whose pulls (and copies to the device) overlap this step."""
-        tr = self.trainer
+        tr, baseline = self.trainer, self.trainer.baseline
         tr.embedding.step = tr.step
         tr.schedule.apply(tr.optimizer, tr.step)  # dense warmup and decay (train/schedule.py)
         if tr.model_seeds:  # dropout masks drawn from (seed, step, worker): a resumed run draws the same
             torch.manual_seed(dropout_seed(tr.recipe.train.seed, tr.step, tr.workers.rank))
         tr.meter.steps += 1
+        if baseline is not None:  # its pulls go out right after the model's (train/baseline.py)
+            if not tr.embedding.pulling(batch.sparse):
+                tr.embedding.prefetch(batch.sparse, tr.step)
+            self._timed(baseline.begin, batch, tr.step)
         dense, labels = self.inputs(batch)
         emb, wide = self.embed(batch)
+        baseline_wide = None if baseline is None else self._timed(baseline.wide, batch)
         if upcoming is not None:
             tr.embedding.prefetch(upcoming.sparse, tr.step + 1)
+            if baseline is not None:
+                self._timed(baseline.prefetch, upcoming, tr.step + 1)
             if self.feed is not None:
                 self.feed.stage(upcoming)  # its dense features and labels cross while this step runs
-        start = time.perf_counter()
+        start, apart = time.perf_counter(), tr.timings.get("baseline", 0.0)
+        # the baseline's graph first: backward runs the newer graph, the model's, first, so the model's
+        # pushes leave before the baseline's, as when each had a backward of its own
+        baseline_loss = None if baseline is None else self._timed(baseline.loss, batch, baseline_wide, n)
         logits = tr.net(dense, emb, wide)
         if tr.workers.world == 1:
             loss = F.binary_cross_entropy_with_logits(logits, labels)
@@ -77,15 +91,25 @@ class Stepper:
             loss = F.binary_cross_entropy_with_logits(logits, labels, reduction="sum") / n
         loss_value = host_value(loss)  # on CUDA read after the pushes' sync: no wait of its own
         tr.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        total = loss
+        if baseline is not None:  # one backward: both collections' pushes leave together
+            baseline.optimizer.zero_grad(set_to_none=True)
+            total = loss + baseline_loss
+        total.backward()
         tr.optimizer.step()
         tr.embedding.stage_ahead()  # the next batch's rows cross while the optimizer step runs
-        tr.timings["compute"] += time.perf_counter() - start
-        if tr.baseline is not None:
-            start = time.perf_counter()
-            tr.baseline.train_step(batch, n, upcoming, tr.step)
-            tr.timings["baseline"] = tr.timings.get("baseline", 0.0) + time.perf_counter() - start
+        if baseline is not None:
+            self._timed(baseline.step)
+        tr.timings["compute"] += time.perf_counter() - start - (tr.timings.get("baseline", 0.0) - apart)
         return loss_value()
+
+    def _timed(self, fn, *args):
+        """``fn(*args)``, its seconds added to the trainer's "baseline" timing."""
+        start = time.perf_counter()
+        try:
+            return fn(*args)
+        finally:
+            self.trainer.timings["baseline"] = self.trainer.timings.get("baseline", 0.0) + time.perf_counter() - start
 
     def check_loss(self, loss: float) -> None:
         """Stop at the first step whose loss is not finite (on any worker), before it is saved."""

@@ -52,12 +52,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from cardinal.data.batch import Bag
-from cardinal.embedding import unique_inverse
-from cardinal.embedding.hashing import fold
 from cardinal.ps.client.client import PSClient
 from cardinal.ps.transport.base import DEFAULT_TIMEOUT, Handle
 from cardinal.worker.clip import CowClip
 from cardinal.worker.device import DeviceRows, Staged, to_host
+from cardinal.worker.layouts import Layouts, layout
 from cardinal.worker.pooling import CompiledPooling, Pooling, TorchPooling
 from cardinal.worker.sources import PSSource, RowSource
 
@@ -86,12 +85,14 @@ class EmbeddingCollection(nn.Module):
     seconds spent in dedup, pull_wait, h2d (staging copies) and push (settling pushes).
     ``buckets``: the hashing trick, each table's ids folded into that many rows by a hash
     (``hashing.fold``; ids sharing a bucket share a row), 0 (the default) for none: what a user
-    short of memory would do without Cardinal's row formats, kept to measure them against."""
+    short of memory would do without Cardinal's row formats, kept to measure them against.
+    ``layouts``: de-duplicated layouts shared with other collections over the same batches
+    (``layouts.py``; the `lr` baseline's reuses the model's), none (each lookup its own) by default."""
 
     def __init__(self, rows: PSClient | RowSource, features: dict[str, str], pooling: str = "sum",
                  staleness: int | None = 1, max_in_flight: int | None = None, timeout: float = DEFAULT_TIMEOUT,
                  pooler: Pooling | None = None, clip: CowClip | None = None, staging: DeviceRows | None = None,
-                 buckets: int = 0):
+                 buckets: int = 0, layouts: Layouts | None = None):
         super().__init__()
         if buckets < 0:
             raise ValueError(f"buckets must be >= 0 (0: no hashing trick), got {buckets}")
@@ -113,7 +114,7 @@ class EmbeddingCollection(nn.Module):
             raise TypeError(f"rows must be a PSClient or a RowSource, got {type(rows).__name__}")
         self.staleness, self.timeout = staleness, timeout
         self.features, self.pooling = dict(features), pooling
-        self.staging = staging
+        self.staging, self.layouts = staging, layouts
         self.pooler = (CompiledPooling() if staging is None else TorchPooling()) if pooler is None else pooler
         if staging is not None and isinstance(self.pooler, CompiledPooling):
             raise ValueError("rows staged on a device are pooled by torch ops: pass pooler=TorchPooling() or none")
@@ -135,17 +136,12 @@ class EmbeddingCollection(nn.Module):
         self._settle(None if self.staleness is None else step - 1 - self.staleness)
         out = {}
         for table, fields in self._fields.items():
-            start_time = time.perf_counter()
-            values = np.concatenate([sparse[f].values for f in fields])
-            if self.buckets:
-                fold(values, self.buckets, values)
-            unique, inverse = unique_inverse(values)
-            offsets, base = [], 0
-            for f in fields:
-                offsets.append(sparse[f].offsets[:-1] + base)
-                base += len(sparse[f].values)
-            offsets = np.concatenate([*offsets, [base]])
-            self.timings["dedup"] += time.perf_counter() - start_time
+            if self.layouts is not None:  # shared with another collection over the same batches
+                unique, inverse, offsets = self.layouts.get(sparse, fields, self.buckets, self.timings)
+            else:
+                start_time = time.perf_counter()
+                unique, inverse, offsets = layout(sparse, fields, self.buckets)
+                self.timings["dedup"] += time.perf_counter() - start_time
             handle = self.source.pull(table, unique, create=self.training, step=step)
             if self.training and hasattr(self.source, "record_uses"):  # a cache's hit rate over accesses
                 self.source.record_uses(table, inverse)
@@ -162,6 +158,10 @@ class EmbeddingCollection(nn.Module):
         """Send the pulls of the batch that ``forward`` will be called with next (recorded
         as seen at ``step``, by default the current one)."""
         self._prefetched = (id(sparse), self._lookup(sparse, self.step if step is None else step))
+
+    def pulling(self, sparse: dict[str, Bag]) -> bool:
+        """Whether this batch's pulls are sent already (``prefetch``), for ``forward`` to take."""
+        return self._prefetched is not None and self._prefetched[0] == id(sparse)
 
     def forward(self, sparse: dict[str, Bag]) -> dict[str, torch.Tensor]:
         """Per field: (B, dim) pooled, or (nnz, dim) per-id vectors with ``pooling="none"``."""
@@ -195,7 +195,7 @@ class EmbeddingCollection(nn.Module):
 
     def _pooled(self, sparse) -> dict[str, torch.Tensor]:
         """table -> (B, fields of that table, dim), or field -> vectors for pooling "none"."""
-        if self._prefetched is not None and self._prefetched[0] == id(sparse):
+        if self.pulling(sparse):
             lookups = self._prefetched[1]
         else:
             lookups = self._lookup(sparse, self.step)
