@@ -52,6 +52,17 @@ def digests(client):
     return [client.digest(t) for t in ("user", "item")]
 
 
+def trained_and_saved(hosts, tmp_path, servers, steps, n=200, **options):
+    """``servers`` on disks of their own, trained ``steps`` steps and saved under the worker's root
+    (outside every server's data directory): (the hosts, still up; the root; their table digests)."""
+    root = tmp_path / "worker" / "checkpoints"
+    a = hosts(servers, **options)
+    train(a.client, 1, steps, n=n)
+    saved = digests(a.client)
+    a.client.save(str(root), steps)
+    return a, root, saved
+
+
 def own(tmp_path, shard, step=None, host=None):
     root = tmp_path / f"host-{shard if host is None else host}" / "checkpoints" / JOB
     return root if step is None else step_dir(root, step)
@@ -132,11 +143,8 @@ def test_a_server_refuses_a_part_that_is_not_the_one_its_commit_names(hosts, tmp
 
 
 def test_two_own_disks_resume_on_three_servers_bitwise_to_the_shared_directory_reshard(hosts, tmp_path):
-    root = tmp_path / "worker" / "checkpoints"
-    a = hosts(2, max_message_mb=1)  # a block of rows crosses in several messages
-    train(a.client, 1, 2, n=20_000)
-    saved = digests(a.client)
-    a.client.save(str(root), 2)
+    # a block of rows crosses in several messages
+    a, root, saved = trained_and_saved(hosts, tmp_path, 2, 2, n=20_000, max_message_mb=1)
     a.stop()
 
     b = hosts(3, max_message_mb=1)  # two servers on their disks, a third on a new one
@@ -149,11 +157,7 @@ def test_two_own_disks_resume_on_three_servers_bitwise_to_the_shared_directory_r
 
 
 def test_three_own_disks_resume_on_two_servers_one_holding_two_parts(hosts, tmp_path):
-    root = tmp_path / "worker" / "checkpoints"
-    a = hosts(3)
-    train(a.client, 1, 3)
-    saved = digests(a.client)
-    a.client.save(str(root), 3)
+    a, root, saved = trained_and_saved(hosts, tmp_path, 3, 3)
     a.stop()
     expected = shared_reshard(tmp_path, root, 3, 2)
     moved = "shard-00002-of-00003"  # host 2 is gone; its disk now on host 1
@@ -207,11 +211,7 @@ def test_a_table_split_by_columns_on_own_disks_is_joined_on_three_servers(hosts,
 
 
 def test_servers_restarted_on_each_others_disks_load_over_the_wire_but_a_clustered_table_is_refused(hosts, tmp_path):
-    root = tmp_path / "worker" / "checkpoints"
-    a = hosts(2)
-    train(a.client, 1, 2)
-    saved = digests(a.client)
-    a.client.save(str(root), 2)
+    a, root, saved = trained_and_saved(hosts, tmp_path, 2, 2)
     a.stop()
     b = hosts(2, [tmp_path / "host-1", tmp_path / "host-0"])  # shard 0 on host 1's disk, shard 1 on host 0's
     b.client.load(str(root))
