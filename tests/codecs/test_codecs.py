@@ -148,6 +148,28 @@ def test_shapes_sizes_and_determinism(name, shape):
 
 
 @pytest.mark.parametrize("name", codecs.NAMES)
+def test_encoding_and_decoding_into_given_arrays_write_the_same_bits_there(name):
+    """``out=``: what a server's reply and a client's destination are written with (wire.py)."""
+    codec = codecs.get(name)
+    x = np.concatenate([special_rows(), np.random.default_rng(6).standard_normal((9, 7)).astype(np.float32)])
+    x = x if name != "int8" else x[np.isfinite(x).all(axis=1)]
+    data = codec.encode(x)
+    into = np.full(data.size + 3, 7, np.uint8)
+    assert codec.encode(x, out=into[1:-2]) is not None and into[0] == 7 and into[-2:].tolist() == [7, 7]
+    np.testing.assert_array_equal(into[1:-2], data)
+    rows = np.full((len(x) + 2, 7), 5.0, np.float32)
+    assert codec.decode(bytes(data), *x.shape, out=rows[1:-1]).base is rows  # from bytes, as off the wire
+    np.testing.assert_array_equal(rows[1:-1].view(np.uint32), codec.decode(data, *x.shape).view(np.uint32))
+    assert (rows[[0, -1]] == 5).all()
+    for bad in (np.empty(data.size + 1, np.uint8), np.empty(data.size, np.int8), np.empty(2 * data.size, np.uint8)[::2]):
+        with pytest.raises(ValueError, match=f"codec {name}: out must be a contiguous"):
+            codec.encode(x, out=bad)
+    for bad in (np.empty((len(x), 8), np.float32), np.empty(x.shape, np.float64), np.empty((7, len(x)), np.float32).T):
+        with pytest.raises(ValueError, match=f"codec {name}: out must be a contiguous"):
+            codec.decode(data, *x.shape, out=bad)
+
+
+@pytest.mark.parametrize("name", codecs.NAMES)
 def test_decode_refuses_a_wrong_size(name):
     codec = codecs.get(name)
     data = codec.encode(np.ones((3, 4), np.float32))

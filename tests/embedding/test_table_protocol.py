@@ -5,6 +5,7 @@ import ast
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from cardinal.embedding import EmbeddingTable, TableConfig
 from cardinal.embedding.clustered_table import SaecTable
@@ -34,6 +35,23 @@ def test_both_tables_have_every_member_of_the_protocol():
     assert clustered.checkpoint_files() is not None and table.checkpoint_files() is None
     assert not clustered.tiered and not table.tiered and clustered.delta_refused() and table.delta_refused() is None
     assert set(clustered.stats()) - {"clusters"} == set(table.stats())
+
+
+def test_both_tables_pull_into_a_given_array_as_into_their_own():
+    """``out=``: a server writes a pull's rows straight into its reply (ps/server/servicer.py)."""
+    table = EmbeddingTable(TableConfig("t", 4, saec=SaecSpec(2.0, 1)), make_optimizer({"name": "adagrad"}))
+    ids = (np.int64(1) << 32) | np.arange(40, dtype=np.int64)
+    table.pull(ids, step=1)
+    clustered = SaecTable.cluster(table, table.config.saec, 1)
+    asked = np.concatenate([ids[::3], [7, 8]])  # two ids no table has: zeros
+    for t in (table, clustered):
+        out = np.full((len(asked) + 1, 4), np.nan, np.float32)
+        assert t.pull(asked, create=False, out=out[1:]) is not None
+        np.testing.assert_array_equal(out[1:], t.pull(asked, create=False))
+        assert np.isnan(out[0]).all() and (out[-2:] == 0).all()
+        for bad in (np.empty((len(asked), 5), np.float32), np.empty((len(asked), 4)), np.empty((4, len(asked)), np.float32).T):
+            with pytest.raises(ValueError, match=f"out: a pull of {len(asked)} rows of dim 4"):
+                t.pull(asked, create=False, out=bad)
 
 
 def test_ps_imports_nothing_of_compression():

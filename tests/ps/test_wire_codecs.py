@@ -132,6 +132,22 @@ def test_a_pull_reply_is_checked_against_the_codec_asked_for():
         wire.rows_from_reply(header, payload, 4, bf16)
 
 
+def test_payloads_start_aligned_and_a_blank_message_is_written_in_place():
+    """The header is padded so that a message's arrays are aligned views (``wire.ALIGN``); a pull's
+    reply is a message whose rows the table writes into before it is sent (``encode_blank``)."""
+    ids = np.arange(5, dtype=np.int64)
+    for k in range(2 * wire.ALIGN):
+        message = wire.encode({"table": "t" * k}, ids)
+        header, payload = wire.decode(message)
+        assert header == {"table": "t" * k} and (len(message) - len(payload)) % wire.ALIGN == 0
+        np.testing.assert_array_equal(np.frombuffer(payload, np.int64), ids)
+        message, into = wire.encode_blank({"table": "t" * k}, 12)
+        into[:] = np.arange(12, dtype=np.uint8)
+        header, payload = wire.decode(message)
+        assert type(message) is bytes and header == {"table": "t" * k} and bytes(payload) == bytes(range(12))
+        assert into.ctypes.data % wire.ALIGN == 0
+
+
 def test_an_unknown_codec_is_refused_by_the_client():
     with pytest.raises(ValueError, match=r"unknown codec 'bf17'; the codecs are \['fp32', 'fp16', 'bf16', 'int8'\]"):
         PSClient(connect(CONFIG, 1).transport, pull_codec="bf17")

@@ -38,12 +38,12 @@ class BF16(Codec):
     def row_bytes(self, dim: int) -> int:
         return 2 * dim
 
-    def _encode(self, rows):
-        out = np.empty(rows.size, np.uint16)
-        _to_bf16(rows.reshape(-1).view(np.uint32), out)
-        return out.view(np.uint8)
+    def _encode(self, rows, out):
+        out = np.empty(rows.size * 2, np.uint8) if out is None else out
+        _to_bf16(rows.reshape(-1).view(np.uint32), out.view(np.uint16))
+        return out
 
-    def _decode(self, data, n, dim):
-        out = np.empty(n * dim, np.uint32)
-        _from_bf16(data.view(np.uint16), out)
-        return out.view(np.float32).reshape(n, dim)
+    def _decode(self, data, n, dim, out):
+        out = np.empty((n, dim), np.float32) if out is None else out
+        _from_bf16(data.view(np.uint16), out.reshape(-1).view(np.uint32))
+        return out

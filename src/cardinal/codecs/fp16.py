@@ -18,15 +18,21 @@ class FP16(Codec):
     def row_bytes(self, dim: int) -> int:
         return 2 * dim
 
-    def _encode(self, rows):
+    def _encode(self, rows, out):
         import torch  # only when fp16 is used
 
-        return torch.from_numpy(rows).to(torch.float16).numpy().reshape(-1).view(np.uint8)
+        if out is None:
+            return torch.from_numpy(rows).to(torch.float16).numpy().reshape(-1).view(np.uint8)
+        torch.from_numpy(out.view(np.float16).reshape(rows.shape)).copy_(torch.from_numpy(rows))
+        return out
 
-    def _decode(self, data, n, dim):
+    def _decode(self, data, n, dim, out):
         import torch
 
         halves = data.view(np.float16)
         if not halves.flags.writeable:  # torch wants writable memory (bytes off the wire are not)
             halves = halves.copy()
-        return torch.from_numpy(halves).float().numpy().reshape(n, dim)
+        if out is None:
+            return torch.from_numpy(halves).float().numpy().reshape(n, dim)
+        torch.from_numpy(out).copy_(torch.from_numpy(halves).reshape(n, dim))
+        return out

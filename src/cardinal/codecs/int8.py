@@ -57,17 +57,17 @@ class INT8(Codec):
     def row_bytes(self, dim: int) -> int:
         return 4 + dim
 
-    def _encode(self, rows):
+    def _encode(self, rows, out):
         n, dim = rows.shape
-        out = np.empty(n * (4 + dim), np.uint8)
+        out = np.empty(n * (4 + dim), np.uint8) if out is None else out
         scales, q = out[:4 * n].view(np.float32), out[4 * n:].view(np.int8).reshape(n, dim)
         if not _quantize(rows, scales, q):
             bad = int(np.flatnonzero(~np.isfinite(rows).all(axis=1))[0])
             raise ValueError(f"codec int8: row {bad} holds inf or NaN, which has no scale; use fp32 or bf16")
         return out
 
-    def _decode(self, data, n, dim):
+    def _decode(self, data, n, dim, out):
         scales, q = data[:4 * n].view(np.float32), data[4 * n:].view(np.int8).reshape(n, dim)
-        out = np.empty((n, dim), np.float32)
+        out = np.empty((n, dim), np.float32) if out is None else out
         _dequantize(scales, q, out)
         return out

@@ -48,7 +48,7 @@ from cardinal.embedding import row_kernels as RK
 from cardinal.embedding.dedup import unique_inverse
 from cardinal.embedding.deletion_log import DeletionLog
 from cardinal.embedding.id_map import IdMap
-from cardinal.embedding.protocol import Admit
+from cardinal.embedding.protocol import Admit, check_out
 from cardinal.embedding.storage import Columns
 from cardinal.embedding.table import EmbeddingTable
 from cardinal.embedding.table_views import combine_digests
@@ -147,11 +147,16 @@ class SaecTable:
 
     # --- requests -----------------------------------------------------------------------------
 
-    def pull(self, ids: np.ndarray, *, create: bool = True, step: int = 0, admit: Admit | None = None) -> np.ndarray:
-        """Each id's cluster vector (n, dim) float32. ``create=True`` (training): ids without an entry
-        join their field's default cluster (as the admission filter allows) and every sighting is
-        counted; ``create=False``: nothing changes and ids without an entry read zeros."""
-        out = np.zeros((len(ids), self.dim), np.float32)
+    def pull(self, ids: np.ndarray, *, create: bool = True, step: int = 0, admit: Admit | None = None,
+             out: np.ndarray | None = None) -> np.ndarray:
+        """Each id's cluster vector (n, dim) float32 (into ``out`` when given). ``create=True``
+        (training): ids without an entry join their field's default cluster (as the admission
+        filter allows) and every sighting is counted; ``create=False``: nothing changes and ids
+        without an entry read zeros."""
+        if out is None:
+            out = np.zeros((len(ids), self.dim), np.float32)
+        else:
+            check_out(out, len(ids), self.dim).fill(0)
         with self.lock:
             rows = self.map.find(ids)
             if create and (rows < 0).any():

@@ -5,7 +5,7 @@ Two kinds implement it: ``EmbeddingTable`` (``table.py``: a row per id, in RAM a
 and ``SaecTable`` (``clustered_table.py``: after Saec, a frozen map of ids to cluster rows). The
 store asks nothing else of a table, so it never needs to know which kind it holds:
 
-    requests        pull, push, has
+    requests        pull (into ``out`` when given: a reply being built), push, has
     after a push    after_push(step, replace): what the table's schedule runs then (``after_push.py``):
                     a chunked table's pass, a clustering that replaces the table; True when rows
                     changed that no push touched (the next checkpoint cannot be a delta)
@@ -31,6 +31,17 @@ from cardinal.embedding.table_config import TableConfig
 
 Admit = Callable[[int, object], Callable[[], None]]  # admit(n_new, table) -> release(); raises to refuse
 Select = Callable[[Columns, int], np.ndarray]  # select(columns, size) -> row numbers (eviction's choice)
+
+
+def check_out(out: np.ndarray, n: int, dim: int) -> np.ndarray:
+    """The array a pull of ``n`` rows of ``dim`` is told to write into: (n, dim) float32,
+    C-contiguous and writable (the kernels write it row by row), else a ValueError."""
+    if not isinstance(out, np.ndarray) or out.dtype != np.float32 or out.shape != (n, dim) \
+            or not out.flags.c_contiguous or not out.flags.writeable:
+        raise ValueError(f"out: a pull of {n} rows of dim {dim} writes a writable C-contiguous ({n}, {dim}) "
+                         f"float32 array, got {getattr(out, 'dtype', type(out).__name__)} of shape "
+                         f"{getattr(out, 'shape', '?')}")
+    return out
 
 
 class Table(Protocol):
@@ -59,7 +70,8 @@ class Table(Protocol):
     def storage(self) -> RowStorage:
         """The RAM rows eviction scores and deletes (``size``, ``columns()``, ``width``)."""
 
-    def pull(self, ids: np.ndarray, *, create: bool = True, step: int = 0, admit: Admit | None = None) -> np.ndarray:
+    def pull(self, ids: np.ndarray, *, create: bool = True, step: int = 0, admit: Admit | None = None,
+             out: np.ndarray | None = None) -> np.ndarray:
         ...
 
     def push(self, ids: np.ndarray, grads: np.ndarray, *, step: int = 0, kind: str = "grad",

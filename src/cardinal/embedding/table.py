@@ -35,7 +35,7 @@ from cardinal.embedding.formats.rounding import INIT_STEP
 from cardinal.embedding.index_kernels import N_SUB
 from cardinal.embedding.hashing import init_rows
 from cardinal.embedding.index import IdIndex
-from cardinal.embedding.protocol import Admit
+from cardinal.embedding.protocol import Admit, check_out
 from cardinal.embedding.storage import MemoryRowStorage, RowStorage
 from cardinal.embedding.table_config import TableConfig, bind, make_format, portable_width, stored_width  # noqa: F401
 from cardinal.embedding.table_removal import RowRemoval
@@ -137,8 +137,10 @@ class EmbeddingTable(RowRemoval, WholeTableViews):
             s["live_chunks"] = self.format.live
         return s
 
-    def pull(self, ids: np.ndarray, *, create: bool = True, step: int = 0, admit: Admit | None = None) -> np.ndarray:
-        """Rows of ``ids`` (n,) int64 as (n, dim) float32.
+    def pull(self, ids: np.ndarray, *, create: bool = True, step: int = 0, admit: Admit | None = None,
+             out: np.ndarray | None = None) -> np.ndarray:
+        """Rows of ``ids`` (n,) int64 as (n, dim) float32, written into ``out`` when given (a reply
+        being built: ``ps/transport/buffers.py``).
 
         ``create=True`` (training) inserts unknown ids and counts a sighting of each;
         ``create=False`` (evaluation, serving) changes nothing and gives zeros for unknown ids.
@@ -146,7 +148,7 @@ class EmbeddingTable(RowRemoval, WholeTableViews):
         to refuse the request, which then changes nothing. With an admission filter only the
         ids it admits get rows; the others read zeros and their sighting is counted.
         """
-        out = np.empty((len(ids), self.dim), np.float32)
+        out = np.empty((len(ids), self.dim), np.float32) if out is None else check_out(out, len(ids), self.dim)
         rows = np.empty(len(ids), np.int64)
         step = np.uint32(step)
         with self.lock:

@@ -114,8 +114,10 @@ class ShardServicer:
                     seen["rows"] = ids_bytes // 8 if isinstance(ids_bytes, int) and ids_bytes > 0 else 0
                 self._check_target(header)
                 wire.check_schema(method, header)
-                reply, arrays = fn(header, payload)
-                return wire.encode({**reply, "incarnation": self.store.incarnation}, *arrays)
+                reply = fn(header, payload)
+                if isinstance(reply, bytes):  # the message itself, built in place (a pull's rows)
+                    return reply
+                return wire.encode(self._stamped(reply[0]), *reply[1])
             except _Abort as e:
                 context.abort(e.code, _cut(e.message))
             except StoreFull as e:
@@ -149,7 +151,11 @@ class ShardServicer:
                          f"shard: request for shard {_short(shard)} of {_short(n)}, this server holds "
                          f"{self.store.shard} of {self.store.n_shards}")
 
-    # --- methods: (header, payload) -> (reply header, arrays) ------------------------------
+    def _stamped(self, reply: dict) -> dict:
+        """A reply's header: every reply says which incarnation of the store answered."""
+        return {**reply, "incarnation": self.store.incarnation}
+
+    # --- methods: (header, payload) -> (reply header, arrays), or the reply's message ---------
 
     def _pull(self, header, payload):
         ids, _ = wire.split_payload(header, payload, with_grads=False)
@@ -166,10 +172,19 @@ class ShardServicer:
                          f"a pull of {len(ids)} ids of dim {table.dim} needs a {reply_bytes / 2**20:.1f} MiB reply, "
                          f"over this server's message limit of {self.max_message_bytes / 2**20:.1f} MiB "
                          "(ps.limits.max_message_mb, or less under ps.memory.budget): pull fewer ids per request (nothing was created)")
-        rows = self.store.pull(wire.field(header, "table", str), ids, create=wire.field(header, "create", bool, True),
-                               step=wire.field(header, "step", int, 0), request_id=request_id)
-        stale = {"stale": True} if len(rows) != len(ids) else {}  # copies of hot rows past their bound: none
-        return {"dim": rows.shape[1], "dtype": "float32", "codec": codec.name, **stale}, [codec.encode(rows)]
+        pull = {"create": wire.field(header, "create", bool, True), "step": wire.field(header, "step", int, 0),
+                "request_id": request_id}
+        if name not in self.store.tables:  # copies of hot rows, which may answer none (or an unknown table)
+            rows = self.store.pull(name, ids, **pull)
+            stale = {"stale": True} if len(rows) != len(ids) else {}  # copies past their bound: none
+            return {"dim": rows.shape[1], "dtype": "float32", "codec": codec.name, **stale}, [codec.encode(rows)]
+        reply = self._stamped({"dim": table.dim, "dtype": "float32", "codec": codec.name})
+        message, into = wire.encode_blank(reply, len(ids) * codec.row_bytes(table.dim))
+        if codec.name == "fp32":  # the table writes its rows straight into the reply
+            self.store.pull(name, ids, **pull, out=into.view(np.float32).reshape(len(ids), table.dim))
+        else:  # encoded into it
+            codec.encode(self.store.pull(name, ids, **pull), out=into)
+        return message
 
     def _push(self, header, payload):
         payload, counts = wire.take_counts(header, payload)  # a counted push's last part

@@ -174,12 +174,15 @@ class ShardStore(StoreCheckpoints):
     # --- requests ----------------------------------------------------------------------
 
     def pull(self, table: str, ids: np.ndarray, *, create: bool = True, step: int = 0,
-             request_id: str | None = None) -> np.ndarray:
-        """Rows of ``ids``; a pull resent with the same ``request_id`` counts no second sighting.
-        Of copied hot rows (``<table>-replica``): the copies, or none when older than their bound."""
+             request_id: str | None = None, out: np.ndarray | None = None) -> np.ndarray:
+        """Rows of ``ids`` (into ``out`` when given: a reply being built, ``servicer.py``); a pull
+        resent with the same ``request_id`` counts no second sighting. Of copied hot rows
+        (``<table>-replica``): the copies, or none when older than their bound (so never into ``out``)."""
         if not isinstance(create, bool):
             raise TypeError(f"create must be a bool, got {type(create).__name__}")
         if table in self.replicas:
+            if out is not None:
+                raise ValueError(f"out: copies of hot rows ({table!r}) may answer none, so they are not pulled into one")
             return self.replicas[table].read(ids, step)
         self._check_ids(table, ids)
         validate.check_step(step)
@@ -188,8 +191,8 @@ class ShardStore(StoreCheckpoints):
         fingerprint = _fingerprint(request_id, table, f"pull {create} {step}", ids)
         rows = self.requests.run(request_id, fingerprint,
                                  lambda: self._on(table, lambda t: t.pull(ids, create=create, step=step,
-                                                                          admit=self._admit), step),
-                                 lambda: self._on(table, lambda t: t.pull(ids, create=False)))
+                                                                          admit=self._admit, out=out), step),
+                                 lambda: self._on(table, lambda t: t.pull(ids, create=False, out=out)))
         if create:
             self.clock.advance(step)
             self._note_step(step)

@@ -2,6 +2,11 @@
 
     [ uint32 LE: header length | header (JSON, utf-8) | payload bytes ]
 
+The header is padded with spaces (JSON's whitespace) so that the payload starts ``ALIGN``
+bytes into the message: its arrays are then aligned wherever the message is, and viewed, not
+copied, by the kernels that read or write them (a pull's rows are written straight into the
+reply: ``encode_blank``).
+
 A pull's payload is the ids (int64, little-endian); a push's is the ids then the gradients,
 encoded by the codec its header names, then, for a counted push only, its counts (int32,
 ``counts_bytes`` in the header; absent: one update per row); a pull's reply is the rows,
@@ -25,7 +30,8 @@ it on to the shard that asked) is named arrays: ``"arrays": [[name, dtype, shape
 header, their bytes (little-endian) in that order in the payload (``encode_arrays``).
 
 Arrays cross without per-element encoding (``np.frombuffer`` on arrival, no copy) unless a
-codec other than fp32 is asked for.
+codec other than fp32 is asked for; a pull's rows are decoded straight into their destination
+(``rows_from_reply``'s ``out``).
 """
 
 import json
@@ -36,6 +42,7 @@ import numpy as np
 
 from cardinal import codecs
 from cardinal.codecs import Codec
+from cardinal.ps.transport import buffers
 from cardinal.ps.validate import quote
 
 SERVICE = "cardinal.Shard"  # the gRPC service: /cardinal.Shard/Pull, Push, Save, Load, ReadPart, Stats, Finish
@@ -45,6 +52,7 @@ DTYPES = {"float32": np.float32}
 IDS_DTYPES = {"int64": np.int64}
 _LEN = struct.Struct("<I")
 MAX_HEADER = 1 << 14
+ALIGN = 16  # where a payload starts in its message (the header padded): as CPython aligns a bytes object's data
 MAX_DEPTH = 8  # requests are flat; replies (stats) nest a few levels
 _STRINGS = re.compile(rb'"(?:[^"\\]|\\.)*"')
 _BRACKETS = re.compile(rb"[\[\]{}]")
@@ -74,10 +82,26 @@ class WireError(ValueError):
 
 def encode(header: dict, *payload: np.ndarray | bytes) -> bytes:
     """One message; arrays are copied once, straight into it."""
-    head = json.dumps(header, separators=(",", ":")).encode()
+    head = _head(header)
     parts = [p if isinstance(p, bytes) else memoryview(np.ascontiguousarray(p).reshape(-1).view(np.uint8))
              for p in payload]  # 1-d bytes: empty arrays too
     return b"".join([_LEN.pack(len(head)), head, *parts])
+
+
+def encode_blank(header: dict, size: int) -> tuple[bytes, np.ndarray]:
+    """One message of ``header`` and ``size`` payload bytes not yet written, and a writable
+    (size,) uint8 view of that payload (aligned) to write them into before the message is sent."""
+    head = _head(header)
+    message, memory = buffers.blank(_LEN.size + len(head) + size)
+    _LEN.pack_into(memory, 0, len(head))
+    memory[_LEN.size:_LEN.size + len(head)] = np.frombuffer(head, np.uint8)
+    return message, memory[_LEN.size + len(head):]
+
+
+def _head(header: dict) -> bytes:
+    """The header's JSON, padded with spaces to end ``ALIGN``-aligned after the length before it."""
+    head = json.dumps(header, separators=(",", ":")).encode()
+    return head + b" " * (-(_LEN.size + len(head)) % ALIGN)
 
 
 def decode(message: bytes) -> tuple[dict, memoryview]:
@@ -221,10 +245,11 @@ def codec_of(header: dict) -> Codec:
     return codecs.get(name)
 
 
-def rows_from_reply(header: dict, payload: memoryview, n: int, codec: Codec) -> np.ndarray:
+def rows_from_reply(header: dict, payload: memoryview, n: int, codec: Codec,
+                    out: np.ndarray | None = None) -> np.ndarray:
     """A pull reply's (n, dim) float32 rows, checked against the codec the pull asked for
-    ((0, dim) from copies of hot rows past their bound, marked "stale"). May share memory with
-    ``payload`` (fp32)."""
+    ((0, dim) from copies of hot rows past their bound, marked "stale"), decoded into ``out``
+    when it is that (n, dim) array. Without ``out`` they may share memory with ``payload`` (fp32)."""
     n = 0 if header.get("stale") is True else n
     if header.get("dtype") != "float32" or header.get("codec", "fp32") != codec.name:
         raise WireError(f"codec: a pull reply of {header.get('codec', 'fp32')!r} rows, dtype {header.get('dtype')!r}; "
@@ -232,7 +257,7 @@ def rows_from_reply(header: dict, payload: memoryview, n: int, codec: Codec) -> 
     dim = header.get("dim")
     if not _is(dim, int) or not 1 <= dim <= 1 << 20 or len(payload) != n * codec.row_bytes(dim):
         raise WireError(f"payload: a pull reply of {len(payload)} bytes for {n} rows of dim {dim} ({codec.name})")
-    return codec.decode(payload, n, dim)
+    return codec.decode(payload, n, dim, out if out is not None and out.shape == (n, dim) else None)
 
 
 def _num(n: int) -> str:
