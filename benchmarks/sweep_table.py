@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-QUIET = ("data.cache_dir=", "train.threads=")
+QUIET = ("data.cache_dir=", "data.train=", "train.threads=")  # where the data is; no number changes
 
 
 def rows_of(sweep_dir: Path) -> list[dict]:

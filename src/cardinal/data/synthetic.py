@@ -52,8 +52,13 @@ def _gauss(h: np.ndarray) -> np.ndarray:
 
 
 class Teacher:
-    def __init__(self, cfg: SyntheticConfig):
+    """``first_order`` and ``latent`` scale the weights (the spread of each id's weight and of each
+    of its latent values): the defaults are the shipped data's; a benchmark may plant a teacher
+    of another strength (benchmarks/criteo_layout.py)."""
+
+    def __init__(self, cfg: SyntheticConfig, first_order: float = 0.25, latent: float = 0.35):
         self.cfg = cfg
+        self.first_order, self.latent = first_order, latent
         rng = np.random.default_rng(cfg.seed)
         sizes = np.round(10 ** np.linspace(1, math.log10(cfg.vocab), K.N_CAT)).astype(np.int64)
         self.vocab = rng.permutation(sizes)
@@ -75,12 +80,12 @@ class Teacher:
         int_ok = rng.random((n, K.N_INT)) >= cfg.missing
         logit = np.full(n, self.bias)
         for f in range(K.N_CAT):
-            logit += 0.25 * _gauss(_hash(cfg.seed, f, ranks[:, f], 1)) * cat_ok[:, f]
+            logit += self.first_order * _gauss(_hash(cfg.seed, f, ranks[:, f], 1)) * cat_ok[:, f]
         v = np.zeros((n, LATENT))
         sq = np.zeros(n)
         for f in self.pairs:
             vf = np.stack([_gauss(_hash(cfg.seed, f, ranks[:, f], 2 + k)) for k in range(LATENT)], 1)
-            vf *= 0.35 * cat_ok[:, f:f + 1]
+            vf *= self.latent * cat_ok[:, f:f + 1]
             v += vf
             sq += (vf * vf).sum(1)
         logit += 0.5 * ((v * v).sum(1) - sq)
@@ -99,11 +104,12 @@ def _bias_for_rate(logit: np.ndarray, rate: float) -> float:
     return (lo + hi) / 2
 
 
-def generate(out_dir: str | Path, cfg: SyntheticConfig, progress=None) -> dict:
-    """Write ``train.tsv``, ``eval.tsv`` and ``teacher.json`` into ``out_dir``; returns the teacher's figures."""
+def generate(out_dir: str | Path, cfg: SyntheticConfig, progress=None, teacher: Teacher | None = None) -> dict:
+    """Write ``train.tsv``, ``eval.tsv`` and ``teacher.json`` into ``out_dir``; returns the teacher's
+    figures. ``teacher``: one of another strength (default: ``Teacher(cfg)``)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    teacher = Teacher(cfg)
+    teacher = teacher or Teacher(cfg)
     rng = np.random.default_rng(cfg.seed + 2)
     report = {"config": asdict(cfg)}
     for split, n in (("train", cfg.rows), ("eval", cfg.eval_rows)):
