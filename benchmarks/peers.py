@@ -42,6 +42,12 @@ COMMON = ["eval.every=0", 'train.baseline="none"', 'train.device="cpu"']
 CARDINAL, PEER = "cardinal", "deepctr-torch"
 
 
+# MovieLens as results/peers.md measured it: the movielens recipe before its sweep (sweep_movielens.md), whose
+# user table admits no id: the peer's model would still learn user rows from the same batches
+MOVIELENS_MEASURED = ["ps.memory.admission.tables={}", "embedding.shared=true", "embedding.dim=8",
+                      'embedding.pooling="sum"', "data.batch_size=1024", "dense_optimizer.lr=0.001"]
+
+
 def recipes(names: list[str], rows: tuple[int, int], epochs: int | None, seed: int | None = None) -> dict:
     """Each data set's recipe, or the reason it is skipped."""
     extra = [*COMMON, *([f"train.epochs={epochs}"] if epochs else []), *([f"train.seed={seed}"] if seed is not None else [])]
@@ -52,7 +58,7 @@ def recipes(names: list[str], rows: tuple[int, int], epochs: int | None, seed: i
                                                   f"data.synthetic.eval_rows={rows[1]}", *extra])
         elif name == "movielens":
             copy = find_copy()
-            out[name] = (load("movielens", [f'data.train=["{copy}"]', *extra]) if copy else
+            out[name] = (load("movielens", [f'data.train=["{copy}"]', *MOVIELENS_MEASURED, *extra]) if copy else
                          "no MovieLens copy (`cardinal data movielens`, or ../shared/data beside the checkout)")
         else:
             raise SystemExit(f"--data: unknown data set {name!r} (criteo, movielens)")
