@@ -89,7 +89,7 @@ class RocksTier(ColdTier):
         if self.keys.needs_rebuild(self._n):
             self.keys.rebuild(self._n, self._key_chunks())
         else:
-            self.keys.add(rows.ids)
+            self.keys.add(rows.ids, self._n)
 
     @property
     def ram_bytes(self) -> int:
