@@ -248,3 +248,21 @@ def test_a_put_larger_than_the_memtable_goes_in_batches_and_a_failed_one_leaves_
     finally:
         tier._db = db
         tier.close()
+
+
+def test_a_growing_key_filter_adds_layers_and_scans_only_when_they_run_out(rng):
+    from cardinal.embedding.tiers.membership import MAX_LAYERS, KeyFilter
+
+    f, held, added = KeyFilter(capacity=1000), 0, []
+    for _ in range(200):
+        keys = rng.integers(0, 2**62, 500)
+        held += len(keys)
+        if f.needs_rebuild(held):
+            break
+        f.add(keys, held)
+        added.append(keys)
+    assert len(f.layers) == MAX_LAYERS and held > f.capacity  # grew by layers, no scan, until they ran out
+    assert f.may_have(np.concatenate(added)).all()  # no id lost in any layer
+    assert f.may_have(rng.integers(0, 2**62, 100_000)).mean() < MAX_LAYERS / 100  # false positives stay few
+    f.rebuild(held, added)
+    assert len(f.layers) == 1 and f.may_have(np.concatenate(added)).all()

@@ -10,13 +10,19 @@ own would cost about 2 GB; and its compaction reclaims the space of rows read ba
 Writes skip RocksDB's write-ahead log: the tier is scratch (``base.py``), rebuilt from the last
 checkpoint after a crash, and a failed batch raises before any row leaves RAM. The directory
 is created empty and removed on ``close``.
+
+Costs per row, measured (CPU time, 600k rows of 21 words): a get of one key 10-11 us, a multi-get
+of a batch's keys 5-6 us a key, so reads go as one multi-get a request; a write batch's rows in
+RocksDB's key order go into its memtable in 1.2-1.4 us a row against 2.0-2.1 in arrival order, so
+puts are sorted first. Values are float32 words, which no block compressor shrinks: blocks are
+stored uncompressed, sparing the CPU both ways.
 """
 
 import shutil
 from pathlib import Path
 
 import numpy as np
-from rocksdict import BlockBasedOptions, Cache, Options, Rdict, WriteBatch, WriteOptions
+from rocksdict import BlockBasedOptions, Cache, DBCompressionType, Options, Rdict, WriteBatch, WriteOptions
 
 from cardinal.embedding.storage import Columns
 from cardinal.embedding.tiers.base import ColdTier
@@ -37,6 +43,7 @@ class RocksTier(ColdTier):
         options.create_if_missing(True)
         options.set_write_buffer_size(write_buffer)  # RAM it may hold before writing a file
         options.set_max_write_buffer_number(2)
+        options.set_compression_type(DBCompressionType.none())
         table = BlockBasedOptions()
         table.set_bloom_filter(10, False)
         table.set_block_cache(Cache(cache))  # data blocks; index and filter blocks stay in the table readers:
@@ -57,11 +64,12 @@ class RocksTier(ColdTier):
         n, w = len(rows.ids), self.width
         if n == 0:
             return
+        order = np.argsort(_key_order(rows.ids), kind="stable")  # the memtable's order: cheaper inserts
         record = np.empty((n, w + 2), np.uint32)
-        record[:, :w] = rows.data.view(np.uint32)
-        record[:, w] = rows.count
-        record[:, w + 1] = rows.last_step
-        keys, size = rows.ids.astype("<i8").tobytes(), 4 * (w + 2)
+        record[:, :w] = rows.data.view(np.uint32)[order]
+        record[:, w] = rows.count[order]
+        record[:, w + 1] = rows.last_step[order]
+        keys, size = rows.ids[order].astype("<i8").tobytes(), 4 * (w + 2)
         failpoint("tier.before_put")
         per_batch = max(1, self._batch_bytes // (8 + size))
         done = 0
@@ -81,7 +89,7 @@ class RocksTier(ColdTier):
         if self.keys.needs_rebuild(self._n):
             self.keys.rebuild(self._n, self._key_chunks())
         else:
-            self.keys.add(rows.ids)
+            self.keys.add(rows.ids, self._n)
 
     @property
     def ram_bytes(self) -> int:
@@ -112,8 +120,8 @@ class RocksTier(ColdTier):
     def get(self, ids):
         found = self.keys.may_have(ids)
         maybe = np.flatnonzero(found)
-        keys, get = ids[maybe].astype("<i8").tobytes(), self._db.get  # one get a key: faster than its multi-get
-        values = [get(keys[8 * i:8 * i + 8]) for i in range(len(maybe))]
+        keys = ids[maybe].astype("<i8").tobytes()
+        values = self._db.get([keys[8 * i:8 * i + 8] for i in range(len(maybe))]) if len(maybe) else []
         found[maybe] = [v is not None for v in values]
         record = np.frombuffer(b"".join(v for v in values if v is not None), np.uint32).reshape(-1, self.width + 2)
         return found, self._columns(ids[found], record)
@@ -168,3 +176,8 @@ class RocksTier(ColdTier):
             except Exception:  # noqa: BLE001 - scratch: its files go next whether or not they could be flushed
                 pass
             shutil.rmtree(self.path, ignore_errors=True)
+
+
+def _key_order(ids: np.ndarray) -> np.ndarray:
+    """A sort key giving ids in RocksDB's order of their keys: bytewise, little-endian bytes first."""
+    return ids.astype("<i8").byteswap().view(np.uint64)
