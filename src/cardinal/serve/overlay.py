@@ -19,7 +19,8 @@ import numpy as np
 
 from cardinal.serve.tables import SAEC_FIXED, SnapshotTable
 
-FOLD = 0.25  # recent rows and gone ids, as a share of the base's rows, past which a reload folds them in
+FOLD = 0.5  # recent rows and gone ids, as a share of the base's rows, past which a reload folds them in:
+           # a delta of a training run's 10 steps is 10-20% of the table, so a fold comes every few reloads
 
 _NO_IDS = np.empty(0, np.int64)
 
@@ -68,7 +69,8 @@ class Overlaid:
         while what lies beside it stays under FOLD of it, else one table, every change merged in."""
         ids, deleted = np.asarray(ids, np.int64), np.asarray(deleted, np.int64)
         recent = self.recent.updated(ids, values, deleted)
-        gone = np.setdiff1d(np.union1d(self.gone, deleted[_held(self.base.ids, deleted)]), ids)
+        gone = np.union1d(self.gone, deleted[_held(self.base.ids, deleted)])
+        gone = gone[~_held(recent.ids, gone)]  # set again (every id of ``ids`` is in ``recent`` now)
         if len(recent) + len(gone) <= FOLD * max(1, len(self.base)):
             return Overlaid(self.base, recent, gone)
         return self.base.merged(recent, gone)
