@@ -2,7 +2,7 @@
 training's delta checkpoints under load. A real HTTP client (aiohttp) against `cardinal serve` in
 its own process on 127.0.0.1.
 
-    python benchmarks/serving.py [--steps 300] [--seconds 20] [--reloads 20]
+    python benchmarks/serving.py [--steps 300] [--seconds 20] [--reloads 20] [--runs 5]
 
 1. Trains the default recipe (DeepFM, dim 16) for --steps steps of 4,096 with a checkpoint every
    --every steps (the first full, the rest deltas), and exports its first checkpoint (fp32).
@@ -13,6 +13,8 @@ its own process on 127.0.0.1.
    one at a time (renamed into place, as a committed checkpoint appears), --reloads of them, every
    --reload-every seconds, while single-example requests go on at --rate; failed requests, p99
    against step 2's, and the server's RSS after each reload.
+Steps 2 and 4 are repeated --runs times, each with a fresh server from the export following the
+same checkpoints (a reload's p99 varies from run to run; the target holds in every one).
 Writes results/serving.{md,json}.
 """
 
@@ -133,6 +135,7 @@ def main() -> None:
     p.add_argument("--concurrency", type=int, default=4)
     p.add_argument("--reloads", type=int, default=20)
     p.add_argument("--reload-every", type=float, default=1.5)
+    p.add_argument("--runs", type=int, default=5, help="fresh servers, each through the same reloads")
     args = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="cardinal-serving-") as tmp:
         tmp = Path(tmp)
@@ -157,66 +160,100 @@ def main() -> None:
         later = [s for s in steps if s > first][: args.reloads]
         gc.collect()
         gc.freeze()  # the client's own collector passes (torch is loaded here) are not the server's latency
-        proc, port = start(tmp / "x", "--follow", str(followed), "--poll", "0.2")
-        url = f"http://127.0.0.1:{port}/predict"
-        try:
-            asyncio.run(steady(url, lines, args.rate, 3))  # warm up
-            quiet_rss = rss(proc.pid)
-            quiet = asyncio.run(steady(url, lines, args.rate, args.seconds))
-            quiet_growth = (rss(proc.pid) - quiet_rss) / quiet_rss * 100  # requests alone, no reload
-            throughput = asyncio.run(batched(url, lines, args.batch, args.concurrency, args.seconds))
-            base_rss, base_tables = rss(proc.pid), table_bytes(port)
+        runs = []
+        for k in range(args.runs):  # each a fresh server, from the export, through the same checkpoints
+            runs.append(one_run(args, tmp / "x", followed, aside, later, lines, batched_too=k == 0))
+            for s in later:  # back aside for the next run
+                name = layout.step_dir(aside, s).name
+                shutil.move(str(followed / "checkpoints" / name), str(aside / name))
+            r = runs[-1]
+            print(f"run {k + 1}: steady p99 {r['quiet']['p99 ms']:.2f} ms, reloads p99 {r['reloading']['p99 ms']:.2f} "
+                  f"ms ({r['reloading']['p99 ms'] / r['quiet']['p99 ms']:.2f}x)", flush=True)
+    report(args, manifest, later, runs)
 
-            def publish(t0: float) -> list[int]:
-                sizes = []
-                for k, s in enumerate(later):
-                    time.sleep(max(0.0, t0 + (k + 0.5) * args.reload_every - time.perf_counter()))
-                    name = layout.step_dir(aside, s).name
-                    shutil.move(str(aside / name), str(followed / "checkpoints" / name))  # appears committed
-                    deadline = time.monotonic() + 30
-                    while time.monotonic() < deadline:
-                        with aiohttp_get(port, "/readyz") as r:
-                            if json.loads(r)["step"] == s:
-                                break
-                        time.sleep(0.02)
-                    sizes.append((rss(proc.pid), table_bytes(port)))
-                return sizes
 
-            reload_seconds = args.reload_every * (len(later) + 1)
-            reloading = asyncio.run(steady(url, lines, args.rate, reload_seconds, during=publish))
-        finally:
-            proc.terminate()
-            proc.wait(timeout=30)
-    sizes = reloading.pop("side")
+def one_run(args, export: Path, followed: Path, aside: Path, later: list[int], lines: list[str],
+            batched_too: bool) -> dict:
+    """A server from ``export`` following ``followed``: steady requests, batched ones (``batched_too``),
+    then the checkpoints ``later`` published one at a time under steady requests."""
+    proc, port = start(export, "--follow", str(followed), "--poll", "0.2")
+    url = f"http://127.0.0.1:{port}/predict"
+    try:
+        asyncio.run(steady(url, lines, args.rate, 3))  # warm up
+        quiet_rss = rss(proc.pid)
+        quiet = asyncio.run(steady(url, lines, args.rate, args.seconds))
+        quiet_growth = (rss(proc.pid) - quiet_rss) / quiet_rss * 100  # requests alone, no reload
+        throughput = asyncio.run(batched(url, lines, args.batch, args.concurrency, args.seconds)) if batched_too else None
+        base_rss, base_tables = rss(proc.pid), table_bytes(port)
+
+        def publish(t0: float) -> list[int]:
+            sizes = []
+            for k, s in enumerate(later):
+                time.sleep(max(0.0, t0 + (k + 0.5) * args.reload_every - time.perf_counter()))
+                name = layout.step_dir(aside, s).name
+                shutil.move(str(aside / name), str(followed / "checkpoints" / name))  # appears committed
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline:
+                    with aiohttp_get(port, "/readyz") as r:
+                        if json.loads(r)["step"] == s:
+                            break
+                    time.sleep(0.02)
+                sizes.append((rss(proc.pid), table_bytes(port)))
+            return sizes
+
+        reload_seconds = args.reload_every * (len(later) + 1)
+        reloading = asyncio.run(steady(url, lines, args.rate, reload_seconds, during=publish))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    return {"quiet": quiet, "quiet_growth": quiet_growth, "throughput": throughput, "base_rss": base_rss,
+            "base_tables": base_tables, "reloading": reloading, "sizes": reloading.pop("side")}
+
+
+def report(args, manifest: dict, later: list[int], runs: list[dict]) -> None:
+    first = runs[0]
+    quiet, throughput, reloading = first["quiet"], first["throughput"], first["reloading"]
+    sizes, base_rss, base_tables = first["sizes"], first["base_rss"], first["base_tables"]
     # the tables grow as training meets new ids: what a reload adds beyond that is the overhead
     overhead = [r - t for r, t in sizes]
     growth = [(b - a) / base_rss * 100 for a, b in zip([base_rss - base_tables] + overhead[:-1], overhead)]
     rss_after, tables_after = sizes[-1]
     rows = [{"phase": f"steady, 1 example a request, {args.rate:.0f}/s", "requests": quiet["requests"],
              "failed": quiet["failed"], "p50 ms": quiet["p50 ms"], "p99 ms": quiet["p99 ms"], "max ms": quiet["max ms"],
-             "predictions/s": args.rate},
+             "predictions/s": args.rate, "p99 / steady": ""},
             {"phase": f"batched, {args.batch} examples a request, {args.concurrency} clients", "requests": "",
              "failed": throughput["failed"], "p50 ms": "", "p99 ms": "", "max ms": "",
-             "predictions/s": throughput["predictions/s"]},
-            {"phase": f"{len(later)} reloads under {args.rate:.0f}/s", "requests": reloading["requests"],
-             "failed": reloading["failed"], "p50 ms": reloading["p50 ms"], "p99 ms": reloading["p99 ms"],
-             "max ms": reloading["max ms"], "predictions/s": args.rate}]
+             "predictions/s": throughput["predictions/s"], "p99 / steady": ""}]
+    for k, r in enumerate(runs):
+        q, re = r["quiet"], r["reloading"]
+        if k:
+            rows.append({"phase": f"run {k + 1}: steady", "requests": q["requests"], "failed": q["failed"],
+                         "p50 ms": q["p50 ms"], "p99 ms": q["p99 ms"], "max ms": q["max ms"],
+                         "predictions/s": args.rate, "p99 / steady": ""})
+        rows.append({"phase": f"{'run %d: ' % (k + 1) if len(runs) > 1 else ''}{len(later)} reloads under "
+                              f"{args.rate:.0f}/s", "requests": re["requests"], "failed": re["failed"],
+                     "p50 ms": re["p50 ms"], "p99 ms": re["p99 ms"], "max ms": re["max ms"],
+                     "predictions/s": args.rate, "p99 / steady": re["p99 ms"] / q["p99 ms"]})
+    ratios = [r["reloading"]["p99 ms"] / r["quiet"]["p99 ms"] for r in runs]
     notes = [f"model: the default recipe (DeepFM, dim 16), {manifest['tables']['emb']['rows']:,} rows served (fp32), "
-             f"trained {args.steps} steps of 4,096; a checkpoint every {args.every} steps, deltas after the first",
-             f"reloads: p99 {reloading['p99 ms'] / quiet['p99 ms']:.2f}x steady; steps served "
-             f"{reloading['steps'][0]}..{reloading['steps'][-1]}; server RSS {base_rss / 2**20:.0f} MiB before, "
-             f"{rss_after / 2**20:.0f} MiB after {len(sizes)}, of which the served tables {base_tables / 2**20:.1f} "
-             f"and {tables_after / 2**20:.1f} MiB (training met new ids); the rest's growth per reload (of the "
-             f"RSS before): max {max(growth):+.2f}%, mean {np.mean(growth):+.2f}%, over all "
+             f"trained {args.steps} steps; a checkpoint every {args.every} steps, deltas after the first",
+             f"{len(runs)} run(s), each a fresh server from the export following the same {len(later)} checkpoints "
+             f"(steady, then reloads); p99 during reloads / that run's steady p99: "
+             + ", ".join(f"{x:.2f}x" for x in ratios) + f" (worst {max(ratios):.2f}x)",
+             f"reloads (run 1): steps served {reloading['steps'][0]}..{reloading['steps'][-1]}; server RSS "
+             f"{base_rss / 2**20:.0f} MiB before, {rss_after / 2**20:.0f} MiB after {len(sizes)}, of which the served "
+             f"tables {base_tables / 2**20:.1f} and {tables_after / 2**20:.1f} MiB (training met new ids; a table's "
+             f"recent deltas lie beside it until a reload folds them in, serve/overlay.py); the rest's growth per "
+             f"reload (of the RSS before): max {max(growth):+.2f}%, mean {np.mean(growth):+.2f}%, over all "
              f"{(overhead[-1] - base_rss + base_tables) / base_rss * 100:+.2f}% (the steady phase's "
-             f"{args.seconds:g} s of requests alone, no reload: {quiet_growth:+.2f}%)",
+             f"{args.seconds:g} s of requests alone, no reload: {first['quiet_growth']:+.2f}%)",
              "latency: from each request's scheduled send time to its answer (open loop: a stall delays every request "
              "behind it); the client runs on the same 2 cores as the server",
              f"reproduce: python benchmarks/serving.py --steps {args.steps} --every {args.every} --seconds "
-             f"{args.seconds:g} --reloads {args.reloads}"]
+             f"{args.seconds:g} --reloads {args.reloads} --runs {args.runs}"]
     write("serving", "Serving: cardinal serve over HTTP on 127.0.0.1", rows, notes,
           {"rss_and_table_bytes_after_reloads": sizes, "overhead_growth_percent": growth, "base_rss": base_rss,
-           "base_table_bytes": base_tables})
+           "base_table_bytes": base_tables, "p99_ratios": ratios})
 
 
 def table_bytes(port: int) -> int:

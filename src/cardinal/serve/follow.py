@@ -8,8 +8,8 @@ run and the very commit its delta was saved on, steps their directories', no loo
 than checkpoint.full_every allows): a chain that fails is a failed reload, and the old model stays.
 A delta chain that passes through the very checkpoint served (its directory, and the digest of
 its commit when it was loaded: a base swapped on disk since is not it) is applied as it is:
-only the rows (new and changed) and deleted ids of the links after it, over copies of the served
-tables, in their form; the dense weights are swapped into the same ONNX graph
+only the rows (new and changed) and deleted ids of the links after it, beside the served tables
+(``overlay.py``), in their form; the dense weights are swapped into the same ONNX graph
 (``DenseRunner.reweighted``). Anything else (a new full checkpoint, a chain from elsewhere, an
 export from before digests) is read whole, as ``cardinal export`` reads it. Nothing is changed in
 place: the server swaps the reference, and the old model's memory goes once its last request is
@@ -23,9 +23,12 @@ import numpy as np
 
 from cardinal.checkpoint.layout import committed, latest
 from cardinal.checkpoint.reader import Reader
-from cardinal.serve.export import close_all, load_store, load_stores, lookup, run_recipe, table_rows
+from cardinal.serve.export import close_all, load_store, load_stores, run_recipe, table_rows
 from cardinal.serve.model import ServingModel
 from cardinal.serve.tables import SnapshotTable
+
+
+_NO_IDS = np.empty(0, np.int64)
 
 
 class Follower:
@@ -75,17 +78,18 @@ class Follower:
         return []
 
     def _delta_rows(self, link: Reader, current: ServingModel) -> dict:
-        """{table: (ids, float32 values, deleted ids)} of one delta, every shard's, decoded."""
+        """{table: (ids, float32 values, deleted ids)} of one delta, every shard's, decoded as a pull
+        reads them (``cold_values``: a row's values from its saved words, no table built to hold them)."""
         store = load_store(self.recipe)
         try:
             link.check_compatible(store.tables)
             out = {}
             for name in current.tables:
                 t = store.tables[name]
-                for _, block in link.row_chunks(store.plan, 0, t):
-                    t.import_rows(*block)
-                ids = t.export()["ids"]
-                out[name] = (ids, lookup(t, ids), link.deleted_ids(store.plan, 0, name))
+                blocks = [block for _, block in link.row_chunks(store.plan, 0, t)]
+                ids = np.concatenate([_NO_IDS, *(b.ids for b in blocks)])
+                values = np.concatenate([np.empty((0, t.dim), np.float32), *(t.cold_values(b.data) for b in blocks)])
+                out[name] = (ids, values, link.deleted_ids(store.plan, 0, name))
             return out
         finally:
             store.close()

@@ -21,6 +21,7 @@ from cardinal.checkpoint.durable import read_json, verify_file
 from cardinal.ps.transport.base import Completed
 from cardinal.serve.export import KIND, MANIFEST
 from cardinal.serve.onnx_model import DenseRunner
+from cardinal.serve.overlay import Overlaid
 from cardinal.serve.tables import SnapshotTable
 from cardinal.worker.collection import EmbeddingCollection
 from cardinal.worker.sources import RowSource
@@ -114,7 +115,8 @@ class ServingModel:
         "commit_sha256"): the dense weights of ``dense_state`` (None: these), and per table (ids,
         values, deleted ids) applied over this one's rows."""
         tables = dict(self.tables)
-        for name, (ids, values, deleted) in rows.items():
-            tables[name] = self.tables[name].updated(ids, values, deleted)
+        for name, (ids, values, deleted) in rows.items():  # beside the served rows (``overlay.py``)
+            table = self.tables[name]
+            tables[name] = (table if isinstance(table, Overlaid) else Overlaid.over(table)).updated(ids, values, deleted)
         runner = self.runner if dense_state is None else self.runner.reweighted(dense_state)
         return ServingModel({**self.manifest, **source, "step": step}, tables, runner, step)

@@ -26,6 +26,8 @@ from cardinal.checkpoint.durable import load_array, verify_file, write_array
 from cardinal.serve.merge import merge
 
 FORMS = ("fp32", "fp16", "int8", "saec")
+SAEC_FIXED = ("a saec table's clusters are fixed at export: it cannot follow training's checkpoints; export again, "
+              "or serve an fp32, fp16 or int8 export")
 ARRAYS = {"fp32": ("values",), "fp16": ("values",), "int8": ("values", "scale"), "saec": ("cluster", "vectors")}
 
 
@@ -115,14 +117,16 @@ class SnapshotTable:
         """A new table: this one without ``deleted`` ids, with ``ids`` set to ``values`` (new or
         changed rows, float32), in this table's form (saec: refused, its clusters are fixed)."""
         if self.form == "saec":
-            raise ValueError("a saec table's clusters are fixed at export: it cannot follow training's "
-                             "checkpoints; export again, or serve an fp32, fp16 or int8 export")
-        changed = np.concatenate([deleted, ids]).astype(np.int64)
+            raise ValueError(SAEC_FIXED)
+        return self.merged(SnapshotTable.build(ids, values, self.form), deleted)
+
+    def merged(self, new: "SnapshotTable", deleted: np.ndarray) -> "SnapshotTable":
+        """A new table: this one without ``deleted`` ids, with the rows of ``new`` (this form's) set."""
+        changed = np.concatenate([deleted, new.ids]).astype(np.int64)
         keep = np.ones(len(self.ids), np.bool_)
         if len(self.ids):  # the rows a delta replaces or deletes: by binary search, O(changes log n)
             pos = np.minimum(np.searchsorted(self.ids, changed), len(self.ids) - 1)
             keep[pos[self.ids[pos] == changed]] = False
-        new = SnapshotTable.build(ids, values, self.form)
         at = np.searchsorted(self.ids[keep], new.ids)  # the new rows slot into the sorted rest: no sort of n rows
         arrays = {k: merge(a, keep, new.arrays[k], at) for k, a in self.arrays.items()}  # one pass each, off the GIL
         return SnapshotTable(self.form, self.width, merge(self.ids, keep, new.ids, at), arrays)
