@@ -115,6 +115,8 @@ def run(recipe: str, sets: list[str], saec: tuple = (), optimizer: str = ROWWISE
                                 "auc": clustered["eval_auc"], "logloss": clustered["eval_logloss"],
                                 "unclustered_auc": unclustered["eval_auc"]}
         trainer.close()
+    print(f"run {optimizer} {' '.join(sets)}: AUC {out['auc']:.4f}, {out['bytes'] / out['rows']:.1f} bytes a row, "
+          f"{out['rows']:,} rows, {out['seconds']:.0f} s", flush=True)
     return out
 
 
@@ -197,13 +199,67 @@ def plot(rows: list[dict], out: Path) -> None:
     plt.close(fig)
 
 
+def tables(args, rows: list[dict], saec_rows: list[dict], curves: list, reproduce: str) -> None:
+    """results/compression.md, _saec.md, _curve.md and the plot, from the panels run so far."""
+    plot(rows, RESULTS / "compression.png")
+    lrs = ", ".join(f"{k[0]} dim {k[1]}: {v}" for k, v in LR.items())
+    write("compression", "Row formats, FIITED and the hashing trick against the best fp32 model: whole bytes per "
+          "id, AUC", rows,
+          ["best: the better of fp32 with element-wise Adagrad (fp32 adagrad) and with row-wise Adagrad (fp32), "
+           f"each at its best lr from results/rowwise*.md ({lrs}; movielens: the recipe's, 0.02), the recipe's "
+           "other sparse_optimizer keys (initial_accumulator 1e-6 on zipf) for both; every other method: row-wise "
+           "Adagrad, the same settings (one float of state a row, what compact rows pair with)",
+           "bytes/id: the servers' account at the end (ps_emb_bytes) over the distinct ids (the fp32 run's rows): "
+           "a row's id (8 bytes), count (4), last step (4), its values in their format and the optimizer's state "
+           "(float32: element-wise Adagrad dim + 1 words, row-wise 1), the hash index's slots (5 bytes a slot, "
+           "load <= 0.7), FIITED's chunk pool; x fewer: best's (or fp32 row-wise's) bytes over the method's",
+           "value bytes/row: the stored values alone (fp16, bf16: two a word; int8: a byte each and a float32 "
+           "scale, words rounded up; formats round stochastically)",
+           "hash@F: fp32 rows, ids folded into as many buckets as fit in F's MB (compression.hash_buckets)",
+           f"fiited T: fp32 values in {args.chunks} chunks a row (compression.fiited.chunks), a pass every 100 steps "
+           "keeping the share T of them; a new row holds the chunks that fit in a plain row's words until a pass "
+           "(dim 16: 2, dim 64: 3); value bytes/row: the chunks held at the end and the wide weight; MB also "
+           "counts each row's chunk handles and utilities (2 words a chunk)",
+           f"zipf: the default recipe on {args.rows:,} generated rows (one epoch); movielens: the shipped recipe; "
+           "the lr baseline off; dim + 1 values a row (the wide part's first-order weight)",
+           "samples/s: measured on a shared, busy machine (2 cores, other jobs running): not comparable",
+           "plot: results/compression.png", reproduce])
+    if saec_rows:
+        write("compression_saec", "Saec: each field's rows clustered after training, plainly and frequency-aware, "
+              "against the best fp32 model", saec_rows,
+              ["the row-wise fp32 run's model (AUC row-wise), evaluated with every row's values replaced by its "
+               "cluster's vector (ratio: rows per cluster in each field, at least 16 clusters a field; each shard "
+               "clusters its own rows, weighted by their counts); AUC - best: against the best fp32 model "
+               "(results/compression.md)",
+               "own: the share of a field's clusters that its most frequent ids keep, one each, exact "
+               "(frequency-aware, compression/saec.py); only the other ids are clustered, into the rest; 0: plain",
+               "vectors: every cluster vector (own rows included); x fewer: ids over vectors",
+               "export MB: sorted ids (8 bytes), cluster numbers (4) and the vectors; x fewer: against the ids and "
+               "fp32 values of every row",
+               "clustering s: wall time of every shard's clustering, one after another (busy machine)", reproduce])
+    if curves:
+        curve_rows = []
+        for name, dim, plain, chunked in curves:
+            at = dict(plain)
+            ratios_ = [(s_, b / at[s_]) for s_, b in chunked if s_ in at]
+            worst = max(ratios_, key=lambda x: x[1])
+            curve_rows.append({"data": name, "dim": dim, "points": len(ratios_), "max FIITED / fp32": worst[1],
+                               "at step": worst[0], "first pass": 100,
+                               "before it (max)": max((r for s_, r in ratios_ if s_ < 100), default=float("nan")),
+                               "at the end": ratios_[-1][1]})
+        write("compression_curve", "FIITED's bytes against fp32 row-wise's over a run", curve_rows,
+              ["ps_emb_bytes of the FIITED and the fp32 (row-wise) runs of results/compression.md at every "
+               "metrics line (metrics.log_every steps), their ratio at the same step; the largest, and where",
+               reproduce], extra={"curves": [{"data": n, "dim": d, "fp32": p, "fiited": c} for n, d, p, c in curves]})
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=1_000_000, help="generated training rows")
     parser.add_argument("--dims", default="16,64")
     parser.add_argument("--data", default="zipf,movielens")
     parser.add_argument("--formats", default="bf16,int8", help="row formats besides fp32 (fp16's bytes are bf16's)")
-    parser.add_argument("--rss-rows", type=int, default=2_000_000)
+    parser.add_argument("--rss-rows", type=int, default=2_000_000, help="0: no resident-memory table")
     parser.add_argument("--saec", default="20,40", help="Saec: rows per cluster, per field")
     parser.add_argument("--own", default="0,0.5", help="Saec: shares of a field's clusters its most frequent ids keep")
     parser.add_argument("--saec-at", default="",
@@ -225,6 +281,11 @@ def main():
     data = {k: data[k] for k in args.data.split(",")}
     shares = [float(f) for f in args.saec_at.split(",") if f]
     rows, saec_rows, tune_rows, curves = [], [], [], []
+    reproduce = (f"reproduce: python benchmarks/compression.py --rows {args.rows} --dims {args.dims} "
+                 f"--data {args.data} "
+                 f"--formats {args.formats} --saec {args.saec} --own {args.own}"
+                 f"{f' --saec-at {args.saec_at}' if args.saec_at else ''}{' --saec-only' if args.saec_only else ''}")
+    reproduce += f" --chunks {args.chunks} --chunk-target {args.chunk_target}"
     for name, (recipe, extra) in data.items():
         for dim in dims:
             sets = [*extra, f"embedding.dim={dim}", *([f"sparse_optimizer.lr={LR[name, dim]}"]
@@ -241,7 +302,8 @@ def main():
                                                                       f"compression.fiited.target={args.chunk_target}"])
                 curves.append((name, dim, results["fp32"]["curve"], results[f"fiited {args.chunk_target}"]["curve"]))
             small = min((f for f in args.formats.split(",")), key=lambda f: results[f]["bytes"])
-            results[f"hash@{small}"] = run(recipe, [*sets, f"compression.hash_buckets={buckets_for(results[small]['bytes'], dim + 1)}"])
+            buckets = buckets_for(results[small]["bytes"], dim + 1)
+            results[f"hash@{small}"] = run(recipe, [*sets, f"compression.hash_buckets={buckets}"])
             best_name = max(("fp32 adagrad", "fp32"), key=lambda k: results[k]["auc"])
             best, rw, ids = results[best_name], results["fp32"], results["fp32"]["rows"]
             for method, r in results.items():
@@ -270,9 +332,6 @@ def main():
                                   "AUC clustered": f"{c['auc']:.4f}", "AUC - best": f"{c['auc'] - best['auc']:+.4f}",
                                   "clustering s": c["seconds"]})
                 print(saec_rows[-1], flush=True)
-    reproduce = (f"reproduce: python benchmarks/compression.py --rows {args.rows} --dims {args.dims} --data {args.data} "
-                 f"--formats {args.formats} --saec {args.saec} --own {args.own}"
-                 f"{f' --saec-at {args.saec_at}' if args.saec_at else ''}{' --saec-only' if args.saec_only else ''}")
     if tune_rows:
         write("compression_saec_finetune", "Saec as the training table: clustered mid-run, fine-tuned with the map "
               "frozen, against the unclustered model of the same steps", tune_rows,
@@ -290,62 +349,14 @@ def main():
     if args.saec_only:
         return
     rss_rows = []
-    for dim in dims:
+    for dim in dims if args.rss_rows else ():
         fp32 = rss_per_row("fp32", dim + 1, args.rss_rows)
         for f in ("fp32", *args.formats.split(",")):
             got = fp32 if f == "fp32" else rss_per_row(f, dim + 1, args.rss_rows)
             rss_rows.append({"dim": dim, "format": f, "RSS bytes/row": got, "x fewer RSS": fp32 / got})
             print(rss_rows[-1], flush=True)
-    plot(rows, RESULTS / "compression.png")
-    reproduce += f" --chunks {args.chunks} --chunk-target {args.chunk_target}"
-    lrs = ", ".join(f"{k[0]} dim {k[1]}: {v}" for k, v in LR.items())
-    write("compression", "Row formats, FIITED and the hashing trick against the best fp32 model: whole bytes per "
-          "id, AUC", rows,
-          ["best: the better of fp32 with element-wise Adagrad (fp32 adagrad) and with row-wise Adagrad (fp32), "
-           f"each at its best lr from results/rowwise*.md ({lrs}; movielens: the recipe's, 0.02), the recipe's "
-           "other sparse_optimizer keys (initial_accumulator 1e-6 on zipf) for both; every other method: row-wise "
-           "Adagrad, the same settings (one float of state a row, what compact rows pair with)",
-           "bytes/id: the servers' account at the end (ps_emb_bytes) over the distinct ids (the fp32 run's rows): "
-           "a row's id (8 bytes), count (4), last step (4), its values in their format and the optimizer's state "
-           "(float32: element-wise Adagrad dim + 1 words, row-wise 1), the hash index's slots (5 bytes a slot, "
-           "load <= 0.7), FIITED's chunk pool; x fewer: best's (or fp32 row-wise's) bytes over the method's",
-           "value bytes/row: the stored values alone (fp16, bf16: two a word; int8: a byte each and a float32 "
-           "scale, words rounded up; formats round stochastically)",
-           "hash@F: fp32 rows, ids folded into as many buckets as fit in F's MB (compression.hash_buckets)",
-           f"fiited T: fp32 values in {args.chunks} chunks a row (compression.fiited.chunks), a pass every 100 steps "
-           "keeping the share T of them; a new row holds the chunks that fit in a plain row's words until a pass "
-           "(dim 16: 2, dim 64: 3); value bytes/row: the chunks held at the end and the wide weight; MB also "
-           "counts each row's chunk handles and utilities (2 words a chunk)",
-           f"zipf: the default recipe on {args.rows:,} generated rows (one epoch); movielens: the shipped recipe; "
-           "the lr baseline off; dim + 1 values a row (the wide part's first-order weight)",
-           "samples/s: measured on a shared, busy machine (2 cores, other jobs running): not comparable",
-           "plot: results/compression.png", reproduce])
-    write("compression_saec", "Saec: each field's rows clustered after training, plainly and frequency-aware, "
-          "against the best fp32 model", saec_rows,
-          ["the row-wise fp32 run's model (AUC row-wise), evaluated with every row's values replaced by its "
-           "cluster's vector (ratio: rows per cluster in each field, at least 16 clusters a field; each shard "
-           "clusters its own rows, weighted by their counts); AUC - best: against the best fp32 model "
-           "(results/compression.md)",
-           "own: the share of a field's clusters that its most frequent ids keep, one each, exact (frequency-aware, "
-           "compression/saec.py); only the other ids are clustered, into the rest; 0: plain",
-           "vectors: every cluster vector (own rows included); x fewer: ids over vectors",
-           "export MB: sorted ids (8 bytes), cluster numbers (4) and the vectors; x fewer: against the ids and "
-           "fp32 values of every row",
-           "clustering s: wall time of every shard's clustering, one after another (busy machine)", reproduce])
-    if curves:
-        curve_rows = []
-        for name, dim, plain, chunked in curves:
-            at = dict(plain)
-            ratios_ = [(s_, b / at[s_]) for s_, b in chunked if s_ in at]
-            worst = max(ratios_, key=lambda x: x[1])
-            curve_rows.append({"data": name, "dim": dim, "points": len(ratios_), "max FIITED / fp32": worst[1],
-                               "at step": worst[0], "first pass": 100,
-                               "before it (max)": max((r for s_, r in ratios_ if s_ < 100), default=float("nan")),
-                               "at the end": ratios_[-1][1]})
-        write("compression_curve", "FIITED's bytes against fp32 row-wise's over a run", curve_rows,
-              ["ps_emb_bytes of the FIITED and the fp32 (row-wise) runs of results/compression.md at every "
-               "metrics line (metrics.log_every steps), their ratio at the same step; the largest, and where",
-               reproduce], extra={"curves": [{"data": n, "dim": d, "fp32": p, "fiited": c} for n, d, p, c in curves]})
+    if not rss_rows:
+        return
     write("compression_rss", "Resident memory per row, by row format", rss_rows,
           [f"one table of {args.rss_rows:,} rows of dim + 1 values, row-wise Adagrad, made in this process: the "
            "growth of its resident set over the rows (values, state, id, count, last step, hash index)",

@@ -13,7 +13,8 @@ table's count): the well-trained frequent ids seed and shape the clusters, the t
 nearest. Frequency-aware (``own`` > 0): that share of a field's clusters go to its most frequent
 ids, one each, exact; the tail shares the rest (at ratio 20, own 0.5: the top 2.5% of ids keep
 their rows, the others share a vector with about 38 more). Off by default here: training's and
-export's Saec cluster plainly until a benchmark's table says otherwise (benchmarks/compression.py). An unseen id reads zeros, as it does in training's evaluation. What serving keeps is
+export's Saec cluster plainly until a benchmark's table says otherwise (benchmarks/compression.py).
+An unseen id reads zeros, as it does in training's evaluation. What serving keeps is
 ``nbytes``: the sorted ids (8 bytes each), their cluster numbers (4) and the vectors.
 """
 

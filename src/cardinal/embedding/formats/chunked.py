@@ -27,10 +27,10 @@ with the first ``start`` chunks: as many as keep its words and chunks within a p
 row's (dim 16, C 4, row-wise Adagrad: 2 of 4; dim 64: 3), so a table is never larger than fp32's
 before its first pass (a row holding every chunk, handles and utilities too, was 1.44x); the pass
 gives the others to the rows whose gradients earn them (their utilities count from the first
-push; their gradients are dropped until then, a new row's first update included). Portable rows (the disk tier, checkpoints, a push's backup) are whole:
-``[ working row | utility (C) | live (C): 1.0 or 0.0 ]``, so a row written out and placed back
-is the same row, bit for bit. One instance per table: it owns the table's pool; the table's
-lock is held around every call.
+push; their gradients are dropped until then, a new row's first update included). Portable
+rows (the disk tier, checkpoints, a push's backup) are whole: ``[ working row | utility (C) |
+live (C): 1.0 or 0.0 ]``, so a row written out and placed back is the same row, bit for bit.
+One instance per table: it owns the table's pool; the table's lock is held around every call.
 """
 
 import math
