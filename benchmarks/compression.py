@@ -332,6 +332,7 @@ def main():
                                   "AUC clustered": f"{c['auc']:.4f}", "AUC - best": f"{c['auc'] - best['auc']:+.4f}",
                                   "clustering s": c["seconds"]})
                 print(saec_rows[-1], flush=True)
+            tables(args, rows, saec_rows, curves, reproduce)  # a panel at a time: a long run keeps what it has
     if tune_rows:
         write("compression_saec_finetune", "Saec as the training table: clustered mid-run, fine-tuned with the map "
               "frozen, against the unclustered model of the same steps", tune_rows,
