@@ -1,7 +1,7 @@
 """Smaller tables at the same quality, judged against the best fp32 model of the same run.
 
     python benchmarks/compression.py [--rows 1000000] [--dims 16,64] [--saec 20,40] [--own 0,0.5]
-        [--formats bf16,int8] [--saec-at F,..] [--saec-only] [--curve]
+        [--data zipf,movielens] [--formats bf16,int8] [--name compression] [--saec-at F,..] [--saec-only]
 
 For each data set (criteo_synthetic with --rows generated rows, Zipf ids; movielens on
 ml-latest-small) and each embedding dim, the lr baseline off so the model table is the only one:
@@ -18,7 +18,7 @@ ml-latest-small) and each embedding dim, the lr baseline off so the model table 
 Bytes are the servers' own account at the end of training (summary.json's ps_emb_bytes): every
 row's id, count, last step, values and optimizer state, the hash index's slots, FIITED's chunk
 pool; per id: over the distinct ids the data has (the best run's rows; the hashing trick holds
-fewer rows than ids). --curve also records FIITED's and fp32's bytes every 50 steps at dim 16
+fewer rows than ids). FIITED's and fp32's bytes are compared at every metrics line of their runs
 (results/compression_curve.md). Resident memory per row is measured besides (--rss-rows), and a
 plot of AUC against bytes goes to results/compression.png.
 """
@@ -201,9 +201,9 @@ def plot(rows: list[dict], out: Path) -> None:
 
 def tables(args, rows: list[dict], saec_rows: list[dict], curves: list, reproduce: str) -> None:
     """results/compression.md, _saec.md, _curve.md and the plot, from the panels run so far."""
-    plot(rows, RESULTS / "compression.png")
+    plot(rows, RESULTS / f"{args.name}.png")
     lrs = ", ".join(f"{k[0]} dim {k[1]}: {v}" for k, v in LR.items())
-    write("compression", "Row formats, FIITED and the hashing trick against the best fp32 model: whole bytes per "
+    write(args.name, "Row formats, FIITED and the hashing trick against the best fp32 model: whole bytes per "
           "id, AUC", rows,
           ["best: the better of fp32 with element-wise Adagrad (fp32 adagrad) and with row-wise Adagrad (fp32), "
            f"each at its best lr from results/rowwise*.md ({lrs}; movielens: the recipe's, 0.02), the recipe's "
@@ -223,9 +223,9 @@ def tables(args, rows: list[dict], saec_rows: list[dict], curves: list, reproduc
            f"zipf: the default recipe on {args.rows:,} generated rows (one epoch); movielens: the shipped recipe; "
            "the lr baseline off; dim + 1 values a row (the wide part's first-order weight)",
            "samples/s: measured on a shared, busy machine (2 cores, other jobs running): not comparable",
-           "plot: results/compression.png", reproduce])
+           f"plot: results/{args.name}.png", reproduce])
     if saec_rows:
-        write("compression_saec", "Saec: each field's rows clustered after training, plainly and frequency-aware, "
+        write(f"{args.name}_saec", "Saec: each field's rows clustered after training, plainly and frequency-aware, "
               "against the best fp32 model", saec_rows,
               ["the row-wise fp32 run's model (AUC row-wise), evaluated with every row's values replaced by its "
                "cluster's vector (ratio: rows per cluster in each field, at least 16 clusters a field; each shard "
@@ -247,7 +247,7 @@ def tables(args, rows: list[dict], saec_rows: list[dict], curves: list, reproduc
                                "at step": worst[0], "first pass": 100,
                                "before it (max)": max((r for s_, r in ratios_ if s_ < 100), default=float("nan")),
                                "at the end": ratios_[-1][1]})
-        write("compression_curve", "FIITED's bytes against fp32 row-wise's over a run", curve_rows,
+        write(f"{args.name}_curve", "FIITED's bytes against fp32 row-wise's over a run", curve_rows,
               ["ps_emb_bytes of the FIITED and the fp32 (row-wise) runs of results/compression.md at every "
                "metrics line (metrics.log_every steps), their ratio at the same step; the largest, and where",
                reproduce], extra={"curves": [{"data": n, "dim": d, "fp32": p, "fiited": c} for n, d, p, c in curves]})
@@ -258,6 +258,7 @@ def main():
     parser.add_argument("--rows", type=int, default=1_000_000, help="generated training rows")
     parser.add_argument("--dims", default="16,64")
     parser.add_argument("--data", default="zipf,movielens")
+    parser.add_argument("--name", default="compression", help="results/NAME.md, NAME_saec.md, NAME_curve.md")
     parser.add_argument("--formats", default="bf16,int8", help="row formats besides fp32 (fp16's bytes are bf16's)")
     parser.add_argument("--rss-rows", type=int, default=2_000_000, help="0: no resident-memory table")
     parser.add_argument("--saec", default="20,40", help="Saec: rows per cluster, per field")
@@ -282,7 +283,7 @@ def main():
     shares = [float(f) for f in args.saec_at.split(",") if f]
     rows, saec_rows, tune_rows, curves = [], [], [], []
     reproduce = (f"reproduce: python benchmarks/compression.py --rows {args.rows} --dims {args.dims} "
-                 f"--data {args.data} "
+                 f"--data {args.data} --name {args.name} "
                  f"--formats {args.formats} --saec {args.saec} --own {args.own}"
                  f"{f' --saec-at {args.saec_at}' if args.saec_at else ''}{' --saec-only' if args.saec_only else ''}")
     reproduce += f" --chunks {args.chunks} --chunk-target {args.chunk_target}"
