@@ -227,7 +227,8 @@ def tables(args, rows: list[dict], saec_rows: list[dict], curves: list, reproduc
     if saec_rows:
         write(f"{args.name}_saec", "Saec: each field's rows clustered after training, plainly and frequency-aware, "
               "against the best fp32 model", saec_rows,
-              ["the row-wise fp32 run's model (AUC row-wise), evaluated with every row's values replaced by its "
+              ["the row-wise fp32 run's last model (AUC row-wise; compression.md's eval AUC is the best kept "
+               "model's), evaluated with every row's values replaced by its "
                "cluster's vector (ratio: rows per cluster in each field, at least 16 clusters a field; each shard "
                "clusters its own rows, weighted by their counts); AUC - best: against the best fp32 model "
                "(results/compression.md)",
