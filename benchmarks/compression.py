@@ -1,26 +1,30 @@
-"""Smaller tables at the same quality: row formats against float32 and the hashing trick.
+"""Smaller tables at the same quality, judged against the best fp32 model of the same run.
 
-    python benchmarks/compression.py [--rows 1000000] [--dims 16,64] [--saec 20] [--saec-at 0.5,0.8] [--saec-only]
+    python benchmarks/compression.py [--rows 1000000] [--dims 16,64] [--saec 20,40] [--own 0,0.5]
+        [--data zipf,movielens] [--formats bf16,int8] [--name compression] [--saec-at F,..] [--saec-only]
 
 For each data set (criteo_synthetic with --rows generated rows, Zipf ids; movielens on
-ml-latest-small) and each embedding dim, one run per method, the lr baseline off so the model
-table is the only one, and row-wise Adagrad for every run:
-  - fp32, fp16, bf16, int8: `compression.storage`, values stored in that format (state float32);
-  - hash@F: the hashing trick (`compression.hash_buckets`) in the bytes format F's run used: fp32
-    rows, as many buckets as fit in them (hash index included). What a user short of memory does
-    without Cardinal's formats; the formats must beat it on AUC at equal bytes.
-Saec (--saec R): the fp32 run's rows clustered after training (every row's values replaced by its
-cluster's vector, then evaluated), and, with --saec-at F, fine-tuned: a run of the same recipe and
-steps with `compression.saec.ratio = R`, `compression.saec.at` = F x its steps (the servers cluster
-there and train on the clustered table), against an fp32 run of the same steps; both evaluate once,
-at the end, the last model (results/compression_saec_finetune.md). --saec-only runs only these.
-Bytes per id are measured twice: the servers' own account at the end of training (rows in their
-format, hash index; summary.json's ps_emb_bytes / ps_emb_rows), and the resident memory (RSS)
-one process gains holding 2M rows of each format (the `--rss-rows` check). A plot of AUC
-against bytes goes to results/compression.png.
+ml-latest-small) and each embedding dim, the lr baseline off so the model table is the only one:
+  - fp32 twice, element-wise Adagrad and row-wise Adagrad, each at the lr the rowwise benchmark
+    found best for both (results/rowwise*.md; movielens: the recipe's): the better AUC is "best",
+    and every method is reported as AUC - best and as whole bytes per id against best's;
+  - the formats (`compression.storage`, values in that format, state float32), FIITED
+    (`compression.fiited.*`) and the hashing trick at int8's bytes (`compression.hash_buckets`),
+    each with row-wise Adagrad (one word of state a row: what compact rows pair with);
+  - Saec (--saec R, --own S): the row-wise fp32 run's rows clustered after training, R rows a
+    cluster in each field, the share S of a field's clusters kept by its most frequent ids, one
+    each (frequency-aware; 0: plain), evaluated; with --saec-at, fine-tuned runs too
+    (results/compression_saec_finetune.md). --saec-only runs only these.
+Bytes are the servers' own account at the end of training (summary.json's ps_emb_bytes): every
+row's id, count, last step, values and optimizer state, the hash index's slots, FIITED's chunk
+pool; per id: over the distinct ids the data has (the best run's rows; the hashing trick holds
+fewer rows than ids). FIITED's and fp32's bytes are compared at every metrics line of their runs
+(results/compression_curve.md). Resident memory per row is measured besides (--rss-rows), and a
+plot of AUC against bytes goes to results/compression.png.
 """
 
 import argparse
+import json
 import subprocess
 import time
 import sys
@@ -39,11 +43,11 @@ from cardinal.optim import make_optimizer  # noqa: E402
 from cardinal.recipe import load  # noqa: E402
 from cardinal.train import Trainer  # noqa: E402
 
-FORMATS = ("fp32", "fp16", "bf16", "int8")
-HASHED = ("bf16", "int8")  # the hashing trick at these formats' bytes
 FIELD_SHIFT = {"criteo_synthetic": 32, "movielens": 40}  # an id's field sits in its bits from here up
-OPTIMIZER = "rowwise_adagrad"  # one float of state a row (TorchRec's and FBGEMM's default for embeddings): with
-                               # element-wise Adagrad the float32 state would be as large as fp32 values
+ROWWISE, ADAGRAD = "rowwise_adagrad", "adagrad"  # row-wise: one float of state a row (TorchRec's and FBGEMM's
+                                                 # default for embeddings), what every compressed run uses
+LR = {("zipf", 16): 0.05, ("zipf", 64): 0.03}  # both optimizers' best lr in results/rowwise.md (200k rows) and
+                                              # rowwise_3m.md (3M, dim 16); movielens: the recipe's
 
 
 # fine-tuning runs and their baseline: the last model; the push that clusters waits for it (~20 s a shard here)
@@ -70,49 +74,62 @@ def speed(args, dim: int) -> None:
            f"{args.speed}"])
 
 
-def run(recipe: str, sets: list[str], saec: tuple[float, ...] = ()) -> dict:
-    """One training run; with ``saec`` ratios, also the same model evaluated with each field's rows
-    clustered (every shard clusters its own rows), under results["saec"][ratio]."""
-    r = load(recipe, [*sets, 'train.baseline="none"', f'sparse_optimizer.name="{OPTIMIZER}"'])
+def run(recipe: str, sets: list[str], saec: tuple = (), optimizer: str = ROWWISE) -> dict:
+    """One training run with ``optimizer``; with ``saec`` (ratio, own) pairs, also the same model
+    evaluated with each field's rows clustered (every shard clusters its own rows), under
+    results["saec"][(ratio, own)]. "curve": (step, ps_emb_bytes) from metrics.jsonl."""
+    mine = load(recipe, sets).sparse_optimizer  # a new name drops the file's other keys: set them again
+    r = load(recipe, [*sets, 'train.baseline="none"', f'sparse_optimizer.name="{optimizer}"',
+                      *(f"sparse_optimizer.{k}={json.dumps(v)}" for k, v in mine.items() if k != "name")])
     with tempfile.TemporaryDirectory() as tmp:
         trainer = Trainer(r, Path(tmp) / "run", progress=False)
         s = trainer.fit()
+        lines = [json.loads(x) for x in (Path(tmp) / "run" / "metrics.jsonl").read_text().splitlines() if x]
         out = {"rows": s["ps_emb_rows"], "bytes": s["ps_emb_bytes"], "auc": s["eval_auc"],
                "logloss": s["eval_logloss"], "samples/s": s["samples_per_s"], "saec": {},
                "live_chunks": s.get("ps_emb_live_chunks"), "clusters": s.get("ps_emb_clusters"),
-               "steps": s["steps"], "seconds": s["train_seconds"]}
+               "steps": s["steps"], "seconds": s["train_seconds"], "optimizer": optimizer,
+               "lr": r.sparse_optimizer.get("lr"),
+               "curve": [(x["step"], x["ps_emb_bytes"]) for x in lines if "ps_emb_bytes" in x]}
         stores = trainer.client.transport.stores  # the embedded default: each shard in this process
         unclustered = trainer.evaluate()
         ids = [s_.tables["emb"].export()["ids"] for s_ in stores]
         clusterings = {}
-        for ratio in saec:  # all from the trained rows, before any is applied
+        for ratio, own in saec:  # all from the trained rows, before any is applied
             start = time.perf_counter()
-            parts = [cluster_table(s_.tables["emb"], shift=FIELD_SHIFT[recipe], ratio=ratio) for s_ in stores]
-            clusterings[ratio] = (parts, time.perf_counter() - start)
-        for ratio, (parts, seconds) in clusterings.items():
-            for s_, part, mine in zip(stores, parts, ids):  # each row's values := its cluster's vector
+            parts = [cluster_table(s_.tables["emb"], shift=FIELD_SHIFT[recipe], ratio=ratio, own=own)
+                     for s_ in stores]
+            clusterings[ratio, own] = (parts, time.perf_counter() - start)
+        before = [s_.tables["emb"].pull(mine, create=False) for s_, mine in zip(stores, ids)]
+        for key, (parts, seconds) in clusterings.items():
+            for s_, part, mine, was in zip(stores, parts, ids, before):  # each row's values := its cluster's
                 table = s_.tables["emb"]
                 table.push(mine, part.lookup(mine) - table.pull(mine, create=False), step=trainer.step + 1,
                            kind="delta")
             clustered = trainer.evaluate()
+            for s_, mine, was in zip(stores, ids, before):  # back to the trained rows for the next clustering
+                table = s_.tables["emb"]
+                table.push(mine, was - table.pull(mine, create=False), step=trainer.step + 1, kind="delta")
             both = ClusteredTable.combine(parts)
-            out["saec"][ratio] = {"vectors": len(both.vectors), "bytes": both.nbytes, "seconds": seconds,
-                                  "auc": clustered["eval_auc"], "logloss": clustered["eval_logloss"],
-                                  "unclustered_auc": unclustered["eval_auc"]}
+            out["saec"][key] = {"vectors": len(both.vectors), "bytes": both.nbytes, "seconds": seconds,
+                                "auc": clustered["eval_auc"], "logloss": clustered["eval_logloss"],
+                                "unclustered_auc": unclustered["eval_auc"]}
         trainer.close()
+    print(f"run {optimizer} {' '.join(sets)}: AUC {out['auc']:.4f}, {out['bytes'] / out['rows']:.1f} bytes a row, "
+          f"{out['rows']:,} rows, {out['seconds']:.0f} s", flush=True)
     return out
 
 
 def finetune(name: str, recipe: str, sets: list[str], dim: int, ratios, shares) -> list[dict]:
     """The unclustered fp32 run (clustered after training too) and, for each ratio and share, a run that
     clusters at that share of its steps and trains on; all evaluated once, at the end."""
-    base = run(recipe, [*sets, *FINAL], ratios)
+    base = run(recipe, [*sets, *FINAL], tuple((r, 0.0) for r in ratios))  # the servers cluster plainly
     out = []
     for ratio in ratios:
         for share in shares:
             at = max(1, int(share * base["steps"]))
             tuned = run(recipe, [*sets, *FINAL, f"compression.saec.ratio={ratio}", f"compression.saec.at={at}"])
-            after = base["saec"][ratio]
+            after = base["saec"][ratio, 0.0]
             out.append({"data": name, "dim": dim, "ratio": ratio, "at": at, "steps": tuned["steps"],
                         "ids": base["rows"], "vectors": tuned["clusters"],
                         "x fewer vectors": base["rows"] / tuned["clusters"],
@@ -128,7 +145,7 @@ def finetune(name: str, recipe: str, sets: list[str], dim: int, ratios, shares) 
 
 def table(storage: str, dim: int, n: int) -> EmbeddingTable:
     """A table of ``n`` rows (ids 0..n-1) in ``storage``, row-wise Adagrad, as the recipe's model table."""
-    t = EmbeddingTable(TableConfig("t", dim, storage=storage), make_optimizer({"name": OPTIMIZER}))
+    t = EmbeddingTable(TableConfig("t", dim, storage=storage), make_optimizer({"name": ROWWISE}))
     for lo in range(0, n, 1 << 16):
         t.pull(np.arange(lo, min(n, lo + (1 << 16)), dtype=np.int64), step=1)
     return t
@@ -182,13 +199,72 @@ def plot(rows: list[dict], out: Path) -> None:
     plt.close(fig)
 
 
+def tables(args, rows: list[dict], saec_rows: list[dict], curves: list, reproduce: str) -> None:
+    """results/compression.md, _saec.md, _curve.md and the plot, from the panels run so far."""
+    plot(rows, RESULTS / f"{args.name}.png")
+    lrs = ", ".join(f"{k[0]} dim {k[1]}: {v}" for k, v in LR.items())
+    write(args.name, "Row formats, FIITED and the hashing trick against the best fp32 model: whole bytes per "
+          "id, AUC", rows,
+          ["best: the better of fp32 with element-wise Adagrad (fp32 adagrad) and with row-wise Adagrad (fp32), "
+           f"each at its best lr from results/rowwise*.md ({lrs}; movielens: the recipe's, 0.02), the recipe's "
+           "other sparse_optimizer keys (initial_accumulator 1e-6 on zipf) for both; every other method: row-wise "
+           "Adagrad, the same settings (one float of state a row, what compact rows pair with)",
+           "bytes/id: the servers' account at the end (ps_emb_bytes) over the distinct ids (the fp32 run's rows): "
+           "a row's id (8 bytes), count (4), last step (4), its values in their format and the optimizer's state "
+           "(float32: element-wise Adagrad dim + 1 words, row-wise 1), the hash index's slots (5 bytes a slot, "
+           "load <= 0.7), FIITED's chunk pool; x fewer: best's (or fp32 row-wise's) bytes over the method's",
+           "value bytes/row: the stored values alone (fp16, bf16: two a word; int8: a byte each and a float32 "
+           "scale, words rounded up; formats round stochastically)",
+           "hash@F: fp32 rows, ids folded into as many buckets as fit in F's MB (compression.hash_buckets)",
+           f"fiited T: fp32 values in {args.chunks} chunks a row (compression.fiited.chunks), a pass every 100 steps "
+           "keeping the share T of them; a new row holds the chunks that fit in a plain row's words until a pass "
+           "(dim 16: 2, dim 64: 3); value bytes/row: the chunks held at the end and the wide weight; MB also "
+           "counts each row's chunk handles and utilities (2 words a chunk)",
+           f"zipf: the default recipe on {args.rows:,} generated rows (one epoch); movielens: the shipped recipe; "
+           "the lr baseline off; dim + 1 values a row (the wide part's first-order weight)",
+           "samples/s: measured on a shared, busy machine (2 cores, other jobs running): not comparable",
+           f"plot: results/{args.name}.png", reproduce])
+    if saec_rows:
+        write(f"{args.name}_saec", "Saec: each field's rows clustered after training, plainly and frequency-aware, "
+              "against the best fp32 model", saec_rows,
+              ["the row-wise fp32 run's last model (AUC row-wise; compression.md's eval AUC is the best kept "
+               "model's), evaluated with every row's values replaced by its "
+               "cluster's vector (ratio: rows per cluster in each field, at least 16 clusters a field; each shard "
+               "clusters its own rows, weighted by their counts); AUC - best: against the best fp32 model "
+               "(results/compression.md)",
+               "own: the share of a field's clusters that its most frequent ids keep, one each, exact "
+               "(frequency-aware, compression/saec.py); only the other ids are clustered, into the rest; 0: plain",
+               "vectors: every cluster vector (own rows included); x fewer: ids over vectors",
+               "export MB: sorted ids (8 bytes), cluster numbers (4) and the vectors; x fewer: against the ids and "
+               "fp32 values of every row",
+               "clustering s: wall time of every shard's clustering, one after another (busy machine)", reproduce])
+    if curves:
+        curve_rows = []
+        for name, dim, plain, chunked in curves:
+            at = dict(plain)
+            ratios_ = [(s_, b / at[s_]) for s_, b in chunked if s_ in at]
+            worst = max(ratios_, key=lambda x: x[1])
+            curve_rows.append({"data": name, "dim": dim, "points": len(ratios_), "max FIITED / fp32": worst[1],
+                               "at step": worst[0], "first pass": 100,
+                               "before it (max)": max((r for s_, r in ratios_ if s_ < 100), default=float("nan")),
+                               "at the end": ratios_[-1][1]})
+        write(f"{args.name}_curve", "FIITED's bytes against fp32 row-wise's over a run", curve_rows,
+              ["ps_emb_bytes of the FIITED and the fp32 (row-wise) runs of results/compression.md at every "
+               "metrics line (metrics.log_every steps), their ratio at the same step; the largest, and where",
+               reproduce], extra={"curves": [{"data": n, "dim": d, "fp32": p, "fiited": c} for n, d, p, c in curves]})
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=1_000_000, help="generated training rows")
     parser.add_argument("--dims", default="16,64")
-    parser.add_argument("--rss-rows", type=int, default=2_000_000)
-    parser.add_argument("--saec", default="20,50", help="Saec: rows per cluster, per field")
-    parser.add_argument("--saec-at", default="0.5,0.8",
+    parser.add_argument("--data", default="zipf,movielens")
+    parser.add_argument("--name", default="compression", help="results/NAME.md, NAME_saec.md, NAME_curve.md")
+    parser.add_argument("--formats", default="bf16,int8", help="row formats besides fp32 (fp16's bytes are bf16's)")
+    parser.add_argument("--rss-rows", type=int, default=2_000_000, help="0: no resident-memory table")
+    parser.add_argument("--saec", default="20,40", help="Saec: rows per cluster, per field")
+    parser.add_argument("--own", default="0,0.5", help="Saec: shares of a field's clusters its most frequent ids keep")
+    parser.add_argument("--saec-at", default="",
                         help="Saec fine-tuning: cluster at these shares of the run's steps and train on (empty: none)")
     parser.add_argument("--saec-only", action="store_true",
                         help="only Saec: the fp32 run clustered after training and the fine-tuning runs")
@@ -200,56 +276,65 @@ def main():
     dims = [int(d) for d in args.dims.split(",")]
     if args.speed:
         return speed(args, dims[-1])
-    ratios = tuple(float(r) for r in args.saec.split(","))
+    ratios = tuple(float(r) for r in args.saec.split(",") if r)
+    pairs = tuple((r, float(o)) for r in ratios for o in args.own.split(","))
     data = {"zipf": ("criteo_synthetic", [f"data.synthetic.rows={args.rows}"]),
             "movielens": ("movielens", [f'data.train=["{data_dir()}"]'])}
+    data = {k: data[k] for k in args.data.split(",")}
     shares = [float(f) for f in args.saec_at.split(",") if f]
-    rows, saec_rows, tune_rows = [], [], []
+    rows, saec_rows, tune_rows, curves = [], [], [], []
+    reproduce = (f"reproduce: python benchmarks/compression.py --rows {args.rows} --dims {args.dims} "
+                 f"--data {args.data} --name {args.name} "
+                 f"--formats {args.formats} --saec {args.saec} --own {args.own}"
+                 f"{f' --saec-at {args.saec_at}' if args.saec_at else ''}{' --saec-only' if args.saec_only else ''}")
+    reproduce += f" --chunks {args.chunks} --chunk-target {args.chunk_target}"
     for name, (recipe, extra) in data.items():
         for dim in dims:
-            sets = [*extra, f"embedding.dim={dim}"]
+            sets = [*extra, f"embedding.dim={dim}", *([f"sparse_optimizer.lr={LR[name, dim]}"]
+                                                      if (name, dim) in LR else [])]
             if shares:
                 tune_rows += finetune(name, recipe, sets, dim, ratios, shares)
             if args.saec_only:
                 continue
-            results = {f: run(recipe, [*sets, f'compression.storage="{f}"'], ratios if f == "fp32" else ())
-                       for f in FORMATS}
+            results = {"fp32 adagrad": run(recipe, sets, optimizer=ADAGRAD), "fp32": run(recipe, sets, pairs)}
+            for f in args.formats.split(","):
+                results[f] = run(recipe, [*sets, f'compression.storage="{f}"'])
             if dim % args.chunks == 0:  # FIITED: fp32 values in chunks, a share of them kept
                 results[f"fiited {args.chunk_target}"] = run(recipe, [*sets, f"compression.fiited.chunks={args.chunks}",
                                                                       f"compression.fiited.target={args.chunk_target}"])
-            for f in HASHED:
-                buckets = buckets_for(results[f]["bytes"], dim + 1)
-                results[f"hash@{f}"] = run(recipe, [*sets, f"compression.hash_buckets={buckets}"])
-            base = results["fp32"]
+                curves.append((name, dim, results["fp32"]["curve"], results[f"fiited {args.chunk_target}"]["curve"]))
+            small = min((f for f in args.formats.split(",")), key=lambda f: results[f]["bytes"])
+            buckets = buckets_for(results[small]["bytes"], dim + 1)
+            results[f"hash@{small}"] = run(recipe, [*sets, f"compression.hash_buckets={buckets}"])
+            best_name = max(("fp32 adagrad", "fp32"), key=lambda k: results[k]["auc"])
+            best, rw, ids = results[best_name], results["fp32"], results["fp32"]["rows"]
             for method, r in results.items():
                 if r["live_chunks"] is not None:  # the chunks held at the end (measured), and the wide weight
                     words = (r["live_chunks"] * (dim // args.chunks) + r["rows"]) / r["rows"]
                 else:
-                    words = table(method if method in FORMATS else "fp32", dim + 1, 1).format.value_words(dim + 1)
-                rows.append({"data": name, "dim": dim, "method": method,
+                    fmt = method if method in args.formats.split(",") else "fp32"
+                    words = table(fmt, dim + 1, 1).format.value_words(dim + 1)
+                rows.append({"data": name, "dim": dim, "method": method + (" (best)" if method == best_name else ""),
                              "kind": "hashing trick" if method.startswith("hash") else
                              "fiited" if method.startswith("fiited") else "format",
-                             "rows": r["rows"], "value bytes/row": 4 * words, "bytes/id": r["bytes"] / r["rows"],
-                             "MB": r["bytes"] / 1e6, "x fewer value bytes": (dim + 1) / words,
-                             "x fewer MB": base["bytes"] / r["bytes"],
-                             "eval AUC": f"{r['auc']:.4f}", "AUC - fp32": f"{r['auc'] - base['auc']:+.4f}",
+                             "optimizer": r["optimizer"], "lr": r["lr"], "rows": r["rows"],
+                             "value bytes/row": 4 * words, "bytes/id": r["bytes"] / ids, "MB": r["bytes"] / 1e6,
+                             "x fewer bytes than best": best["bytes"] / r["bytes"],
+                             "than fp32 row-wise": rw["bytes"] / r["bytes"],
+                             "eval AUC": f"{r['auc']:.4f}", "AUC - best": f"{r['auc'] - best['auc']:+.4f}",
                              "eval logloss": f"{r['logloss']:.4f}", "samples/s": r["samples/s"]})
                 print(rows[-1], flush=True)
-            for ratio, c in base["saec"].items():  # exported bytes: Saec's map and vectors; the trick's vectors
-                plain = base["rows"] * (8 + 4 * (dim + 1))  # ids and fp32 values, what an unclustered export holds
-                buckets = int(c["bytes"] / (4 * (dim + 1)))
-                hashed = run(recipe, [*sets, f"compression.hash_buckets={buckets}"])
-                saec_rows.append({"data": name, "dim": dim, "ratio": ratio, "ids": base["rows"],
-                                  "vectors": c["vectors"], "x fewer vectors": base["rows"] / c["vectors"],
+            for (ratio, own), c in rw["saec"].items():
+                plain = rw["rows"] * (8 + 4 * (dim + 1))  # ids and fp32 values, what an unclustered export holds
+                saec_rows.append({"data": name, "dim": dim, "ratio": ratio, "own": own, "ids": rw["rows"],
+                                  "vectors": c["vectors"], "x fewer vectors": rw["rows"] / c["vectors"],
                                   "export MB": c["bytes"] / 1e6, "x fewer export bytes": plain / c["bytes"],
-                                  "AUC unclustered": f"{c['unclustered_auc']:.4f}",
-                                  "AUC clustered": f"{c['auc']:.4f}",
-                                  "AUC change": f"{c['auc'] - c['unclustered_auc']:+.4f}",
-                                  "clustering s": c["seconds"], "hash@same bytes": buckets,
-                                  "its AUC": f"{hashed['auc']:.4f}"})
+                                  "AUC best": f"{best['auc']:.4f}",
+                                  "AUC row-wise": f"{c['unclustered_auc']:.4f}",
+                                  "AUC clustered": f"{c['auc']:.4f}", "AUC - best": f"{c['auc'] - best['auc']:+.4f}",
+                                  "clustering s": c["seconds"]})
                 print(saec_rows[-1], flush=True)
-    reproduce = (f"reproduce: python benchmarks/compression.py --rows {args.rows} --dims {args.dims} --saec {args.saec} "
-                 f"--saec-at {args.saec_at}{' --saec-only' if args.saec_only else ''}")
+            tables(args, rows, saec_rows, curves, reproduce)  # a panel at a time: a long run keeps what it has
     if tune_rows:
         write("compression_saec_finetune", "Saec as the training table: clustered mid-run, fine-tuned with the map "
               "frozen, against the unclustered model of the same steps", tune_rows,
@@ -267,35 +352,14 @@ def main():
     if args.saec_only:
         return
     rss_rows = []
-    for dim in dims:
+    for dim in dims if args.rss_rows else ():
         fp32 = rss_per_row("fp32", dim + 1, args.rss_rows)
-        for f in FORMATS:
+        for f in ("fp32", *args.formats.split(",")):
             got = fp32 if f == "fp32" else rss_per_row(f, dim + 1, args.rss_rows)
             rss_rows.append({"dim": dim, "format": f, "RSS bytes/row": got, "x fewer RSS": fp32 / got})
             print(rss_rows[-1], flush=True)
-    plot(rows, RESULTS / "compression.png")
-    reproduce += f" --chunks {args.chunks} --chunk-target {args.chunk_target}"
-    write("compression", "Row formats against float32 and the hashing trick: bytes, AUC, speed", rows,
-          ["fp16, bf16: two values a float32 word; int8: one byte a value and a float32 scale a row (words "
-           "rounded up); every format keeps the optimizer's state (row-wise Adagrad: one word) in float32 and "
-           "rounds stochastically",
-           "value bytes/row: the stored values (x fewer: against fp32's); MB: the servers' account of the model "
-           "table at the end (rows in their format, id, count, last step, hash index); bytes/id: MB over its rows",
-           "hash@F: fp32 rows, ids folded into as many buckets as fit in F's MB (compression.hash_buckets)",
-           f"fiited T: fp32 values in {args.chunks} chunks a row (compression.fiited.chunks), a pass every 100 steps "
-           "keeping the share T of them; value bytes/row: the chunks held at the end (measured: rows made since the "
-           "last pass hold all theirs) and the wide weight; MB also counts each row's chunk handles and utilities",
-           f"zipf: the default recipe on {args.rows:,} generated rows; movielens: the shipped recipe; the lr "
-           "baseline off; dim + 1 values a row (the wide part's first-order weight)",
-           "plot: results/compression.png", reproduce])
-    write("compression_saec", "Saec: each field's rows clustered after training, against the hashing trick", saec_rows,
-          ["the fp32 run's model, evaluated as trained and with every row's values replaced by its cluster's vector "
-           "(ratio: rows per cluster in each field; each shard clusters its own rows, weighted by their counts)",
-           "export MB: sorted ids (8 bytes), cluster numbers (4) and the vectors; x fewer: against the ids and "
-           "fp32 values of every row",
-           "hash@same bytes: a run with the hashing trick whose vectors alone take the export's bytes (its ids need "
-           "no map); its AUC beside",
-           "clustering s: wall time of every shard's clustering, one after another", reproduce])
+    if not rss_rows:
+        return
     write("compression_rss", "Resident memory per row, by row format", rss_rows,
           [f"one table of {args.rss_rows:,} rows of dim + 1 values, row-wise Adagrad, made in this process: the "
            "growth of its resident set over the rows (values, state, id, count, last step, hash index)",

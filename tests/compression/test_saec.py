@@ -125,6 +125,23 @@ def test_a_heavy_row_far_away_keeps_its_own_centroid():
     assert np.sum(assign == assign[1234]) > 1
 
 
+def test_frequent_rows_keep_their_own_and_the_tail_is_clustered_alone():
+    rng = np.random.default_rng(4)
+    values = rng.normal(size=(3000, 6)).astype(np.float32)
+    counts = rng.integers(1, 5, 3000)
+    top = rng.choice(3000, 40, replace=False)
+    counts[top] = 1000 + np.arange(40)[::-1]  # top[0] the most frequent
+    got = cluster(values, counts, 100, own=40)
+    assert np.array_equal(got.assign[top], np.arange(40))  # in order of frequency, one row each, exact
+    assert np.array_equal(got.centroids[:40], values[top]) and np.bincount(got.assign)[:40].tolist() == [1] * 40
+    tail = np.setdiff1d(np.arange(3000), top)
+    alone = cluster(values[tail], counts[tail], 60)  # the tail, clustered as if it were all the rows
+    assert np.array_equal(got.assign[tail], alone.assign + 40) and np.array_equal(got.centroids[40:], alone.centroids)
+    assert got.inertia == alone.inertia
+    with pytest.raises(ValueError, match="own"):
+        cluster(values, counts, 100, own=100)
+
+
 def test_k_at_least_n_keeps_every_row():
     values = np.arange(24, dtype=np.float32).reshape(6, 4)[:, ::2]  # not C-contiguous
     values[3] = values[1]

@@ -32,13 +32,17 @@ class Ref:
     def __init__(self, dim, C, tail, opt, target):
         self.dim, self.C, self.s, self.opt, self.target, self.rows = dim, C, (dim - tail) // C, opt, target, {}
         self.a = opt.state_width(2) - opt.state_width(1)
+        chunk = (1 + self.a) * self.s  # a new row's chunks: as many as fit in a plain row beside 2 C words
+        self.start = min(C, max(1, (C * chunk - 2 * C) // chunk))
 
     def row(self, id_):
         if id_ not in self.rows:
             work = np.zeros((1, self.dim + self.opt.state_width(self.dim)), np.float32)
             init_rows(np.array([id_], np.int64), work, 0, 1, self.dim, np.int64(0), np.float32(0.01))
             self.opt.init_state(work, 0, 1, self.dim)
-            self.rows[id_] = [work[0], np.zeros(self.C, np.float32), np.ones(self.C, bool)]
+            live = np.arange(self.C) < self.start
+            work[0, [c for k in np.flatnonzero(~live) for c in self.cols(k)]] = 0
+            self.rows[id_] = [work[0], np.zeros(self.C, np.float32), live]
         return self.rows[id_]
 
     def cols(self, k):  # chunk k's working columns: its values, then its slice of each state block
@@ -93,6 +97,7 @@ def test_a_chunked_table_is_its_slow_reference_bit_for_bit(optimizer, dim, tail)
     opt = make_optimizer({"name": optimizer, "lr": 0.1})
     table = EmbeddingTable(TableConfig("t", dim, chunks=4, chunk_target=0.5, chunk_tail=tail), opt)
     ref = Ref(dim, 4, tail, opt, 0.5)
+    assert table.format.start == ref.start
     rng = np.random.default_rng(7)
     totals = {"freed": 0, "revived": 0}
     for step in range(1, 16):
@@ -129,6 +134,22 @@ def trained(n=20_000, dim=16, optimizer="rowwise_adagrad"):
     table.pull(ids, step=1)
     table.push(ids, np.random.default_rng(0).normal(size=(n, dim)).astype(np.float32), step=1)
     return table, ids
+
+
+@pytest.mark.parametrize("optimizer", ["rowwise_adagrad", "adagrad"])
+@pytest.mark.parametrize("dim", [17, 65])  # the recipe's dims 16 and 64 and the wide weight
+def test_a_chunked_table_is_never_larger_than_a_plain_one_before_its_first_pass(optimizer, dim):
+    ids = np.arange(5000, dtype=np.int64)
+    tables = [EmbeddingTable(TableConfig("t", dim, chunks=c, chunk_target=0.35, chunk_tail=1 if c > 1 else 0),
+                             make_optimizer({"name": optimizer})) for c in (1, 4)]
+    for step, part in enumerate(np.array_split(ids, 5), 1):
+        for t in tables:
+            t.pull(part, step=step)
+            t.push(part[::2], np.random.default_rng(step).normal(size=(len(part[::2]), dim)).astype(np.float32),
+                   step=step)
+        plain, chunked = (t.nbytes for t in tables)
+        assert chunked <= plain, f"step {step}: {chunked:,} bytes chunked > {plain:,} plain"
+    assert tables[1].adjust_dims()["live"] <= 0.35 * 4 * len(ids) and tables[1].nbytes < tables[0].nbytes
 
 
 RSS = """
@@ -232,12 +253,13 @@ def test_rows_through_the_disk_tier_come_back_bit_for_bit(tmp_path):
 
 def test_a_pass_frees_chunks_to_the_target_and_so_does_deleting_or_evicting_rows():
     table, ids = trained()
-    full, pool = table.nbytes, table.format.pool
-    assert pool.live == 4 * len(ids) and pool.arena.capacity >= 4 * len(ids)
+    full, pool, start = table.nbytes, table.format.pool, table.format.start
+    assert start == 2 and pool.live == start * len(ids) and pool.arena.capacity >= start * len(ids)
     got = table.adjust_dims()
-    assert got["live"] == pool.live <= 0.35 * 4 * len(ids) and got["freed"] == 4 * len(ids) - got["live"]
+    assert got["live"] == pool.live <= 0.35 * 4 * len(ids)
+    assert got["freed"] - got["revived"] == start * len(ids) - got["live"]
     assert pool.arena.capacity == got["live"]  # compacted into an arena of exactly the live chunks
-    assert full - table.nbytes == got["freed"] * pool.words * 4
+    assert full - table.nbytes == (got["freed"] - got["revived"]) * pool.words * 4
     assert (table.pull(ids, create=False) == 0).mean() > 0.5
     rows, live = by_id(table), pool.live
     held = lambda gone: int(sum(rows[int(i)][-4:].sum() for i in gone))  # noqa: E731
@@ -245,15 +267,15 @@ def test_a_pass_frees_chunks_to_the_target_and_so_does_deleting_or_evicting_rows
     assert table.evict(lambda cols, n: np.flatnonzero(np.isin(cols.ids[:n], ids[300:400])), "test") == 100
     used, live = pool.used, live - held(ids[:400])
     assert pool.live == live
-    table.pull(np.arange(10**6, 10**6 + 50, dtype=np.int64), step=3)  # 200 chunks: freed ones, no growth
-    assert pool.used == used and pool.live == live + 200
+    table.pull(np.arange(10**6, 10**6 + 50, dtype=np.int64), step=3)  # 100 chunks: freed ones, no growth
+    assert pool.used == used and pool.live == live + 50 * start
     table.check()
     c = chunk_store(every=10**6).config  # the budget counts chunks: it evicts just enough rows to meet it
     s = ShardStore(StoreConfig(c.tables, c.optimizer, {}, EvictionConfig(protect_steps=0), c.chunk_every),
                    limits=StoreLimits(memory_budget=150_000))
     train([s], range(1, 6), ids_max=3000)
     st, t = s.stats(), s.stats()["tables"]["t"]
-    assert t["evicted"]["budget"] > 0 and t["live_chunks"] == 4 * t["rows"]
+    assert t["evicted"]["budget"] > 0 and t["live_chunks"] == 2 * t["rows"]
     assert 0.9 * 150_000 < st["bytes"] <= 150_000 and s.memory.short == 0
     s.check()
 

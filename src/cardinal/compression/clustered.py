@@ -10,7 +10,11 @@ so no cluster mixes fields, as in the paper. Each field of ``n`` rows gets ceil(
 clusters from ``saec.cluster``, and at least ``min_clusters`` (a field of 20 genres keeps them
 apart: the savings are in the large fields), weighted by the times each id was pulled for training (the
 table's count): the well-trained frequent ids seed and shape the clusters, the tail joins the
-nearest. An unseen id reads zeros, as it does in training's evaluation. What serving keeps is
+nearest. Frequency-aware (``own`` > 0): that share of a field's clusters go to its most frequent
+ids, one each, exact; the tail shares the rest (at ratio 20, own 0.5: the top 2.5% of ids keep
+their rows, the others share a vector with about 38 more). Off by default here: training's and
+export's Saec cluster plainly until a benchmark's table says otherwise (benchmarks/compression.py).
+An unseen id reads zeros, as it does in training's evaluation. What serving keeps is
 ``nbytes``: the sorted ids (8 bytes each), their cluster numbers (4) and the vectors.
 """
 
@@ -50,13 +54,14 @@ class ClusteredTable:
         return ClusteredTable(ids[order], clusters[order], np.concatenate([p.vectors for p in parts]))
 
 
-def cluster_table(table, shift: int, ratio: float, rounds: int = 3, min_clusters: int = 16) -> ClusteredTable:
+def cluster_table(table, shift: int, ratio: float, rounds: int = 3, min_clusters: int = 16,
+                  own: float = 0.0) -> ClusteredTable:
     """Cluster every field of ``table`` (an ``EmbeddingTable``: its rows in RAM and on disk)."""
     check_ratio(ratio)
     rows = table.export()
     ids, counts = rows["ids"], rows["count"]
     values = table.pull(ids, create=False)  # decoded, whatever the format and tier
-    assign, vectors = cluster_fields(ids, values, counts, shift, ratio, rounds, min_clusters)
+    assign, vectors = cluster_fields(ids, values, counts, shift, ratio, rounds, min_clusters, own)
     order = np.argsort(ids, kind="stable")
     return ClusteredTable(ids[order], assign[order], vectors)
 
@@ -67,22 +72,25 @@ def check_ratio(ratio: float) -> None:
 
 
 def cluster_fields(ids: np.ndarray, values: np.ndarray, counts: np.ndarray, shift: int, ratio: float,
-                   rounds: int = 3, min_clusters: int = 16) -> tuple[np.ndarray, np.ndarray]:
+                   rounds: int = 3, min_clusters: int = 16, own: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
     """Each field's rows clustered on their own: (assign (n,) int32 in the order of ``ids``, vectors
     (k, dim) float32); fields in increasing order, each one's clusters numbered after the last's.
 
     ids,     # (n,) int64, unique
     values,  # (n, dim) float32
     counts,  # (n,) integers: the weights
+    own: the share of each field's clusters that are its most frequent ids' own (0: none)
     """
     check_ratio(ratio)
+    if not 0 <= own < 1:
+        raise ValueError(f"own must be in [0, 1) (a share of the clusters), got {own!r}")
     fields = ids >> np.int64(shift)
     assign = np.empty(len(ids), np.int32)
     vectors, k0 = [], 0
     for f in np.unique(fields):
         mine = np.flatnonzero(fields == f)
         k = max(int(np.ceil(len(mine) / ratio)), min_clusters)
-        got = cluster(values[mine], counts[mine], k, rounds=rounds)
+        got = cluster(values[mine], counts[mine], k, rounds=rounds, own=int(own * min(k, len(mine) - 1)))
         assign[mine] = got.assign + np.int32(k0)
         vectors.append(got.centroids)
         k0 += len(got.centroids)

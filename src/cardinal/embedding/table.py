@@ -331,6 +331,7 @@ class EmbeddingTable(RowRemoval, WholeTableViews):
         encoded at ``step``; not stored."""
         work = self._fresh(ids)
         if update is not None:
+            self.format.mask_new(g)
             update(work, np.arange(len(ids), dtype=np.int64), g, at)
         return work if self.format.exact else self.format.from_working(work, ids, step, self.dim)
 

@@ -138,6 +138,10 @@ class RowFormat(ABC):
         self.store(out, np.arange(len(work), dtype=np.int64), work, dim, ids, step)
         return out
 
+    def mask_new(self, grads: np.ndarray) -> None:
+        """Zero, in place, the gradient (n, dim) columns that rows ``from_working`` makes do not
+        hold, before their first update. All are held here."""
+
     def release(self, data: np.ndarray, rows: np.ndarray) -> None:
         """Rows ``rows`` (unique) are about to be deleted or overwritten: free what they hold outside
         their words. Nothing to free here."""

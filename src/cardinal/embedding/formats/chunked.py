@@ -22,11 +22,15 @@ more). A chunk that comes back starts at zero: values 0, its state 0 (the row's 
 e.g. Adam's step count, is the row's and stays). The pass covers the rows in RAM: rows in the
 cold tier keep their chunks as they left until they come back.
 
-Workers see the full dim: a pull reads zeros for chunks a row does not hold. New rows start
-with every chunk. Portable rows (the disk tier, checkpoints, a push's backup) are whole:
-``[ working row | utility (C) | live (C): 1.0 or 0.0 ]``, so a row written out and placed back
-is the same row, bit for bit. One instance per table: it owns the table's pool; the table's
-lock is held around every call.
+Workers see the full dim: a pull reads zeros for chunks a row does not hold. A new row starts
+with the first ``start`` chunks: as many as keep its words and chunks within a plain float32
+row's (dim 16, C 4, row-wise Adagrad: 2 of 4; dim 64: 3), so a table is never larger than fp32's
+before its first pass (a row holding every chunk, handles and utilities too, was 1.44x); the pass
+gives the others to the rows whose gradients earn them (their utilities count from the first
+push; their gradients are dropped until then, a new row's first update included). Portable
+rows (the disk tier, checkpoints, a push's backup) are whole: ``[ working row | utility (C) |
+live (C): 1.0 or 0.0 ]``, so a row written out and placed back is the same row, bit for bit.
+One instance per table: it owns the table's pool; the table's lock is held around every call.
 """
 
 import math
@@ -103,6 +107,8 @@ class Chunked(RowFormat):
         assert chunks >= 1 and 0 <= tail < dim and self.s * chunks == dim - tail and 0 < target <= 1
         self.dim = dim
         self.pool = ChunkPool((1 + self.a) * self.s)
+        chunk = (1 + self.a) * self.s  # a chunk's words; a plain row spends C of them where this one has 2 C words
+        self.start = min(chunks, max(1, (chunks * chunk - 2 * chunks) // chunk))  # of handles and utilities
 
     def __repr__(self) -> str:
         return f"<row format fp32 in {self.C} chunks of {self.s} (tail {self.t}), target {self.target}>"
@@ -181,8 +187,19 @@ class Chunked(RowFormat):
         return bad
 
     def from_working(self, work, ids, step, dim):
+        """New rows hold their first ``start`` chunks; the others' columns read zeros."""
         n, C = len(work), self.C
-        return np.hstack([work, np.zeros((n, C), np.float32), np.ones((n, C), np.float32)])
+        live = np.broadcast_to((np.arange(C) < self.start).astype(np.float32), (n, C))
+        out = np.hstack([work, np.zeros((n, C), np.float32), live])
+        out[:, self._columns(range(self.start, C))] = 0
+        return out
+
+    def mask_new(self, grads):
+        grads[:, self.start * self.s:self.C * self.s] = 0
+
+    def _columns(self, chunks) -> list[int]:
+        """The working columns of ``chunks``: their values, then their slice of each state block."""
+        return [e * self.dim + k * self.s + j for e in range(1 + self.a) for k in chunks for j in range(self.s)]
 
     def place(self, data, rows, portable, dim):
         rows = np.asarray(rows, np.int64)
