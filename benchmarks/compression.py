@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from movielens import data_dir  # noqa: E402
+from movielens import BEFORE_SWEEP, data_dir  # noqa: E402
 from report import RESULTS, write  # noqa: E402
 
 from cardinal.compression.clustered import ClusteredTable, cluster_table  # noqa: E402
@@ -220,9 +220,10 @@ def tables(args, rows: list[dict], saec_rows: list[dict], curves: list, reproduc
            "keeping the share T of them; a new row holds the chunks that fit in a plain row's words until a pass "
            "(dim 16: 2, dim 64: 3); value bytes/row: the chunks held at the end and the wide weight; MB also "
            "counts each row's chunk handles and utilities (2 words a chunk)",
-           f"zipf: the default recipe on {args.rows:,} generated rows (one epoch); movielens: the shipped recipe; "
+           f"zipf: the default recipe on {args.rows:,} generated rows (one epoch); movielens: the recipe before its sweep "
+           "(benchmarks/movielens.py BEFORE_SWEEP: one shared table); "
            "the lr baseline off; dim + 1 values a row (the wide part's first-order weight)",
-           "samples/s: measured on a shared, busy machine (2 cores, other jobs running): not comparable",
+           "samples/s: one run each, not alternated (FIITED's against fp32's: --speed)",
            f"plot: results/{args.name}.png", reproduce])
     if saec_rows:
         write(f"{args.name}_saec", "Saec: each field's rows clustered after training, plainly and frequency-aware, "
@@ -237,7 +238,7 @@ def tables(args, rows: list[dict], saec_rows: list[dict], curves: list, reproduc
                "vectors: every cluster vector (own rows included); x fewer: ids over vectors",
                "export MB: sorted ids (8 bytes), cluster numbers (4) and the vectors; x fewer: against the ids and "
                "fp32 values of every row",
-               "clustering s: wall time of every shard's clustering, one after another (busy machine)", reproduce])
+               "clustering s: wall time of every shard's clustering, one after another", reproduce])
     if curves:
         curve_rows = []
         for name, dim, plain, chunked in curves:
@@ -279,7 +280,7 @@ def main():
     ratios = tuple(float(r) for r in args.saec.split(",") if r)
     pairs = tuple((r, float(o)) for r in ratios for o in args.own.split(","))
     data = {"zipf": ("criteo_synthetic", [f"data.synthetic.rows={args.rows}"]),
-            "movielens": ("movielens", [f'data.train=["{data_dir()}"]'])}
+            "movielens": ("movielens", [f'data.train=["{data_dir()}"]', *BEFORE_SWEEP])}
     data = {k: data[k] for k in args.data.split(",")}
     shares = [float(f) for f in args.saec_at.split(",") if f]
     rows, saec_rows, tune_rows, curves = [], [], [], []

@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from e2e import SPARSE_LRS, Batches, Cached, run_cardinal  # noqa: E402
-from movielens import find_copy  # noqa: E402
+from movielens import BEFORE_SWEEP, find_copy  # noqa: E402
 from peers_env import export, peer_python, run_peer  # noqa: E402
 from report import write  # noqa: E402
 
@@ -42,12 +42,6 @@ COMMON = ["eval.every=0", 'train.baseline="none"', 'train.device="cpu"']
 CARDINAL, PEER = "cardinal", "deepctr-torch"
 
 
-# MovieLens as results/peers.md measured it: the movielens recipe before its sweep (sweep_movielens.md), whose
-# user table admits no id: the peer's model would still learn user rows from the same batches
-MOVIELENS_MEASURED = ["ps.memory.admission.tables={}", "embedding.shared=true", "embedding.dim=8",
-                      'embedding.pooling="sum"', "data.batch_size=1024", "dense_optimizer.lr=0.001"]
-
-
 def recipes(names: list[str], rows: tuple[int, int], epochs: int | None, seed: int | None = None) -> dict:
     """Each data set's recipe, or the reason it is skipped."""
     extra = [*COMMON, *([f"train.epochs={epochs}"] if epochs else []), *([f"train.seed={seed}"] if seed is not None else [])]
@@ -58,7 +52,7 @@ def recipes(names: list[str], rows: tuple[int, int], epochs: int | None, seed: i
                                                   f"data.synthetic.eval_rows={rows[1]}", *extra])
         elif name == "movielens":
             copy = find_copy()
-            out[name] = (load("movielens", [f'data.train=["{copy}"]', *MOVIELENS_MEASURED, *extra]) if copy else
+            out[name] = (load("movielens", [f'data.train=["{copy}"]', *BEFORE_SWEEP, *extra]) if copy else
                          "no MovieLens copy (`cardinal data movielens`, or ../shared/data beside the checkout)")
         else:
             raise SystemExit(f"--data: unknown data set {name!r} (criteo, movielens)")
