@@ -1,11 +1,11 @@
 """Where a trained model on generated data loses AUC against what the data allows.
 
-    python benchmarks/quality_gap.py RUN_DIR [RUN_DIR ...] [--name quality_gap]   # results/NAME.md, NAME_drop.md
+    python benchmarks/quality_gap.py RUN_DIR [RUN_DIR ...] [--newest] [--name NAME]  # results/NAME{,_drop}.md
 
 A run of the default recipe (3M generated rows) reaches about 0.808 where the teacher_bound.py
 ceiling is 0.824. A single figure cannot say which part of the model the 0.016 is in, so this
 replays the generator (``teacher_bound.replay``: each eval id's training count and the teacher's
-own terms) and scores each run's best checkpoint (its export) on the eval split:
+own terms) and scores each run's best checkpoint (``--newest``: its last) on the eval split:
 
 - by bucket: eval rows grouped by how often their rarest id was seen in training, the learner's
   AUC and logloss beside the teacher's, the teacher's without ids it never saw (k = 1) and the
@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from report import write  # noqa: E402
 from teacher_bound import estimated, logit, replay  # noqa: E402
 
+from cardinal.checkpoint.layout import latest  # noqa: E402
 from cardinal.data.batch import Bag  # noqa: E402
 from cardinal.data.criteo import SPARSE, CriteoReader  # noqa: E402
 from cardinal.serve.export import export_run, run_recipe  # noqa: E402
@@ -39,13 +40,14 @@ BUCKETS = [(0, 1), (1, 5), (5, 30), (30, 100), (100, 1000), (1000, None)]
 DROPS = (1, 2, 5, 10, 30, 100)
 
 
-def auc(score: np.ndarray, y: np.ndarray) -> float:
-    return float(binary_auroc(torch.from_numpy(np.asarray(score, np.float64)), torch.from_numpy(y)))
+def auc(score: np.ndarray, y: np.ndarray) -> str:
+    """As the tables print it: four decimals (report.fmt's three cannot show a 0.002 gap)."""
+    return f"{float(binary_auroc(torch.from_numpy(np.asarray(score, np.float64)), torch.from_numpy(y))):.4f}"
 
 
-def logloss(p: np.ndarray, y: np.ndarray) -> float:
+def logloss(p: np.ndarray, y: np.ndarray) -> str:
     p = np.clip(p, 1e-7, 1 - 1e-7)
-    return float(-(y * np.log(p) + (1 - y) * np.log(1 - p)).mean())
+    return f"{float(-(y * np.log(p) + (1 - y) * np.log(1 - p)).mean()):.4f}"
 
 
 def sigmoid(z):
@@ -65,10 +67,10 @@ def drop_rare(sparse: dict, seen: np.ndarray, k: int) -> dict:
     return out
 
 
-def predictions(run_dir: Path, eval_file: Path, seen: np.ndarray) -> dict:
+def predictions(run_dir: Path, eval_file: Path, seen: np.ndarray, newest: bool) -> dict:
     """{k: (eval rows,) probabilities}: 0 the model as trained, k the model with ids seen < k dropped."""
     with tempfile.TemporaryDirectory() as tmp:
-        export_run(run_dir, Path(tmp) / "export")
+        export_run(run_dir, Path(tmp) / "export", latest(run_dir / "checkpoints") if newest else None)
         model = ServingModel.load(Path(tmp) / "export", threads=2)
         out = {k: [] for k in (0, *DROPS)}
         at = 0
@@ -86,6 +88,7 @@ def predictions(run_dir: Path, eval_file: Path, seen: np.ndarray) -> dict:
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("runs", nargs="+", type=Path)
+    ap.add_argument("--newest", action="store_true", help="each run's newest checkpoint, not its best")
     ap.add_argument("--name", default="quality_gap")
     args = ap.parse_args()
     data = run_recipe(args.runs[0]).data
@@ -96,7 +99,7 @@ def main():
     f_hat, l_hat = estimated(ranks, seen, first, latent)
     z_bound = logit(f_hat, l_hat, dense, np.ones_like(seen, bool))
     rarest = np.where(cat_ok, seen, np.iinfo(np.int64).max).min(1)
-    learners = {str(r): predictions(r, synthetic_dir(data) / "eval.tsv", seen) for r in args.runs}
+    learners = {str(r): predictions(r, synthetic_dir(data) / "eval.tsv", seen, args.newest) for r in args.runs}
 
     rare = ((seen < 30) & cat_ok).sum(1)
     groups = [("all rows", np.ones_like(y, bool))]
@@ -127,7 +130,10 @@ def main():
             row[f"{Path(name).name} AUC"] = auc(p[k], y)
             row[f"{Path(name).name} logloss"] = logloss(p[k], y)
         ablation.append(row)
-    header = [f"runs: {', '.join(learners)} (each its best checkpoint), {n_rows:,} training rows, {n_eval:,} eval rows"]
+    which = "newest" if args.newest else "best"
+    header = [f"runs: {', '.join(learners)} (each its {which} checkpoint), {n_rows:,} training rows, "
+              f"{n_eval:,} eval rows", f"`python benchmarks/quality_gap.py {' '.join(map(str, args.runs))}"
+              f"{' --newest' if args.newest else ''} --name {args.name}`"]
     write(args.name, "Where the learner loses AUC: eval rows by the training count of their rarest id", rows,
           ["teacher: the generator's logit; teacher, seen ids: without the terms of ids unseen in training;",
            "ceiling: every id's weights as well as its training count allows (teacher_bound.py's 0.824)"],
