@@ -64,15 +64,12 @@ def logit(first, latent, dense, known):
     return out + 0.5 * ((v * v).sum(1) - sq)
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--rows", type=int, default=3_000_000)
-    ap.add_argument("--eval-rows", type=int, default=100_000)
-    args = ap.parse_args()
-    cfg = SyntheticConfig(rows=args.rows, eval_rows=args.eval_rows, skew=1.1, vocab=1_000_000)
+def replay(rows: int = 3_000_000, eval_rows: int = 100_000):
+    """The generator's eval split as parts: ((ranks, cat_ok, first, latent, dense), label, seen),
+    ``seen`` (eval rows, 26) the training count of each eval id (0 where unseen or missing)."""
+    cfg = SyntheticConfig(rows=rows, eval_rows=eval_rows, skew=1.1, vocab=1_000_000)
     teacher = Teacher(cfg)
     rng = np.random.default_rng(cfg.seed + 2)
-    counts = [dict() for _ in range(K.N_CAT)]
     train_ranks = []
     for start in range(0, cfg.rows, CHUNK):
         m = min(CHUNK, cfg.rows - start)
@@ -81,20 +78,31 @@ def main():
         train_ranks.append(np.where(cat_ok, ranks, -1))
     train_ranks = np.concatenate(train_ranks)
     uniq = [np.unique(train_ranks[:, f], return_counts=True) for f in range(K.N_CAT)]
+    del train_ranks
     ev = []
     for start in range(0, cfg.eval_rows, CHUNK):
         m = min(CHUNK, cfg.eval_rows - start)
         p = parts(teacher, m, rng)
         label = (rng.random(m) < 1 / (1 + np.exp(-logit(*p[2:], np.ones((m, K.N_CAT), bool))))).astype(np.int64)
         ev.append((p, label))
-    (ranks, cat_ok, first, latent, dense), label = ev[0] if len(ev) == 1 else _concat(ev)
+    p, label = ev[0] if len(ev) == 1 else _concat(ev)
+    ranks, cat_ok = p[0], p[1]
     seen = np.zeros(ranks.shape, np.int64)
     for f in range(K.N_CAT):
         values, n = uniq[f]
         pos = np.clip(np.searchsorted(values, ranks[:, f]), 0, len(values) - 1)
-        seen[:, f] = np.where(values[pos] == ranks[:, f], n[pos], 0)
+        seen[:, f] = np.where((values[pos] == ranks[:, f]) & cat_ok[:, f], n[pos], 0)
+    return teacher, p, label, seen
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rows", type=int, default=3_000_000)
+    ap.add_argument("--eval-rows", type=int, default=100_000)
+    args = ap.parse_args()
+    teacher, (ranks, cat_ok, first, latent, dense), label, seen = replay(args.rows, args.eval_rows)
     y = torch.from_numpy(label)
-    report = {"rows": cfg.rows, "vocab": [int(v) for v in teacher.vocab], "pair_fields": [int(f) for f in teacher.pairs]}
+    report = {"rows": args.rows, "vocab": [int(v) for v in teacher.vocab], "pair_fields": [int(f) for f in teacher.pairs]}
     present = cat_ok.sum()
     for k in (0, 1, 2, 5, 10, 30, 100):
         known = seen >= k
