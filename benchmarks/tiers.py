@@ -71,7 +71,8 @@ def training(rows: int, policies: list[str]) -> list[dict]:
 
 
 def budget_run(budget: int, steps: int, disk: bool) -> dict:
-    budget_steps(budget >> 6, 20, disk)  # compile every kernel first: numba's memory is not the store's
+    budget_steps(max(budget >> 6, 32 << 20), 20, disk)  # compile every kernel first: numba's memory is not
+    # the store's (32 MiB at least: two steps of rows, protected from eviction, must fit)
     return budget_steps(budget, steps, disk)
 
 
