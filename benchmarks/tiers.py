@@ -71,8 +71,8 @@ def training(rows: int, policies: list[str]) -> list[dict]:
 
 
 def budget_run(budget: int, steps: int, disk: bool) -> dict:
-    budget_steps(max(budget >> 6, 32 << 20), 20, disk)  # compile every kernel first: numba's memory is not
-    # the store's (32 MiB at least: two steps of rows, protected from eviction, must fit)
+    budget_steps(max(budget >> 6, 16 << 20), 20, disk)  # compile every kernel first: numba's memory is not
+    # the store's (16 MiB at least: two steps of rows, protected from eviction, fit; 20 steps pass it)
     return budget_steps(budget, steps, disk)
 
 
