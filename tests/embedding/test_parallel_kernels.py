@@ -97,6 +97,9 @@ def bags(draw):
     inverse = np.zeros(offsets[-1], np.int64) if one_row else rng.integers(0, n_rows, offsets[-1]).astype(np.int64)
     rows = rng.standard_normal((n_rows, 5)).astype(np.float32)
     grad_out = rng.standard_normal((batch * n_fields, 5)).astype(np.float32)
+    if draw(st.booleans()):  # signed zeros: 0 + -0.0 is +0.0, which the kernels must give too
+        rows[rng.random(rows.shape) < 0.5] = -0.0
+        grad_out[rng.random(grad_out.shape) < 0.5] = -0.0
     return rows, inverse, offsets, n_fields, grad_out
 
 
