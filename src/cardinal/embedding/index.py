@@ -47,8 +47,8 @@ class IdIndex:
         """Row of each key, -1 where absent. Never inserts."""
         out = np.empty(len(keys), np.int64)
         tags, slots = self.tags.array, self.slots.array
-        parallel.over_slots(K.N_SUB, len(keys), lambda lo, hi: K.find(tags, slots, self.sub_off, self.sub_cap,
-                                                             ids, keys, out, lo, hi))
+        parallel.over_rows(0, len(keys), lambda lo, hi: K.find(tags, slots, self.sub_off, self.sub_cap,
+                                                               ids, keys, out, lo, hi))
         return out
 
     def make_room(self, ids: np.ndarray, keys: np.ndarray) -> None:

@@ -32,9 +32,9 @@ from cardinal.embedding.admission import AdmissionFilter
 from cardinal.embedding.deletion_log import DeletionLog
 from cardinal.embedding.dedup import segment_max, segment_sum, unique_inverse
 from cardinal.embedding.formats.rounding import INIT_STEP
-from cardinal.embedding.index_kernels import N_SUB
 from cardinal.embedding.hashing import init_rows
 from cardinal.embedding.index import IdIndex
+from cardinal.embedding.index_kernels import find_copy
 from cardinal.embedding.protocol import Admit, check_out
 from cardinal.embedding.storage import MemoryRowStorage, RowStorage
 from cardinal.embedding.table_config import TableConfig, bind, make_format, portable_width, stored_width  # noqa: F401
@@ -154,7 +154,7 @@ class EmbeddingTable(RowRemoval, WholeTableViews):
         with self.lock:
             if create:
                 self._fault_in(ids)
-            self._lookup(ids, rows, out, step, False)
+            self._lookup(ids, rows, out)
             if not create:
                 self._read_cold(ids, rows, out)
                 return out
@@ -215,19 +215,17 @@ class EmbeddingTable(RowRemoval, WholeTableViews):
         found, cold = self.cold.get(ids[missing])
         out[missing[found]] = self.cold_values(cold.data)
 
-    def _lookup(self, ids, rows, out, step, seen) -> None:
-        """The fast path of a pull, in parallel by sub-table (lock held). The arena views are
-        locals: they are gone before anything may grow the arenas."""
+    def _lookup(self, ids, rows, out) -> None:
+        """The fast path of a pull, in parallel by positions (lock held); sightings are counted
+        after. The arena views are locals: they are gone before anything may grow the arenas."""
         cols, ix = self.storage.columns(), self.index
-        if not self.format.exact:  # find, then decode (pulls count sightings after: ``seen`` is False)
-            assert not seen
+        if not self.format.exact:  # find, then decode
             rows[:] = ix.find(cols.ids, ids)
             self.format.decode(cols.data, rows, self.dim, out)
             return
         tags, slots = ix.tags.array, ix.slots.array
-        parallel.over_slots(N_SUB, len(ids), lambda lo, hi: RK.lookup(
-            tags, slots, ix.sub_off, ix.sub_cap, cols.ids, cols.data, cols.count, cols.last_step,
-            ids, rows, out, self.dim, step, seen, lo, hi))
+        parallel.over_rows(0, len(ids), lambda lo, hi: find_copy(
+            tags, slots, ix.sub_off, ix.sub_cap, cols.ids, ids, rows, lo, hi, cols.data, out, self.dim))
 
     def push(self, ids: np.ndarray, grads: np.ndarray, *, step: int = 0, kind: str = "grad",
              admit: Admit | None = None, lr_scale: float = 1.0, counts: np.ndarray | None = None) -> None:
