@@ -227,9 +227,15 @@ def relink(tags, slots, sub_off, sub_cap, ids, keys, rows, lo, hi):
 
 @nb.njit(nogil=True, cache=True)
 def rehash(tags, slots, old_off, old_cap, new_off, new_cap, ids):
-    """Move one sub-table's entries from its old region into a fresh (zeroed) bigger one."""
+    """Move one sub-table's entries from its old region into a fresh (zeroed) bigger one.
+
+    The old region is read in order; the ids its rows point at (to find each entry's new home)
+    are read at random, so each is prefetched AHEAD slots before it is needed."""
     mask = U64(new_cap - 1)
-    for k in range(old_off, old_off + old_cap):
+    end = old_off + old_cap
+    for k in range(old_off, end):
+        if k + AHEAD < end and tags[k + AHEAD] != 0:
+            prefetch(ids, slots[k + AHEAD])
         tag = tags[k]
         if tag == 0:
             continue

@@ -161,13 +161,13 @@ class EmbeddingTable(RowRemoval, WholeTableViews):
             missing = np.flatnonzero(rows < 0)
             if len(missing):
                 new_ids = ids[missing]
-                unique = unique_inverse(new_ids)[0]
+                unique, inverse = unique_inverse(new_ids)
                 decision = self.admission.decide(unique, int(step)) if self.admission is not None else None
                 admitted = unique if decision is None else unique[decision.admitted]
                 release = admit(len(admitted), self) if admit is not None else None
                 try:
                     if decision is None:
-                        rows[missing] = self._rows(new_ids)
+                        rows[missing] = self._rows(unique)[inverse]
                     elif len(admitted):
                         self._rows(admitted)
                 finally:
@@ -347,12 +347,15 @@ class EmbeddingTable(RowRemoval, WholeTableViews):
                                "rate or clip gradients")
 
     def _rows(self, ids: np.ndarray, init: bool = True) -> np.ndarray:
-        """Rows of ``ids``, creating the missing ones: initialised, or (``init=False``) left as zeros
-        for the caller to ``_place`` at once (lock held)."""
+        """New rows for ``ids``, unique and without a RAM row (the caller found them missing): rows
+        size, size + 1, ... in order, initialised, or (``init=False``) left as zeros for the caller
+        to ``_place`` at once (lock held)."""
         n = self.storage.size
-        self.storage.reserve(n + len(ids))
+        n_new = n + len(ids)
+        self.storage.reserve(n_new)
         cols = self.storage.columns()
-        rows, n_new = self.index.find_or_insert(cols.ids, n, ids)
+        self.index.append(cols.ids, n, ids)
+        rows = np.arange(n, n_new, dtype=np.int64)
         if n_new > n and init and self.format.exact:
             seed, scale = np.int64(self.config.seed), np.float32(self.config.init_scale)
             parallel.over_rows(n, n_new, lambda lo, hi: init_rows(cols.ids, cols.data, lo, hi, self.dim, seed, scale,
