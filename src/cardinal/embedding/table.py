@@ -296,26 +296,43 @@ class EmbeddingTable(RowRemoval, WholeTableViews):
     def _update_in_place(self, data, rows, summed, update, kind, ids, step, at: np.ndarray | None = None) -> None:
         """``update`` block by block; at the first non-finite result every block is restored.
         ``ids``: the ids of ``rows``; ``at``: the positions of ``rows`` among the push's unique ids
-        (None: all of them, in order). A row format other than fp32 runs each block itself
-        (``RowFormat.push_block``: decoded, updated, encoded back)."""
+        (None: all of them, in order). fp32 rows are updated on the kernel threads, each taking a
+        range of the (unique) rows, block by block, stopping at its first bad block; then every
+        row updated is restored and the first bad id in order is named, as one thread would. A row
+        format other than fp32 runs each block itself, in order (``RowFormat.push_block``: decoded,
+        updated, encoded back)."""
         if self._backup.shape[0] < len(rows):  # kept: a fresh array each push would fault its pages in
             self._backup = np.empty((max(len(rows), 2 * self._backup.shape[0]), self.portable_width), np.float32)
         block = max(64, TRY_BLOCK_BYTES // (4 * data.shape[1]))
-        for lo in range(0, len(rows), block):
-            hi = min(lo + block, len(rows))
-            pos = slice(lo, hi) if at is None else at[lo:hi]
-            if self.format.exact:
-                RK.copy_rows(data, rows, lo, hi, self._backup)
-                self.format.on_push(data, rows[lo:hi], summed[lo:hi], self.dim)
-                update(data, rows[lo:hi], summed[lo:hi], pos)
-                bad = self.format.first_nonfinite(data, rows, lo, hi, self.dim)
-            else:
-                bad = self.format.push_block(data, rows[lo:hi], summed[lo:hi], update, pos, self._backup[lo:hi],
-                                             self.dim, ids[lo:hi], step)
-                bad = lo + bad if bad >= 0 else -1
-            if bad >= 0:
-                self._place(data, rows[:hi], self._backup[:hi])
-                raise self._non_finite(kind, ids[bad])
+        reached = {}  # first row of a range -> (end of the rows it updated, first bad row or -1)
+
+        def blocks(start, stop):
+            for lo in range(start, stop, block):
+                hi = min(lo + block, stop)
+                pos = slice(lo, hi) if at is None else at[lo:hi]
+                if self.format.exact:
+                    RK.copy_rows(data, rows, lo, hi, self._backup)
+                    self.format.on_push(data, rows[lo:hi], summed[lo:hi], self.dim)
+                    update(data, rows[lo:hi], summed[lo:hi], pos)
+                    bad = self.format.first_nonfinite(data, rows, lo, hi, self.dim)
+                else:
+                    bad = self.format.push_block(data, rows[lo:hi], summed[lo:hi], update, pos,
+                                                 self._backup[lo:hi], self.dim, ids[lo:hi], step)
+                    bad = lo + bad if bad >= 0 else -1
+                if bad >= 0:
+                    reached[start] = (hi, bad)
+                    return
+            reached[start] = (stop, -1)
+
+        if self.format.exact:
+            parallel.over_rows(0, len(rows), blocks)
+        else:
+            blocks(0, len(rows))
+        bad = [b for _, b in reached.values() if b >= 0]
+        if bad:
+            for start, (hi, _) in reached.items():
+                self._place(data, rows[start:hi], self._backup[start:hi])
+            raise self._non_finite(kind, ids[min(bad)])
 
     def _place(self, data, rows: np.ndarray, portable: np.ndarray) -> None:
         """Rows ``rows`` of ``data`` hold the portable rows ``portable`` (fp32: the words, by a compiled copy)."""
