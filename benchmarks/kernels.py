@@ -26,6 +26,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from report import write  # noqa: E402
 
+from cardinal import parallel  # noqa: E402
 from cardinal.embedding import EmbeddingTable, TableConfig, unique_inverse  # noqa: E402
 from cardinal.optim import make_optimizer  # noqa: E402
 
@@ -115,7 +116,7 @@ def main():
         f"pull/existing and push: best of {REPEATS} passes, alternating with the bound's",
         "pull bound: torch.index_select on a dense table with ids remapped to 0..n-1 "
         f"({torch.get_num_threads()} torch threads); push bound: the same optimizer kernel on that dense table",
-        "Cardinal runs single-threaded per table (kernels release the GIL; shards run in parallel)",
+        f"Cardinal's lookups and a push's updates use the kernel threads ({parallel.threads()}: a range of ids each)",
         "reproduce: python benchmarks/kernels.py",
     ])
 

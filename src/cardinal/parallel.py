@@ -1,10 +1,11 @@
 """Run a compiled kernel over disjoint parts of one batch on a few threads.
 
 Kernels release the GIL, so plain threads run them in parallel. Every caller splits its work
-so that results do not depend on the thread count: the table kernels by hash-index sub-table
-(``over_slots`` over ``N_SUB``: all copies of an id fall in one sub-table, hence one thread, so
-threads never write the same row or slot), pooling by bags or by rows (``over_parts``), Saec's
-clustering by rows (``over_rows``). Below every part that runs kernels, it imports none of them. The caller's thread
+so that results do not depend on the thread count: the table kernels that write the index by
+hash-index sub-table (``over_slots`` over ``N_SUB``: all copies of an id fall in one sub-table,
+hence one thread, so threads never write the same row or slot), its lookups by positions
+(``over_rows``: each writes only its own answers, so no cache line ping-pongs between threads),
+pooling by bags or by rows (``over_parts``), Saec's clustering by rows (``over_rows``). Below every part that runs kernels, it imports none of them. The caller's thread
 runs the first part itself; the pool holds the others. Batches too small to pay for a thread
 hop run on the caller's thread alone.
 

@@ -1,17 +1,17 @@
-"""The probes of ``index_kernels.find`` and the prefetching copy loop of ``row_kernels.lookup``,
+"""The staged probes of ``index_kernels.find`` and the fused find-and-copy of ``index_kernels.find_copy``,
 against a dict.
 
 Every key here shares one sub-table and one 7-bit tag, so nearly every probe walks past
-other keys' matching tags (false hits the ids confirm must reject); other keys fall in other
-sub-tables, so a thread's range [lo, hi) skips some, as ``parallel.over_slots`` splits work.
+other keys' matching tags (false hits the ids confirm must reject, the first candidate of a
+run often the wrong one); other keys fall in other sub-tables. Threads take position ranges
+[lo, hi), as ``parallel.over_rows`` splits work, ranges shorter than the probe pipeline too.
 """
 
 import numpy as np
 import pytest
 
 from cardinal.embedding import EmbeddingTable, TableConfig
-from cardinal.embedding import row_kernels as RK
-from cardinal.embedding.index_kernels import N_SUB, SUB_BITS
+from cardinal.embedding.index_kernels import RING, SUB_BITS, find_copy
 from cardinal.optim import make_optimizer
 
 M = np.uint64(0xFFFFFFFFFFFFFFFF)
@@ -57,13 +57,13 @@ def test_find_confirms_candidates_past_false_tag_hits(colliding):
     table = table_with(stored)
     ref = {int(k): r for r, k in enumerate(table.export()["ids"])}
     probes = np.random.default_rng(1).permutation(np.concatenate([stored, absent, stored[:5]]))
-    assert len(probes) > 4 * RK.AHEAD
+    assert len(probes) > 4 * RING
     expected = np.array([ref.get(int(k), -1) for k in probes], np.int64)
     np.testing.assert_array_equal(table.index.find(table.storage.columns().ids, probes), expected)
 
 
 @pytest.mark.parametrize("split", [1, 2, 5])
-def test_lookup_in_sub_table_ranges_matches_dict(colliding, split):
+def test_find_copy_in_position_ranges_matches_dict(colliding, split):
     stored, absent = colliding
     table = table_with(stored)
     export = table.export()
@@ -72,13 +72,13 @@ def test_lookup_in_sub_table_ranges_matches_dict(colliding, split):
     cols, ix = table.storage.columns(), table.index
     rows = np.full(len(probes), -7, np.int64)
     out = np.full((len(probes), table.dim), np.nan, np.float32)
-    for p in range(split):  # as parallel.over_slots hands ranges to threads
-        lo, hi = N_SUB * p // split, N_SUB * (p + 1) // split
-        RK.lookup(ix.tags.array, ix.slots.array, ix.sub_off, ix.sub_cap, cols.ids, cols.data, cols.count,
-                  cols.last_step, probes, rows, out, table.dim, np.uint32(9), True, lo, hi)
+    for p in range(split):  # as parallel.over_rows hands ranges to threads
+        lo, hi = len(probes) * p // split, len(probes) * (p + 1) // split
+        find_copy(ix.tags.array, ix.slots.array, ix.sub_off, ix.sub_cap, cols.ids, probes, rows, lo, hi, cols.data,
+                  out, table.dim)
     expected = np.array([ref.get(int(k), -1) for k in probes], np.int64)
     np.testing.assert_array_equal(rows, expected)
     want = np.where(expected[:, None] >= 0, export["data"][expected, :table.dim], 0).astype(np.float32)
     assert want.tobytes() == out.tobytes()
-    np.testing.assert_array_equal(cols.count[:len(ref)], export["count"] + 1)  # each stored id seen once more
-    assert (cols.last_step[:len(ref)] == 9).all()
+    np.testing.assert_array_equal(cols.count[:len(ref)], export["count"])  # a lookup changes nothing
+    assert (cols.last_step[:len(ref)] == export["last_step"]).all()

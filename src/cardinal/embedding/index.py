@@ -47,8 +47,8 @@ class IdIndex:
         """Row of each key, -1 where absent. Never inserts."""
         out = np.empty(len(keys), np.int64)
         tags, slots = self.tags.array, self.slots.array
-        parallel.over_slots(K.N_SUB, len(keys), lambda lo, hi: K.find(tags, slots, self.sub_off, self.sub_cap,
-                                                             ids, keys, out, lo, hi))
+        parallel.over_rows(0, len(keys), lambda lo, hi: K.find(tags, slots, self.sub_off, self.sub_cap,
+                                                               ids, keys, out, lo, hi))
         return out
 
     def make_room(self, ids: np.ndarray, keys: np.ndarray) -> None:
@@ -75,10 +75,15 @@ class IdIndex:
         if len(missing) == 0:
             return rows, n_rows
         new, inverse = unique_inverse(keys[missing])
-        ids[n_rows:n_rows + len(new)] = new
-        self.insert(ids, new, np.arange(n_rows, n_rows + len(new), dtype=np.int64))
+        self.append(ids, n_rows, new)
         rows[missing] = n_rows + inverse
         return rows, n_rows + len(new)
+
+    def append(self, ids: np.ndarray, n_rows: int, keys: np.ndarray) -> None:
+        """Point ``keys``, unique and absent (the caller found them missing), at new rows n_rows,
+        n_rows + 1, ... in order, their ids written to ``ids`` (room for ``n_rows + len(keys)``)."""
+        ids[n_rows:n_rows + len(keys)] = keys
+        self.insert(ids, keys, np.arange(n_rows, n_rows + len(keys), dtype=np.int64))
 
     def insert(self, ids: np.ndarray, keys: np.ndarray, rows: np.ndarray) -> None:
         """Point absent, unique ``keys`` at ``rows`` (any rows: a worker cache reuses free slots);

@@ -32,9 +32,9 @@ from cardinal.embedding.admission import AdmissionFilter
 from cardinal.embedding.deletion_log import DeletionLog
 from cardinal.embedding.dedup import segment_max, segment_sum, unique_inverse
 from cardinal.embedding.formats.rounding import INIT_STEP
-from cardinal.embedding.index_kernels import N_SUB
 from cardinal.embedding.hashing import init_rows
 from cardinal.embedding.index import IdIndex
+from cardinal.embedding.index_kernels import find_copy
 from cardinal.embedding.protocol import Admit, check_out
 from cardinal.embedding.storage import MemoryRowStorage, RowStorage
 from cardinal.embedding.table_config import TableConfig, bind, make_format, portable_width, stored_width  # noqa: F401
@@ -154,20 +154,20 @@ class EmbeddingTable(RowRemoval, WholeTableViews):
         with self.lock:
             if create:
                 self._fault_in(ids)
-            self._lookup(ids, rows, out, step, False)
+            self._lookup(ids, rows, out)
             if not create:
                 self._read_cold(ids, rows, out)
                 return out
             missing = np.flatnonzero(rows < 0)
             if len(missing):
                 new_ids = ids[missing]
-                unique = unique_inverse(new_ids)[0]
+                unique, inverse = unique_inverse(new_ids)
                 decision = self.admission.decide(unique, int(step)) if self.admission is not None else None
                 admitted = unique if decision is None else unique[decision.admitted]
                 release = admit(len(admitted), self) if admit is not None else None
                 try:
                     if decision is None:
-                        rows[missing] = self._rows(new_ids)
+                        rows[missing] = self._rows(unique)[inverse]
                     elif len(admitted):
                         self._rows(admitted)
                 finally:
@@ -215,19 +215,17 @@ class EmbeddingTable(RowRemoval, WholeTableViews):
         found, cold = self.cold.get(ids[missing])
         out[missing[found]] = self.cold_values(cold.data)
 
-    def _lookup(self, ids, rows, out, step, seen) -> None:
-        """The fast path of a pull, in parallel by sub-table (lock held). The arena views are
-        locals: they are gone before anything may grow the arenas."""
+    def _lookup(self, ids, rows, out) -> None:
+        """The fast path of a pull, in parallel by positions (lock held); sightings are counted
+        after. The arena views are locals: they are gone before anything may grow the arenas."""
         cols, ix = self.storage.columns(), self.index
-        if not self.format.exact:  # find, then decode (pulls count sightings after: ``seen`` is False)
-            assert not seen
+        if not self.format.exact:  # find, then decode
             rows[:] = ix.find(cols.ids, ids)
             self.format.decode(cols.data, rows, self.dim, out)
             return
         tags, slots = ix.tags.array, ix.slots.array
-        parallel.over_slots(N_SUB, len(ids), lambda lo, hi: RK.lookup(
-            tags, slots, ix.sub_off, ix.sub_cap, cols.ids, cols.data, cols.count, cols.last_step,
-            ids, rows, out, self.dim, step, seen, lo, hi))
+        parallel.over_rows(0, len(ids), lambda lo, hi: find_copy(
+            tags, slots, ix.sub_off, ix.sub_cap, cols.ids, ids, rows, lo, hi, cols.data, out, self.dim))
 
     def push(self, ids: np.ndarray, grads: np.ndarray, *, step: int = 0, kind: str = "grad",
              admit: Admit | None = None, lr_scale: float = 1.0, counts: np.ndarray | None = None) -> None:
@@ -298,26 +296,43 @@ class EmbeddingTable(RowRemoval, WholeTableViews):
     def _update_in_place(self, data, rows, summed, update, kind, ids, step, at: np.ndarray | None = None) -> None:
         """``update`` block by block; at the first non-finite result every block is restored.
         ``ids``: the ids of ``rows``; ``at``: the positions of ``rows`` among the push's unique ids
-        (None: all of them, in order). A row format other than fp32 runs each block itself
-        (``RowFormat.push_block``: decoded, updated, encoded back)."""
+        (None: all of them, in order). fp32 rows are updated on the kernel threads, each taking a
+        range of the (unique) rows, block by block, stopping at its first bad block; then every
+        row updated is restored and the first bad id in order is named, as one thread would. A row
+        format other than fp32 runs each block itself, in order (``RowFormat.push_block``: decoded,
+        updated, encoded back)."""
         if self._backup.shape[0] < len(rows):  # kept: a fresh array each push would fault its pages in
             self._backup = np.empty((max(len(rows), 2 * self._backup.shape[0]), self.portable_width), np.float32)
         block = max(64, TRY_BLOCK_BYTES // (4 * data.shape[1]))
-        for lo in range(0, len(rows), block):
-            hi = min(lo + block, len(rows))
-            pos = slice(lo, hi) if at is None else at[lo:hi]
-            if self.format.exact:
-                RK.copy_rows(data, rows, lo, hi, self._backup)
-                self.format.on_push(data, rows[lo:hi], summed[lo:hi], self.dim)
-                update(data, rows[lo:hi], summed[lo:hi], pos)
-                bad = self.format.first_nonfinite(data, rows, lo, hi, self.dim)
-            else:
-                bad = self.format.push_block(data, rows[lo:hi], summed[lo:hi], update, pos, self._backup[lo:hi],
-                                             self.dim, ids[lo:hi], step)
-                bad = lo + bad if bad >= 0 else -1
-            if bad >= 0:
-                self._place(data, rows[:hi], self._backup[:hi])
-                raise self._non_finite(kind, ids[bad])
+        reached = {}  # first row of a range -> (end of the rows it updated, first bad row or -1)
+
+        def blocks(start, stop):
+            for lo in range(start, stop, block):
+                hi = min(lo + block, stop)
+                pos = slice(lo, hi) if at is None else at[lo:hi]
+                if self.format.exact:
+                    RK.copy_rows(data, rows, lo, hi, self._backup)
+                    self.format.on_push(data, rows[lo:hi], summed[lo:hi], self.dim)
+                    update(data, rows[lo:hi], summed[lo:hi], pos)
+                    bad = self.format.first_nonfinite(data, rows, lo, hi, self.dim)
+                else:
+                    bad = self.format.push_block(data, rows[lo:hi], summed[lo:hi], update, pos,
+                                                 self._backup[lo:hi], self.dim, ids[lo:hi], step)
+                    bad = lo + bad if bad >= 0 else -1
+                if bad >= 0:
+                    reached[start] = (hi, bad)
+                    return
+            reached[start] = (stop, -1)
+
+        if self.format.exact:
+            parallel.over_rows(0, len(rows), blocks)
+        else:
+            blocks(0, len(rows))
+        bad = [b for _, b in reached.values() if b >= 0]
+        if bad:
+            for start, (hi, _) in reached.items():
+                self._place(data, rows[start:hi], self._backup[start:hi])
+            raise self._non_finite(kind, ids[min(bad)])
 
     def _place(self, data, rows: np.ndarray, portable: np.ndarray) -> None:
         """Rows ``rows`` of ``data`` hold the portable rows ``portable`` (fp32: the words, by a compiled copy)."""
@@ -349,12 +364,15 @@ class EmbeddingTable(RowRemoval, WholeTableViews):
                                "rate or clip gradients")
 
     def _rows(self, ids: np.ndarray, init: bool = True) -> np.ndarray:
-        """Rows of ``ids``, creating the missing ones: initialised, or (``init=False``) left as zeros
-        for the caller to ``_place`` at once (lock held)."""
+        """New rows for ``ids``, unique and without a RAM row (the caller found them missing): rows
+        size, size + 1, ... in order, initialised, or (``init=False``) left as zeros for the caller
+        to ``_place`` at once (lock held)."""
         n = self.storage.size
-        self.storage.reserve(n + len(ids))
+        n_new = n + len(ids)
+        self.storage.reserve(n_new)
         cols = self.storage.columns()
-        rows, n_new = self.index.find_or_insert(cols.ids, n, ids)
+        self.index.append(cols.ids, n, ids)
+        rows = np.arange(n, n_new, dtype=np.int64)
         if n_new > n and init and self.format.exact:
             seed, scale = np.int64(self.config.seed), np.float32(self.config.init_scale)
             parallel.over_rows(n, n_new, lambda lo, hi: init_rows(cols.ids, cols.data, lo, hi, self.dim, seed, scale,

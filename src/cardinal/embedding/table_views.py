@@ -101,9 +101,8 @@ class WholeTableViews:
             self._insert(Columns(ids, data, count, last_step))
 
     def _insert(self, rows: Columns) -> None:
-        """New RAM rows holding exactly ``rows`` (lock held)."""
+        """New RAM rows holding exactly ``rows``, whose ids are unique and in no RAM row (lock held)."""
         at = self._rows(rows.ids, init=False)
-        assert at[0] == self.storage.size - len(rows.ids), "inserted ids must be new and unique"
         cols = self.storage.columns()
         self._place(cols.data, at, rows.data)
         cols.count[at] = rows.count
