@@ -295,7 +295,7 @@ class EmbeddingTable(RowRemoval, WholeTableViews):
         """``update`` block by block; at the first non-finite result every block is restored.
         ``ids``: the ids of ``rows``; ``at``: the positions of ``rows`` among the push's unique ids
         (None: all of them, in order). A row format other than fp32 runs each block itself
-        (``RowFormat.push_block``: decoded, updated, encoded back)."""
+        (``RowFormat.push_block``: decoded, updated, encoded back; chunked rows in place)."""
         if self._backup.shape[0] < len(rows):  # kept: a fresh array each push would fault its pages in
             self._backup = np.empty((max(len(rows), 2 * self._backup.shape[0]), self.portable_width), np.float32)
         block = max(64, TRY_BLOCK_BYTES // (4 * data.shape[1]))
