@@ -35,14 +35,15 @@ def gather(data, rows, dim, out):
 
 
 @nb.njit(nogil=True, cache=True)
-def add_values(data, rows, deltas):
-    """data[rows[i], :dim] += deltas[i]: a GEO-SGD delta, no optimizer.
+def add_values(data, rows, deltas, dim):
+    """data[rows[i], :dim] += deltas[i]: a GEO-SGD delta, no optimizer (an optimizer kernel's
+    arguments, ``optim/base.py``).
 
     deltas,  # (u, dim) float32, rows unique
     """
     for i in range(rows.shape[0]):
         r = rows[i]
-        for j in range(deltas.shape[1]):
+        for j in range(dim):
             data[r, j] += deltas[i, j]
 
 

@@ -42,6 +42,7 @@ from cardinal.embedding.table_removal import RowRemoval
 from cardinal.embedding.table_views import WholeTableViews
 from cardinal.embedding.tiers import ColdTier
 from cardinal.optim import SparseOptimizer
+from cardinal.optim.base import Update
 
 TRY_BLOCK_BYTES = 512 << 10  # rows updated per block: still in (one core's) L2 when checked
 
@@ -250,12 +251,6 @@ class EmbeddingTable(RowRemoval, WholeTableViews):
         merged = None if counts is None else segment_max(counts, inverse, len(unique))
         optimizer = self.optimizer if lr_scale == 1.0 else self.optimizer.scaled(lr_scale)
         assert kind == "grad" or merged is None, "only gradient pushes carry counts (ps/validate.py)"
-        if kind == "delta":
-            update = lambda data, rows, g, at: RK.add_values(data, rows, g)  # noqa: E731
-        elif merged is None:
-            update = lambda data, rows, g, at: optimizer.apply(data, rows, g, self.dim)  # noqa: E731
-        else:
-            update = lambda data, rows, g, at: optimizer.apply(data, rows, g, self.dim, merged[at])  # noqa: E731
         with self.lock:
             self._fault_in(unique)
             cols = self.storage.columns()
@@ -266,8 +261,9 @@ class EmbeddingTable(RowRemoval, WholeTableViews):
                 present = np.flatnonzero(rows >= 0)
                 rows, unique, summed = rows[present], unique[present], summed[present]
                 if merged is not None:
-                    merged = merged[present]  # read by `update` when it runs
+                    merged = merged[present]
                 missing = missing[:0]
+            update = Update(RK.add_values, (), self.dim) if kind == "delta" else optimizer.update(self.dim, merged)
             fresh, release = None, None
             if len(missing):  # the new rows, portable, not stored yet
                 fresh = self._made(unique[missing], step, update, summed[missing], missing)
@@ -300,7 +296,7 @@ class EmbeddingTable(RowRemoval, WholeTableViews):
         range of the (unique) rows, block by block, stopping at its first bad block; then every
         row updated is restored and the first bad id in order is named, as one thread would. A row
         format other than fp32 runs each block itself, in order (``RowFormat.push_block``: decoded,
-        updated, encoded back)."""
+        updated, encoded back; chunked rows in place)."""
         if self._backup.shape[0] < len(rows):  # kept: a fresh array each push would fault its pages in
             self._backup = np.empty((max(len(rows), 2 * self._backup.shape[0]), self.portable_width), np.float32)
         block = max(64, TRY_BLOCK_BYTES // (4 * data.shape[1]))

@@ -87,8 +87,5 @@ class Adagrad(SparseOptimizer):
         if self.config.initial_accumulator:
             fill_state(data, start, stop, dim, 2 * dim, np.float32(self.config.initial_accumulator))
 
-    def apply(self, data, rows, grads, dim, counts=None):
-        if counts is None:
-            adagrad_kernel(self.config.l2)(data, rows, grads, dim, *self.f32("lr", "eps", "l2"))
-        else:
-            adagrad_counted_kernel(self.config.l2)(data, rows, grads, counts, dim, *self.f32("lr", "eps", "l2"))
+    def kernel(self, dim, counted=False):
+        return (adagrad_counted_kernel if counted else adagrad_kernel)(self.config.l2), self.f32("lr", "eps", "l2")

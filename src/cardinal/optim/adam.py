@@ -107,9 +107,6 @@ class Adam(SparseOptimizer):
     def state_width(self, dim: int) -> int:
         return 2 * dim + 1
 
-    def apply(self, data, rows, grads, dim, counts=None):
-        hyper = self.f32("lr", "beta1", "beta2", "eps", "l2")
-        if counts is None:
-            adam_kernel(self.config.l2)(data, rows, grads, dim, *hyper)
-        else:
-            adam_counted_kernel(self.config.l2)(data, rows, grads, counts, dim, *hyper)
+    def kernel(self, dim, counted=False):
+        return (adam_counted_kernel if counted else adam_kernel)(self.config.l2), self.f32("lr", "beta1", "beta2", "eps",
+                                                                                          "l2")

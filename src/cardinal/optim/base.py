@@ -23,6 +23,7 @@ keeps first-order weights in such a table). A table binds its optimizer with ``w
 """
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields, replace
 from typing import ClassVar
 
@@ -65,6 +66,12 @@ class SparseOptimizer(ABC):
         """Initialise the state of new rows [start, stop); storage is zero-filled already."""
 
     @abstractmethod
+    def kernel(self, dim: int, counted: bool = False) -> tuple:
+        """(kernel, hyper): the compiled update and its trailing arguments, as ``apply`` calls them:
+        ``kernel(data, rows, grads, dim, *hyper)``, counted ``kernel(data, rows, grads, counts, dim,
+        *hyper)``. A kernel updates each row on its own, so it can run on any rows laid out as
+        ``[values | state]``: a chunked table's tile of rows (``embedding/formats/chunk_kernels.py``)."""
+
     def apply(self, data: np.ndarray, rows: np.ndarray, grads: np.ndarray, dim: int,
               counts: np.ndarray | None = None) -> None:
         """One update of ``data[rows]`` (with ``counts``: each row's ``counts[i]`` updates, summed).
@@ -74,6 +81,11 @@ class SparseOptimizer(ABC):
         grads,   # (u, dim) float32, finite
         counts,  # (u,) int32 >= 1, or None (one update each)
         """
+        self.update(dim, counts)(data, rows, grads, slice(None))
+
+    def update(self, dim: int, counts: np.ndarray | None = None) -> "Update":
+        """This optimizer's update of rows of ``dim`` values, for a push whose unique ids have ``counts``."""
+        return Update(*self.kernel(dim, counts is not None), dim, counts)
 
     def match_values(self, data: np.ndarray, dim: int) -> None:
         """Make the state of every row of ``data`` agree with the row's values, so that the next
@@ -92,3 +104,32 @@ class SparseOptimizer(ABC):
     def f32(self, *names: str) -> tuple:
         """Hyper-parameters as float32 scalars, so kernels compute in float32 throughout."""
         return tuple(np.float32(getattr(self.config, n)) for n in names)
+
+
+@dataclass(frozen=True)
+class Update:
+    """A push's update of rows, as a compiled kernel and its arguments rather than a closure: a row
+    format that keeps rows in a layout of its own runs the same kernel on them a tile at a time, in
+    place, instead of decoding every row into a copy and back (``embedding/formats/chunk_kernels.py``).
+
+        kernel(data, rows, grads, dim, *hyper)              counts None
+        kernel(data, rows, grads, counts, dim, *hyper)      counts: per unique id of the push
+
+    (an optimizer's ``kernel``, or ``embedding/row_kernels.add_values`` for a GEO delta)."""
+    kernel: Callable
+    hyper: tuple
+    dim: int
+    counts: np.ndarray | None = None  # (u,) int32, the push's unique ids' (``apply``'s counts)
+
+    def counts_at(self, at) -> np.ndarray | None:
+        """The counts of the push's unique ids at positions ``at`` (a slice or indices)."""
+        return None if self.counts is None else np.ascontiguousarray(self.counts[at])
+
+    def __call__(self, data: np.ndarray, rows: np.ndarray, grads: np.ndarray, at) -> None:
+        """Update rows ``rows`` of ``data`` (R, dim + state) with ``grads`` (n, dim): the push's unique
+        ids at positions ``at``."""
+        counts = self.counts_at(at)
+        if counts is None:
+            self.kernel(data, rows, grads, self.dim, *self.hyper)
+        else:
+            self.kernel(data, rows, grads, counts, self.dim, *self.hyper)

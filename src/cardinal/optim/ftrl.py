@@ -98,9 +98,5 @@ class FTRL(SparseOptimizer):
         raise ValueError("consistency.async.compensation = 'lr' does not apply to FTRL (its lr rescales the whole "
                          "weight); use 'none' with FTRL")
 
-    def apply(self, data, rows, grads, dim, counts=None):
-        hyper = self.f32("lr", "beta", "l1", "l2")
-        if counts is None:
-            ftrl_kernel(data, rows, grads, dim, *hyper)
-        else:
-            ftrl_counted_kernel(data, rows, grads, counts, dim, *hyper)
+    def kernel(self, dim, counted=False):
+        return ftrl_counted_kernel if counted else ftrl_kernel, self.f32("lr", "beta", "l1", "l2")

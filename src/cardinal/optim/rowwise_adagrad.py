@@ -119,10 +119,7 @@ class RowWiseAdagrad(SparseOptimizer):
         if self.config.initial_accumulator:
             fill_state(data, start, stop, dim, dim + 1 + self.wide, np.float32(self.config.initial_accumulator))
 
-    def apply(self, data, rows, grads, dim, counts=None):
+    def kernel(self, dim, counted=False):
         assert 0 <= self.wide < dim, (self.wide, dim)
-        hyper = self.f32("lr", "eps", "l2")
-        if counts is None:
-            rowwise_adagrad_kernel(self.config.l2)(data, rows, grads, dim, self.wide, *hyper)
-        else:
-            rowwise_adagrad_counted_kernel(self.config.l2)(data, rows, grads, counts, dim, self.wide, *hyper)
+        kernel = rowwise_adagrad_counted_kernel if counted else rowwise_adagrad_kernel
+        return kernel(self.config.l2), (self.wide, *self.f32("lr", "eps", "l2"))

@@ -62,8 +62,5 @@ class SGD(SparseOptimizer):
     def state_width(self, dim: int) -> int:
         return 0
 
-    def apply(self, data, rows, grads, dim, counts=None):
-        if counts is None:
-            sgd_kernel(self.config.l2)(data, rows, grads, dim, *self.f32("lr", "l2"))
-        else:
-            sgd_counted_kernel(self.config.l2)(data, rows, grads, counts, dim, *self.f32("lr", "l2"))
+    def kernel(self, dim, counted=False):
+        return (sgd_counted_kernel if counted else sgd_kernel)(self.config.l2), self.f32("lr", "l2")

@@ -109,6 +109,8 @@ class Chunked(RowFormat):
         self.pool = ChunkPool((1 + self.a) * self.s)
         chunk = (1 + self.a) * self.s  # a chunk's words; a plain row spends C of them where this one has 2 C words
         self.start = min(chunks, max(1, (chunks * chunk - 2 * chunks) // chunk))  # of handles and utilities
+        self._tile = np.empty((K.TILE, (1 + self.a) * dim + self.b), np.float32)  # a push's scratch (lock held)
+        self._order = np.arange(K.TILE, dtype=np.int64)
 
     def __repr__(self) -> str:
         return f"<row format fp32 in {self.C} chunks of {self.s} (tail {self.t}), target {self.target}>"
@@ -161,29 +163,17 @@ class Chunked(RowFormat):
                   np.asarray(rows, np.int64), *self._args())
 
     def portable(self, data, rows, dim):
-        rows = np.asarray(rows, np.int64)
         out = np.empty((len(rows), (1 + self.a) * self.dim + self.b + 2 * self.C), np.float32)
-        self._portable_of(self._gather(data, rows, True), data, rows, out)
+        K.portable(data, data.view(np.int32), self.pool.arena.array, np.asarray(rows, np.int64), *self._args(), out)
         return out
 
-    def _portable_of(self, work, data, rows, out):
-        """``out``: the portable rows of ``rows``, whose working rows are ``work``."""
-        C, w = self.C, work.shape[1]
-        out[:, :w] = work
-        out[:, w:w + C] = data[rows, C:2 * C]
-        out[:, w + C:] = data.view(np.int32)[rows, :C] != 0
-
     def push_block(self, data, rows, grads, update, at, backup, dim, ids, step):
-        """``RowFormat.push_block`` with one gather: the backup is made from the working rows, and
-        they are checked before they are stored (only the columns a row stores)."""
-        rows = np.asarray(rows, np.int64)
-        work = self._gather(data, rows, True)
-        self._portable_of(work, data, rows, backup)
-        self.on_push(data, rows, grads, dim)
-        update(work, np.arange(len(rows), dtype=np.int64), grads, at)
-        bad = K.first_nonfinite_held(work, data.view(np.int32), rows, *self._args())
-        if bad < 0:
-            self.store(data, rows, work, dim, ids, step)
+        """``RowFormat.push_block`` in place, as fp32's: the update's kernel (``optim/base.py``'s
+        ``Update``) runs on a tile of working rows at a time (``chunk_kernels.update_in_place``), with
+        no decoded copy of the block and no second pass to store it or check it."""
+        bad, _ = K.update_in_place(data, data.view(np.int32), self.pool.arena.array, np.asarray(rows, np.int64),
+                                   grads, update.counts_at(at), update.kernel, update.hyper, backup, self._tile,
+                                   self._order, *self._args())
         return bad
 
     def from_working(self, work, ids, step, dim):
