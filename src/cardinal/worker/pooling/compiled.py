@@ -41,7 +41,8 @@ def pool_forward(rows, inverse, offsets, n_fields, mean, out, bag_lo, bag_hi):
     Bag f * B + i (field f, example i) lands in out[i * n_fields + f], so ``out`` reshaped to
     (B, n_fields, d) is the stacked per-field embeddings with no copy. A bag's first row is
     written as 0 + row (the bits of zeroing and adding, -0.0 included) and the rest added to it:
-    zeroing ``out`` first and adding every row costs 2-3x as much (a store, then a load of it).
+    zeroing ``out`` first and adding every row cost 2.2x as much over uniform ids (a store, then a
+    load of it), about the same over Zipf ids, whose rows are in cache.
     """
     d = rows.shape[1]
     if bag_hi <= bag_lo:
