@@ -19,6 +19,7 @@ import numpy as np
 
 from cardinal.embedding.hashing import U64, index_hash
 from cardinal.embedding.prefetch import prefetch, prefetch_at
+from cardinal.embedding.row_kernels import copy_row
 
 SUB_BITS = 6
 N_SUB = 1 << SUB_BITS
@@ -126,12 +127,7 @@ def find_copy(tags, slots, sub_off, sub_cap, ids, keys, rows, lo, hi, data, out,
         if r >= 0 and ids[r] != key:
             r = probe(tags, slots, ids, sub_off, sub_cap, key)[0]
         rows[i] = r
-        if r < 0:
-            for j in range(dim):
-                out[i, j] = 0.0
-        else:
-            for j in range(dim):
-                out[i, j] = data[r, j]
+        copy_row(data, r, out, i, dim)
 
 
 NO_DATA = np.empty((1, 0), np.float32)  # find_copy's data and out when only rows are wanted

@@ -16,6 +16,17 @@ from cardinal.embedding.prefetch import prefetch_row
 AHEAD = 12  # rows whose lines are prefetched ahead of the one copied
 
 
+@nb.njit(inline="always")
+def copy_row(data, r, out, i, dim):
+    """out[i, :dim] = data[r, :dim], or zeros where r < 0 (an id not in the table)."""
+    if r < 0:
+        for j in range(dim):
+            out[i, j] = 0.0
+    else:
+        for j in range(dim):
+            out[i, j] = data[r, j]
+
+
 @nb.njit(nogil=True, cache=True)
 def gather(data, rows, dim, out):
     """out[i] = data[rows[i], :dim], or zeros where rows[i] < 0 (an id not in the table).
@@ -25,13 +36,7 @@ def gather(data, rows, dim, out):
     out,   # (n, dim) float32
     """
     for i in range(rows.shape[0]):
-        r = rows[i]
-        if r < 0:
-            for j in range(dim):
-                out[i, j] = 0.0
-        else:
-            for j in range(dim):
-                out[i, j] = data[r, j]
+        copy_row(data, rows[i], out, i, dim)
 
 
 @nb.njit(nogil=True, cache=True)
