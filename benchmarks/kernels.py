@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
+from huge_pages import huge_empty  # noqa: E402
 from report import write  # noqa: E402
 
 from cardinal import parallel  # noqa: E402
@@ -79,7 +80,7 @@ def bench(dist: str, dim: int, universe: int, n_batches: int, rng) -> list[dict]
 
     table = EmbeddingTable(TableConfig("t", dim), make_optimizer({"name": "rowwise_adagrad"}))
     t_create = timed(lambda b: table.pull(b, step=1), batches)
-    dense = torch.full((len(distinct), dim), 1e-2)
+    dense = torch.from_numpy(huge_empty((len(distinct), dim))).fill_(1e-2)  # huge pages, as Cardinal's arenas
     t_pull, t_bound = side_by_side(lambda: timed(lambda b: table.pull(b, step=2), batches),
                                    lambda: timed(lambda b: torch.index_select(dense, 0, torch.from_numpy(b)),
                                                  dense_batches))
@@ -93,7 +94,8 @@ def bench(dist: str, dim: int, universe: int, n_batches: int, rng) -> list[dict]
         table = EmbeddingTable(TableConfig("t", dim), opt)
         for b in batches:
             table.pull(b, step=1)
-        data = np.full((len(distinct), dim + opt.state_width(dim)), 1e-2, np.float32)  # touched: no page faults timed
+        data = huge_empty((len(distinct), dim + opt.state_width(dim)))  # huge pages, as Cardinal's arenas
+        data.fill(1e-2)  # touched: no page faults timed
         t_push, t_bound = side_by_side(
             lambda: timed(lambda k: table.push(batches[k], grads[k], step=3), range(len(batches))),
             lambda: timed(lambda k: threaded_apply(opt, data, dense_batches[k], grads[k], dim), range(len(batches))))
@@ -121,7 +123,7 @@ def main():
         f"pull/existing and push: best of {REPEATS} passes, alternating with the bound's",
         "pull bound: torch.index_select on a dense table with ids remapped to 0..n-1 "
         f"({torch.get_num_threads()} torch threads); push bound: the same optimizer kernel on that dense table, "
-        "on the kernel threads as a push's updates",
+        "on the kernel threads as a push's updates; both bounds' tables on transparent huge pages, as Cardinal's arenas",
         f"Cardinal's lookups and a push's updates use the kernel threads ({parallel.threads()}: a range of ids each)",
         "reproduce: python benchmarks/kernels.py",
     ])
