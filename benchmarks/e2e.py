@@ -37,6 +37,7 @@ from torchmetrics.functional.classification import binary_auroc
 
 sys.path.insert(0, str(Path(__file__).parent))
 from cache import cache_bytes, rows_created  # noqa: E402
+from huge_pages import huge_like  # noqa: E402
 from report import write  # noqa: E402
 
 from cardinal.data import CriteoReader  # noqa: E402
@@ -97,18 +98,25 @@ def evaluate(logits_fn, batches):
     return float(binary_auroc(logit, label.long())), float(F.binary_cross_entropy_with_logits(logit, label))
 
 
-def run_torch(recipe, train, halves, fields, sparse_opt: str, lr: float, size: int):
+def run_torch(recipe, train, halves, fields, sparse_opt: str, lr: float, size: int, huge: bool = False):
     """(train seconds, (AUC, logloss) on each eval half) for plain PyTorch at sparse ``lr``, on every
-    core (nothing works beside it; Cardinal's trainer leaves half to its embedded shards)."""
+    core (nothing works beside it; Cardinal's trainer leaves half to its embedded shards). ``huge``:
+    the tables and Adagrad's state on transparent huge pages, as a kernel with THP "always" gives
+    them unasked (``huge_pages.py``; SparseAdam's state, made at its first step, stays as torch makes it)."""
     torch.set_num_threads(available_cores())
     torch.manual_seed(recipe.train.seed)
     dim = recipe.embedding.dim
     model = DeepFM(len(train.dense_fields), len(fields), dim, **{k: v for k, v in recipe.model.items() if k != "name"})
     deep, wide = HashedEmbeddings(fields, size, dim), HashedEmbeddings(fields, size, 1)
     nn.init.zeros_(wide.bag.weight)
+    if huge:
+        deep.bag.weight, wide.bag.weight = (nn.Parameter(huge_like(b.weight.detach())) for b in (deep.bag, wide.bag))
     sparse_params = [deep.bag.weight, wide.bag.weight]
     opt_cls = torch.optim.Adagrad if sparse_opt == "adagrad" else torch.optim.SparseAdam
     sopt = opt_cls(sparse_params, lr=lr)
+    if huge and sparse_opt == "adagrad":
+        for p in sparse_params:
+            sopt.state[p]["sum"] = huge_like(sopt.state[p]["sum"])
     dopt = torch.optim.Adam(model.parameters(), lr=recipe.dense_optimizer.lr)
 
     def logits(b):

@@ -17,10 +17,12 @@ layer costs:
   5. Cardinal          the default recipe's trainer, baseline off: embedded shards (pulls, pushes,
                        the sparse optimizer), prefetch, the trainer's bookkeeping;
   6. plain PyTorch     ``nn.EmbeddingBag(sparse=True)`` (values and wide weights, ids % 4M) with sparse
-                       Adagrad (``e2e.py``), at the same sparse lr.
+                       Adagrad (``e2e.py``), at the same sparse lr;
+  7. the same          its tables and Adagrad's state on transparent huge pages, as Cardinal's arenas
+                       are (what a kernel with THP "always" gives it unasked; ``huge_pages.py``).
 
-Rungs 1-4 run torch and the kernels on ``train.threads``' budget (what the trainer sets); 6 on
-every core, as in e2e.py. Writes results/step_ladder[_T].{md,json}.
+Rungs 1-4 run torch and the kernels on ``train.threads``' budget (what the trainer sets); 6 and 7
+on every core, as in e2e.py. Writes results/step_ladder[_T].{md,json}.
 """
 
 import argparse
@@ -44,7 +46,7 @@ from cardinal.worker.layouts import layout  # noqa: E402
 from cardinal.worker.pooling import CompiledPooling  # noqa: E402
 
 RUNGS = ("1. dense only", "2. + input gradient", "3. + pooling", "4. + dedup", "5. Cardinal (embedded PS)",
-         "6. plain PyTorch (EmbeddingBag + sparse Adagrad)")
+         "6. plain PyTorch (EmbeddingBag + sparse Adagrad)", "7. plain PyTorch, tables on huge pages")
 
 
 def dense_loop(recipe, train, fields, rung: int) -> float:
@@ -107,6 +109,7 @@ def main(argv=None) -> int:
         runs = {RUNGS[k - 1]: (lambda data, k=k: dense_loop(recipe, data, fields, k)) for k in (1, 2, 3, 4)}
         runs[RUNGS[4]] = lambda data: run_cardinal(recipe, lr, Path(tempfile.mkdtemp(dir=tmp)), data, halves)[0]
         runs[RUNGS[5]] = lambda data: run_torch(recipe, data, halves, fields, "adagrad", lr, TORCH_TABLE_ROWS)[0]
+        runs[RUNGS[6]] = lambda data: run_torch(recipe, data, halves, fields, "adagrad", lr, TORCH_TABLE_ROWS, True)[0]
         for fn in runs.values():  # numba's compiles and torch's first calls, untimed
             fn(warm)
         for r in range(args.rounds):
@@ -120,7 +123,7 @@ def main(argv=None) -> int:
     rows, below = [], None
     for rung in RUNGS:
         ms = median[rung]
-        step_up = "" if below is None or rung == RUNGS[5] else round(ms - below, 2)
+        step_up = "" if below is None or rung in RUNGS[5:] else round(ms - below, 2)
         rows.append({"rung": rung, "ms per step (median)": ms, "added by this rung, ms": step_up,
                      "samples/s": 4096 * 1000 / ms, "x dense-only": bound / ms,
                      "runs, ms": ", ".join(f"{t:.1f}" for t in times[rung])})
@@ -129,7 +132,7 @@ def main(argv=None) -> int:
     write(name, "Where a step's time goes beyond the dense model (DeepFM, batch 4096, the CPU)", rows, [
         f"{steps} steps x 4096 samples a run, {args.rounds} rounds, every rung in each (order reversed every "
         f"other round); medians; sparse lr {lr} for Cardinal and PyTorch",
-        f"rungs 1-5 on train.threads' budget ({torch.get_num_threads()} threads here), rung 6 on every core "
+        f"rungs 1-5 on train.threads' budget ({torch.get_num_threads()} threads here), rungs 6-7 on every core "
         "(as benchmarks/e2e.py runs it)",
         "rung 5 less rung 4: the embedded shards' pulls, pushes and optimizer, and the trainer's own work",
         f"reproduce: python benchmarks/step_ladder.py --steps {args.steps} --rounds {args.rounds} --rows {args.rows}"
