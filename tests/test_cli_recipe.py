@@ -65,7 +65,7 @@ def test_every_field_of_every_section_has_its_help():
 
 def test_the_model_and_sparse_optimizer_show_their_defaults(capsys):
     shown = tomllib.loads(show(capsys, "--set", 'model.name="dlrm"'))
-    assert shown["model"] == {"name": "dlrm", "bottom": [64], "top": [256, 128], "dropout": 0.0}
+    assert shown["model"] == {"name": "dlrm", "bottom": [64], "top": [256, 128], "dropout": 0.0, "init_std": 0.0}
     assert shown["sparse_optimizer"]["name"] == "adagrad" and shown["sparse_optimizer"]["eps"] == 1e-10
 
 

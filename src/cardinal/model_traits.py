@@ -20,10 +20,10 @@ class ModelTraits:
 
 
 MODELS = {
-    "deepfm": ModelTraits(True, True, ("hidden", "dropout")),
-    "dlrm": ModelTraits(True, False, ("bottom", "top", "dropout")),
+    "deepfm": ModelTraits(True, True, ("hidden", "dropout", "init_std")),
+    "dlrm": ModelTraits(True, False, ("bottom", "top", "dropout", "init_std")),
     "lr": ModelTraits(False, True, ()),
-    "wide_deep": ModelTraits(True, True, ("hidden", "dropout")),
+    "wide_deep": ModelTraits(True, True, ("hidden", "dropout", "init_std")),
 }
 
 SPARSE_FIELDS = {  # data.format -> its sparse fields (every other format has Criteo's)
