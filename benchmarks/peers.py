@@ -42,9 +42,11 @@ COMMON = ["eval.every=0", 'train.baseline="none"', 'train.device="cpu"']
 CARDINAL, PEER = "cardinal", "deepctr-torch"
 
 
-def recipes(names: list[str], rows: tuple[int, int], epochs: int | None, seed: int | None = None) -> dict:
-    """Each data set's recipe, or the reason it is skipped."""
-    extra = [*COMMON, *([f"train.epochs={epochs}"] if epochs else []), *([f"train.seed={seed}"] if seed is not None else [])]
+def recipes(names: list[str], rows: tuple[int, int], epochs: int | None, seed: int | None = None,
+            sets: tuple[str, ...] = ()) -> dict:
+    """Each data set's recipe (``sets``: Cardinal's own overrides), or the reason it is skipped."""
+    extra = [*COMMON, *([f"train.epochs={epochs}"] if epochs else []), *([f"train.seed={seed}"] if seed is not None else []),
+             *sets]
     out = {}
     for name in names:
         if name == "criteo":

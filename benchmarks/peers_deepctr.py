@@ -16,7 +16,9 @@ takes a pair: Adagrad at LR on the embedding tables (the sparse side, as Cardina
 it) and Adam at the recipe's dense lr on the rest. The library's L2 terms are set to 0: Cardinal
 has none, and they would add a pass over every table to each step. ``train_s`` is ``fit``'s wall
 time: first step to last update, no evaluation inside. AUC and logloss are on the two halves of
-the eval rows (select: where peers.py picks the lr; eval: what it reports).
+the eval rows (select: where peers.py picks the lr; eval: what it reports). ``spec["dnn_init"]
+= "torch"`` (benchmarks/peers_gap.py) redraws the DNN's hidden layers as torch's ``nn.Linear``
+draws them, instead of the library's N(0, init_std = 1e-4).
 """
 
 import json
@@ -72,6 +74,9 @@ def main():
     cols = columns(spec)
     model = DeepFM(cols, cols, dnn_hidden_units=tuple(spec["hidden"]), l2_reg_linear=0.0, l2_reg_embedding=0.0,
                    seed=spec["seed"], task="binary", device="cpu")
+    if spec.get("dnn_init", "deepctr") == "torch":
+        for layer in model.dnn.linears:
+            layer.reset_parameters()
     tables = [p for name, p in model.named_parameters() if "embedding_dict" in name]
     rest = [p for name, p in model.named_parameters() if "embedding_dict" not in name]
     model.compile(Pair(torch.optim.Adagrad(tables, lr=lr, initial_accumulator_value=spec["initial_accumulator"]),
