@@ -63,7 +63,7 @@ _TARGET = {"v": int, "shard": int, "n_shards": int}
 _PART = {"end": int, "total": int, "arrays": list}  # a part of a checkpoint (checkpoint/parts.py)
 _ARRAYS = {"table": str, "ids_bytes": int, "ids_dtype": str, "step": int, "request_id": str}
 SCHEMAS: dict[str, dict[str, type]] = {
-    "Pull": {**_TARGET, **_ARRAYS, "create": bool, "codec": str},
+    "Pull": {**_TARGET, **_ARRAYS, "create": bool, "codec": str, "shm": str},
     "Push": {**_TARGET, **_ARRAYS, "grads_bytes": int, "dim": int, "dtype": str, "codec": str, "kind": str,
              **ORIGIN, "counts_bytes": int},
     "Save": {**_TARGET, "root": str, "step": int, "base": int, "dry": bool, "keep": int},
