@@ -12,7 +12,9 @@ encoded by the codec its header names, then, for a counted push only, its counts
 ``counts_bytes`` in the header; absent: one update per row); a pull's reply is the rows,
 encoded by the codec the pull named (``cardinal.codecs``: fp32, fp16, bf16, int8; "raw" is
 fp32; fp32 requests name no codec in a pull and "raw" in a push, as servers from before codecs
-read). Both sides keep float32: a codec is only how rows cross. The
+read), or, when the pull named a region of shared memory its server could open (``shm``), an
+empty payload and ``"shm": true``: the rows are in the region (``shared_rows.py``). Both sides
+keep float32: a codec is only how rows cross. The
 header says how many bytes each part has, so a malformed message is caught before anything
 is read from it:
 
