@@ -127,6 +127,8 @@ def decode(message: bytes) -> tuple[dict, memoryview]:
 
 def _check_depth(head: bytes) -> None:
     """Refuse headers nested deeper than ``MAX_DEPTH`` before ``json.loads`` recurses into them."""
+    if head.count(b"[") + head.count(b"{") <= MAX_DEPTH:  # too few brackets to nest deeper: every
+        return                                              # request and most replies, unparsed
     depth = 0
     for bracket in _BRACKETS.findall(_STRINGS.sub(b"", head)):
         depth += 1 if bracket in b"[{" else -1
