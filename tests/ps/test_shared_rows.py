@@ -1,6 +1,7 @@
 """A pull's rows through shared memory on one host (``ps/transport/shared_rows.py``): the same
 rows as in the reply, files gone once used, the reply again where a server cannot open the
-region (another host) or offers none (a memory budget), and names that are not a region's refused."""
+region (another host), offers none (a memory budget) or /dev/shm is full, and names that are
+not a region's refused."""
 
 import os
 
@@ -74,6 +75,18 @@ def test_a_server_that_cannot_open_the_region_answers_in_the_reply(cluster, monk
     received = client.metrics()["message_bytes_received"]
     client.pull("user", ids).wait()  # no region named any more: the rows come in the reply
     assert client.metrics()["message_bytes_received"] - received > len(ids) * 8 * 4
+
+
+def test_a_full_dev_shm_sends_the_rows_in_the_reply(cluster, monkeypatch):
+    c = cluster(1)
+    client, plain = _client(c, True), _client(c, False)
+
+    def full(size):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(shared_rows, "Region", full)
+    ids = np.arange(300, dtype=np.int64)
+    assert client.pull("user", ids).wait().tobytes() == plain.pull("user", ids).wait().tobytes()
+    assert client.transport._shares == [True] and client.metrics()["message_bytes_received"] > len(ids) * 8 * 4
 
 
 def test_a_server_under_a_memory_budget_offers_no_region(cluster):

@@ -21,7 +21,11 @@ timed out is dropped, as its server may still write it.
 
 A server opens only regular files so named in /dev/shm, owned by its own user, not through a
 link, and keeps at most ``MAPPED`` of them mapped; a server under a memory budget offers none
-(the pages it maps would count against its budget).
+(the pages it maps would count against its budget). A region's pages are allocated when it is
+made (``posix_fallocate``): a full /dev/shm (64 MiB in a container by default) refuses the
+region, and that call's rows come in the reply, instead of a server writing into a page
+tmpfs has no room for (SIGBUS). A client keeps at most one region per call it may have in
+flight to each server, of up to ``chunk_mb`` each.
 """
 
 import contextlib
@@ -62,7 +66,7 @@ class Region:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         self._unlink = weakref.finalize(self, _unlink, path)  # at the latest when dropped, or at exit
         try:
-            os.ftruncate(fd, self.size)
+            os.posix_fallocate(fd, 0, self.size)  # its pages now, or ENOSPC: never a SIGBUS in the server
             self.view = np.frombuffer(mmap.mmap(fd, self.size), np.uint8)
         except BaseException:
             self._unlink()
@@ -88,13 +92,18 @@ class Regions:
         self._free: list[list[Region]] = [[] for _ in range(n_shards)]
         self._keep, self._lock = keep, threading.Lock()
 
-    def take(self, shard: int, size: int) -> Region:
+    def take(self, shard: int, size: int) -> Region | None:
+        """A free region of at least ``size`` bytes, or a new one; None when /dev/shm has no room
+        for it (the rows then come in the reply)."""
         with self._lock:
             free = self._free[shard]
             for i, region in enumerate(free):
                 if region.size >= size:
                     return free.pop(i)
-        return Region(size)
+        try:
+            return Region(size)
+        except OSError:
+            return None
 
     def give(self, shard: int, region: Region) -> None:
         with self._lock:
