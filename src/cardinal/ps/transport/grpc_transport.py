@@ -253,7 +253,10 @@ class GrpcTransport(Transport):
         r, rows_codec = request, codecs.get(request.codec)
         dim = self._dim(shard, r.table)
         if self.shared_memory and shard not in self._told:  # whether it offers regions: its Stats say
-            self.health(shard).wait(self.timeout)
+            try:
+                self.health(shard).wait(self.timeout)
+            except (ServerFailure, ShardRequestError):  # the pull itself says what is wrong, when waited on
+                pass
         chunks = self._chunks(len(r.ids), 8 + rows_codec.row_bytes(dim), shard)
         rid = r.request_id or f"{self._client}-{next(self._seq)}"
         named = {} if rows_codec.name == "fp32" else {"codec": rows_codec.name}  # fp32: as servers before codecs read
