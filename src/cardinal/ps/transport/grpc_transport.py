@@ -261,8 +261,8 @@ class GrpcTransport(Transport):
         rid = r.request_id or f"{self._client}-{next(self._seq)}"
         named = {} if rows_codec.name == "fp32" else {"codec": rows_codec.name}  # fp32: as servers before codecs read
         shared = self._shares[shard] and r.table not in self._copies  # copies of hot rows come in the reply
-        regions = [self._regions.take(shard, (c.stop - c.start) * rows_codec.row_bytes(dim)) if shared else None
-                   for c in chunks]
+        regions = [self._regions.take(shard, max((c.stop - c.start) * rows_codec.row_bytes(dim), self._message[shard]))
+                   if shared else None for c in chunks]  # the largest a part's rows can be: any region fits any part
         parts = [self._call(shard, "Pull", {"table": r.table, "ids_bytes": 8 * (c.stop - c.start), "ids_dtype": "int64",
                                             "create": r.create, **named, **({"shm": g.name} if g else {}),
                                             "step": int(r.step), "request_id": f"{rid}.{k}"}, r.ids[c])

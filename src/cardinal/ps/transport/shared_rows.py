@@ -25,7 +25,7 @@ link, and keeps at most ``MAPPED`` of them mapped; a server under a memory budge
 made (``posix_fallocate``): a full /dev/shm (64 MiB in a container by default) refuses the
 region, and that call's rows come in the reply, instead of a server writing into a page
 tmpfs has no room for (SIGBUS). A client keeps at most one region per call it may have in
-flight to each server, of up to ``chunk_mb`` each.
+flight to each server, each as large as that server's messages (``chunk_mb`` at most), in MiB.
 """
 
 import contextlib
