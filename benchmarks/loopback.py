@@ -1,11 +1,13 @@
 """Pull and push through one parameter server over loopback, against the in-process transport.
 
-    python benchmarks/loopback.py [--quick] [--repeats R]
+    python benchmarks/loopback.py [--quick] [--repeats R] [--rows-in-replies]
 
 One ``cardinal server`` process (1 shard) and, side by side, one in-process store, hold the
 same table; the same batches of unique ids (65,536 draws per request, Zipf 1.1 over 4M ids,
 de-duplicated) are pulled and pushed (row-wise Adagrad) through each. Rows with a codec
-(``wire.pull`` / ``wire.push``: fp32, bf16, int8) move that many fewer bytes; every ratio is
+(``wire.pull`` / ``wire.push``: fp32, bf16, int8) move that many fewer bytes; a pull's rows come
+through shared memory, as on any one host (``--rows-in-replies``: in the replies, as from another
+host: ``ps/transport/shared_rows.py``); every ratio is
 loopback / in-process **fp32** in the same run (the in-process transport applies the codec's
 round trip too, so its time with a codec is shown beside it). Each figure is the median of
 ``--repeats`` passes, loopback and in-process interleaved (the machine may be shared).
@@ -73,6 +75,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--repeats", type=int, default=0, help="passes per figure (default 5, --quick 3)")
+    parser.add_argument("--rows-in-replies", action="store_true",
+                        help="pulls' rows in the gRPC replies, not through shared memory (as from another host)")
     args = parser.parse_args()
     n, repeats = (5, args.repeats or 3) if args.quick else (20, args.repeats or 5)
     rows = []
@@ -88,7 +92,8 @@ def main():
                 clients = {"in-process fp32": local}
                 for name in names:
                     clients[f"loopback {name}"] = connect(servers=[f"127.0.0.1:{port}"], job="cardinal", token="bench",
-                                                          timeout=120, pull_codec=name, push_codec=name)
+                                                          timeout=120, pull_codec=name, push_codec=name,
+                                                          shared_memory=not args.rows_in_replies)
                     if name != "fp32":
                         clients[f"in-process {name}"] = PSClient(local.transport, pull_codec=name, push_codec=name)
                 for b in ids:  # create every row first: the figures are for existing rows
@@ -107,10 +112,13 @@ def main():
             finally:
                 proc.terminate()
                 proc.wait(30)
-    write("loopback" + ("_quick" if args.quick else ""), "One server over loopback gRPC vs the in-process transport",
+    write("loopback" + ("_replies" if args.rows_in_replies else "") + ("_quick" if args.quick else ""),
+          "One server over loopback gRPC vs the in-process transport",
           rows, [f"{n} requests of {BATCH:,} Zipf(1.1) draws de-duplicated, to one shard; rows exist already",
                  f"median of {repeats} passes per figure, loopback and in-process taking turns",
                  "server: a separate `cardinal server` process; client: PSClient over GrpcTransport",
+                 "pulls' rows " + ("in the gRPC replies (--rows-in-replies)" if args.rows_in_replies else
+                                   "through shared memory (one host: ps/transport/shared_rows.py)"),
                  "ratio: in-process fp32 time / loopback time (the codec on the loopback side only)",
                  "reproduce: python benchmarks/loopback.py"])
 

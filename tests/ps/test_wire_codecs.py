@@ -157,7 +157,8 @@ def test_an_unknown_codec_is_refused_by_the_client():
 
 @pytest.mark.parametrize("remote", [False, True])
 def test_traffic_counts_rows_at_their_codec_size(cluster, remote):
-    transport = cluster(2).client.transport if remote else connect(CONFIG, 2).transport
+    transport = GrpcTransport(cluster(2).addresses, JOB, TOKEN, shared_memory=False) if remote \
+        else connect(CONFIG, 2).transport  # rows in the replies: not in shared memory (test_shared_rows.py)
     client = PSClient(transport, pull_codec="bf16", push_codec="int8")
     ids = np.arange(100, dtype=np.int64)
     handle = client.pull("user", ids)
@@ -236,7 +237,8 @@ def test_a_push_the_codec_cannot_carry_is_refused_whole_naming_the_codec(cluster
     """Finite gradients past the codec's range would arrive as inf on one shard only: that shard would
     refuse its part ("NaN or Inf ... lower the learning rate") while the others applied theirs. The
     client refuses the whole push first, naming wire.push, and no shard changes."""
-    transport = cluster(2).client.transport if remote else connect(CONFIG, 2).transport
+    transport = GrpcTransport(cluster(2).addresses, JOB, TOKEN, shared_memory=False) if remote \
+        else connect(CONFIG, 2).transport  # rows in the replies: not in shared memory (test_shared_rows.py)
     client = PSClient(transport, push_codec=codec)
     ids = np.arange(-500, 500, dtype=np.int64)
     client.pull("user", ids).wait()

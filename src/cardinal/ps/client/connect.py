@@ -23,7 +23,8 @@ def connect(config: StoreConfig | None = None, shards: int = 4, *, servers: Sequ
             plan: ShardingPlan | None = None, pull_codec: str = "fp32", push_codec: str = "fp32",
             concurrent: bool = False, limits: StoreLimits | None = None, tier_dir: str | None = None,
             job: str = "cardinal", token: str = "", timeout: float = DEFAULT_TIMEOUT, tls_ca: str | None = None,
-            max_message_mb: int = 64, calls: int = 16, worker: int = 0, workers: int = 1) -> PSClient:
+            max_message_mb: int = 64, calls: int = 16, worker: int = 0, workers: int = 1,
+            shared_memory: bool = True) -> PSClient:
     """A client with ``plan`` (row-wise over every shard when None), rows crossing as
     ``pull_codec`` and gradients as ``push_codec`` (``cardinal.codecs``).
 
@@ -36,7 +37,8 @@ def connect(config: StoreConfig | None = None, shards: int = 4, *, servers: Sequ
     ``timeout`` s, messages of at most ``max_message_mb``. This client is ``worker`` of
     ``workers``, which share the ``calls`` each server reads at once: it keeps at most its share
     in flight to each. With ``config``, each server is checked to hold the pieces of its tables
-    that the plan puts there (``PSClient.check_plan``)."""
+    that the plan puts there (``PSClient.check_plan``). A pull's rows from a server on this host
+    come through shared memory unless ``shared_memory`` is False (``ps/transport/shared_rows.py``)."""
     codecs = {"pull_codec": pull_codec, "push_codec": push_codec}
     if not servers:
         if config is None:
@@ -44,7 +46,7 @@ def connect(config: StoreConfig | None = None, shards: int = 4, *, servers: Sequ
         stores = [ShardStore(config, s, shards, limits, tier_dir, plan) for s in range(shards)]
         return PSClient(InProcessTransport(stores, concurrent), **codecs, plan=plan)
     transport = GrpcTransport(servers, job, token, timeout=timeout, tls_ca=tls_ca, max_message_mb=max_message_mb,
-                              max_in_flight=max(1, calls // workers), share=workers)
+                              max_in_flight=max(1, calls // workers), share=workers, shared_memory=shared_memory)
     client = PSClient(transport, **codecs, plan=plan, worker=worker, workers=workers)
     if config is not None:
         client.check_plan([t.name for t in config.tables], timeout)

@@ -15,6 +15,9 @@ A pull names the codec of the rows in its reply and a push the codec of its grad
 (``cardinal.codecs``; fp32 when unnamed): an unknown codec, or gradients whose size is not
 len(ids) x that codec's row, is INVALID_ARGUMENT naming the field, before anything changes.
 
+A pull may name a region of shared memory for its rows (``shm``, ``ps/transport/shared_rows.py``):
+a server that can open it, on the client's host, writes them there and replies ``"shm": true``.
+
 A push carries a request id (a pull may): the store applies each request once
 (``request_log.py``), so a client may safely send again what it is unsure arrived.
 
@@ -45,7 +48,7 @@ from cardinal.checkpoint.parts import Need, Part
 from cardinal.ps.limits import StoreFull
 from cardinal.ps.server.request_log import FirstAttemptFailed
 from cardinal.ps.server.store import ShardStore
-from cardinal.ps.transport import heap, wire
+from cardinal.ps.transport import heap, shared_rows, wire
 from cardinal.ps.transport.requests import Origin
 from cardinal.ps.validate import quote
 
@@ -71,6 +74,13 @@ class ShardServicer:
         self.ended = threading.Event()  # set by Finish: the server process stops
         self._finishing = threading.Lock()
         heap.keep_freed_buffers()  # replies are large and many: reuse their memory (heap.py)
+        self.regions = shared_rows.Mapped()  # clients' regions a pull's rows may go to, on this host
+
+    @property
+    def shares_rows(self) -> bool:
+        """Whether pulls' rows may go to clients' regions: not under a memory budget, which the
+        pages mapped would count against."""
+        return not self.store.limits.memory_budget
 
     def handler(self) -> grpc.GenericRpcHandler:
         methods = {"Pull": self._pull, "Push": self._push, "Save": self._save, "Load": self._load,
@@ -179,8 +189,13 @@ class ShardServicer:
             stale = {"stale": True} if len(rows) != len(ids) else {}  # copies past their bound: none
             return {"dim": rows.shape[1], "dtype": "float32", "codec": codec.name, **stale}, [codec.encode(rows)]
         reply = self._stamped({"dim": table.dim, "dtype": "float32", "codec": codec.name})
-        message, into = wire.encode_blank(reply, len(ids) * codec.row_bytes(table.dim))
-        if codec.name == "fp32":  # the table writes its rows straight into the reply
+        size = len(ids) * codec.row_bytes(table.dim)
+        into = self.regions.get(header["shm"], size) if "shm" in header and self.shares_rows else None
+        if into is not None:  # the client's region, on this host: the reply says so (shared_rows.py)
+            message = wire.encode({**reply, "shm": True})
+        else:
+            message, into = wire.encode_blank(reply, size)
+        if codec.name == "fp32":  # the table writes its rows straight into the reply, or the region
             self.store.pull(name, ids, **pull, out=into.view(np.float32).reshape(len(ids), table.dim))
         else:  # encoded into it
             codec.encode(self.store.pull(name, ids, **pull), out=into)
@@ -265,7 +280,8 @@ class ShardServicer:
                                      check=wire.field(header, "check", bool, False))
         except AssertionError as e:
             raise _Abort(grpc.StatusCode.DATA_LOSS, f"shard {self.store.shard} failed its check: {e}") from None
-        limits = {"message_bytes": self.max_message_bytes, "calls": self.max_calls}  # clients size their calls by it
+        limits = {"message_bytes": self.max_message_bytes, "calls": self.max_calls,  # clients size their calls by it
+                  "shared_rows": self.shares_rows}
         return {"stats": stats, "health": self.store.health(), "limits": limits}, []
 
     def _finish(self, header, payload):

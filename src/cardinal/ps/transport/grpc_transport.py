@@ -17,7 +17,8 @@ a backoff; a client keeps at most ``max_in_flight`` calls in flight to each serv
 own fan-out (a request per table to every server, for many tables at once) waits for a free
 call instead of being refused and backing off. Requests are split into messages of at most
 ``chunk_mb``, sent together. Pulls and pushes take a ``codec`` (``cardinal.codecs``): rows
-and gradients cross encoded by it.
+and gradients cross encoded by it. A pull's rows come through shared memory from a server on
+this host that offers it (``shared_rows.py``; ``shared_memory=False``: never).
 """
 
 import itertools
@@ -33,9 +34,10 @@ import numpy as np
 from cardinal import codecs
 from cardinal.checkpoint.parts import Part
 from cardinal.failures import ServerFailure
-from cardinal.ps.transport import wire
+from cardinal.ps.transport import shared_rows, wire
 from cardinal.ps.transport.base import DEFAULT_TIMEOUT, Handle, TransientError, Transport
 from cardinal.ps.transport.requests import PullRequest, PushRequest
+from cardinal.ps.validate import quote
 
 BUSY_RETRIES, BUSY_BACKOFF_S = 8, 0.05
 PART_HEADER = 8192  # bytes a part's header and arrays' names may take beside them, in a reply and a feed
@@ -161,7 +163,7 @@ def _update_log(head: dict, payload) -> dict:
 class GrpcTransport(Transport):
     def __init__(self, addresses: list[str], job: str, token: str, *, timeout: float = DEFAULT_TIMEOUT,
                  tls_ca: str | None = None, max_message_mb: int = 64, chunk_mb: float = 4.0,
-                 max_in_flight: int = 16, share: int = 1):
+                 max_in_flight: int = 16, share: int = 1, shared_memory: bool = True):
         if not addresses:
             raise ValueError("a gRPC transport needs at least one server address")
         self.addresses, self.n_shards, self.timeout = list(addresses), len(addresses), timeout
@@ -182,6 +184,10 @@ class GrpcTransport(Transport):
         self._message = [self.chunk_bytes] * self.n_shards  # each server's largest request and calls read at
         self._calls = [max_in_flight] * self.n_shards        # once, as it said (Stats)
         self._told: set[int] = set()  # servers whose limits a Stats reply gave
+        self.shared_memory = shared_memory and shared_rows.available()
+        self._shares = [False] * self.n_shards  # servers that write a pull's rows into its regions, as they said
+        self._regions = shared_rows.Regions(self.n_shards, max_in_flight)
+        self._copies: set[str] = set()  # stored tables of copies of hot rows: their rows come in the reply
         self._incarnations: list[str | None] = [None] * self.n_shards
         self._client = uuid.uuid4().hex[:12]
         self._seq = itertools.count()
@@ -215,6 +221,7 @@ class GrpcTransport(Transport):
             tables = stats["tables"]
             self._dims.update({name: t["dim"] for name, t in tables.items()})
             self._dims.update({name: t["dim"] for name, t in stats.get("replicas", {}).items()})  # copies of hot rows
+            self._copies.update(stats.get("replicas", {}))
         if table not in self._dims:
             raise ShardRequestError(f"unknown table {table!r}; the servers have {sorted(self._dims)}")
         return self._dims[table]
@@ -225,6 +232,8 @@ class GrpcTransport(Transport):
         be refused and wait (each of ``share`` clients takes its part of the server's calls); its
         calls in flight give their slots back to the semaphore they took."""
         self._message[shard] = min(self.chunk_bytes, int(limits["message_bytes"]))
+        if shard not in self._told:  # once: a server found on another host stays there
+            self._shares[shard] = self.shared_memory and limits.get("shared_rows") is True
         self._told.add(shard)
         calls = min(self.max_in_flight, max(1, int(limits["calls"]) // self.share))  # this client's share
         if calls != self._calls[shard]:
@@ -243,25 +252,60 @@ class GrpcTransport(Transport):
     def pull(self, shard: int, request: PullRequest) -> Handle:
         r, rows_codec = request, codecs.get(request.codec)
         dim = self._dim(shard, r.table)
+        if self.shared_memory and shard not in self._told:  # whether it offers regions: its Stats say
+            try:
+                self.health(shard).wait(self.timeout)
+            except (ServerFailure, ShardRequestError):  # the pull itself says what is wrong, when waited on
+                pass
         chunks = self._chunks(len(r.ids), 8 + rows_codec.row_bytes(dim), shard)
         rid = r.request_id or f"{self._client}-{next(self._seq)}"
         named = {} if rows_codec.name == "fp32" else {"codec": rows_codec.name}  # fp32: as servers before codecs read
+        shared = self._shares[shard] and r.table not in self._copies  # copies of hot rows come in the reply
+        regions = [self._regions.take(shard, max((c.stop - c.start) * rows_codec.row_bytes(dim), self._message[shard]))
+                   if shared else None for c in chunks]  # the largest a part's rows can be: any region fits any part
         parts = [self._call(shard, "Pull", {"table": r.table, "ids_bytes": 8 * (c.stop - c.start), "ids_dtype": "int64",
-                                            "create": r.create, **named,
+                                            "create": r.create, **named, **({"shm": g.name} if g else {}),
                                             "step": int(r.step), "request_id": f"{rid}.{k}"}, r.ids[c])
-                 for k, c in enumerate(chunks)]
+                 for k, (c, g) in enumerate(zip(chunks, regions))]
+        read = []  # the rows, read once: a region is reused once read
 
         def combine(replies):
-            out = np.empty((len(r.ids), dim), np.float32)  # each part's rows decoded straight into it
-            try:
-                rows = [wire.rows_from_reply(h, p, c.stop - c.start, rows_codec, out[c])
-                        for (h, p), c in zip(replies, chunks)]
-            except wire.WireError as e:
-                raise ShardUnavailable(f"shard {shard}: {e}") from None
-            if all(x.shape == (c.stop - c.start, dim) for x, c in zip(rows, chunks)):
-                return out
-            return np.concatenate(rows)  # copies of hot rows past their bound answered none
+            if not read:
+                read.append(self._rows(shard, replies, chunks, regions, rows_codec, len(r.ids), dim))
+            return read[0]
         return _Mapped(parts, combine)
+
+    def _rows(self, shard, replies, chunks, regions, rows_codec, n, dim) -> np.ndarray:
+        """A pull's rows from its parts' replies, or their regions (``shared_rows.py``), each
+        decoded straight into one (n, dim) array; then the regions are free for other calls."""
+        out = np.empty((n, dim), np.float32)
+        try:
+            rows = [wire.rows_from_reply(h, self._payload(h, p, g, (c.stop - c.start) * rows_codec.row_bytes(dim)),
+                                         c.stop - c.start, rows_codec, out[c])
+                    for (h, p), c, g in zip(replies, chunks, regions)]
+        except wire.WireError as e:
+            raise ShardUnavailable(f"shard {shard}: {e}") from None
+        for (h, _), g in zip(replies, regions):
+            if g is not None and h.get("shm") is True:
+                g.shared()  # its server mapped it: its file may go
+                self._regions.give(shard, g)
+            elif g is not None:  # the server could not open it (another host): name no more to it
+                self._shares[shard] = False
+                self._regions.clear(shard)
+        if all(x.shape == (c.stop - c.start, dim) for x, c in zip(rows, chunks)):
+            return out
+        return np.concatenate(rows)  # copies of hot rows past their bound answered none
+
+    @staticmethod
+    def _payload(header: dict, payload, region, size: int):
+        """Where a pull reply's rows are: its payload, or the first ``size`` bytes of the region
+        it names (checked against the header then, as a payload is)."""
+        if "shm" not in header:
+            return payload
+        if header["shm"] is not True or region is None or len(payload):
+            raise wire.WireError(f"shm: a reply of rows in shared memory ({quote(str(header['shm']))}, "
+                                 f"{len(payload)} bytes beside) to a pull that named {'a' if region else 'no'} region")
+        return region.view[:size]
 
     def push(self, shard: int, request: PushRequest) -> Handle:
         r, grads_codec = request, codecs.get(request.codec)
@@ -333,3 +377,4 @@ class GrpcTransport(Transport):
     def close(self):
         for ch in self._channels:
             ch.close()
+        self._regions.clear()
