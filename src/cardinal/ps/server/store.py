@@ -32,6 +32,7 @@ from cardinal.embedding.tiers.claim import TierDir
 from cardinal.optim import make_optimizer
 from cardinal.ps import validate
 from cardinal.ps.limits import StoreFull, StoreLimits
+from cardinal.ps.server.aftercare import Aftercare
 from cardinal.ps.server.budget import Budget, NeedRoom
 from cardinal.ps.server.memory import Memory
 from cardinal.ps.server.process_memory import deletion_log_bytes, rocks_memory
@@ -131,6 +132,7 @@ class ShardStore(StoreCheckpoints):
         self.memory = Memory(config.eviction, self.limits.memory_budget and self.limits.memory_budget - copies,
                              self.limits.disk_budget)
         self.budget = Budget(self.memory, self.config.admission)
+        self.aftercare = Aftercare(f"cardinal-evict{shard}")  # a disk tier's demotions, after the reply
         self._tiers = None
         if self.limits.disk_budget:
             claimed = TierDir(tier_dir, shard)  # locked while this store lives; a killed one's are reclaimed
@@ -168,6 +170,7 @@ class ShardStore(StoreCheckpoints):
 
     def close(self) -> None:
         """Remove the disk tier's files (the store's rows go with them)."""
+        self.aftercare.close()
         if self._tiers is not None:
             self._tier_files()
 
@@ -186,6 +189,7 @@ class ShardStore(StoreCheckpoints):
             return self.replicas[table].read(ids, step)
         self._check_ids(table, ids)
         validate.check_step(step)
+        self.aftercare.wait()
         if create:
             self.clock.admit(step)
         fingerprint = _fingerprint(request_id, table, f"pull {create} {step}", ids)
@@ -196,7 +200,7 @@ class ShardStore(StoreCheckpoints):
         if create:
             self.clock.advance(step)
             self._note_step(step)
-            self.memory.after(self.tables, step)
+            self._after(step)
         return rows
 
     def push(self, table: str, ids: np.ndarray, grads: np.ndarray, *, step: int = 0, kind: str = "grad",
@@ -231,6 +235,7 @@ class ShardStore(StoreCheckpoints):
         validate.check_step(step)
         validate.check_kind(kind)
         validate.check_counts(counts, len(ids), kind)
+        self.aftercare.wait()
         self.clock.admit(step)
         validate.check_bound(grads, kind, self.limits.max_gradient, table)
         if origin is not None:
@@ -245,7 +250,7 @@ class ShardStore(StoreCheckpoints):
                           lambda: None)
         self.clock.advance(step)
         self._note_step(step)
-        self.memory.after(self.tables, step)
+        self._after(step)
         if self.tables[table].after_push(step, lambda successor: self.tables.__setitem__(table, successor)):
             self._reshaped = True
         return reply()
@@ -262,6 +267,14 @@ class ShardStore(StoreCheckpoints):
                         return fn(t)
             except NeedRoom as room:
                 self.budget.make_room(self.tables, room, step)
+
+    def _after(self, step: int) -> None:
+        """Sweeps and evictions due after a request of ``step``: with a disk tier after the reply
+        (``aftercare.py``: the next request waits for them), else at once."""
+        if self._tiers is None:
+            self.memory.after(self.tables, step)
+        else:
+            self.aftercare.later(lambda: self.memory.after(self.tables, step))
 
     def _note_step(self, step: int) -> None:
         if self._saved is not None and step <= self._saved:
@@ -331,6 +344,7 @@ class ShardStore(StoreCheckpoints):
     def stats(self, digest: bool = False, check: bool = False) -> dict:
         """Rows and bytes per table; with ``digest`` each table's digest, and with ``check``
         the invariants are verified first (an AssertionError names the broken one)."""
+        self.aftercare.wait()
         if check:
             self.check()
         tables = {}
@@ -352,6 +366,7 @@ class ShardStore(StoreCheckpoints):
                 "incarnation": self.incarnation, "delta_safe": self._why_no_delta() is None}
 
     def check(self) -> None:
+        self.aftercare.wait()
         for t in self.tables.values():
             t.check()
 
