@@ -71,7 +71,16 @@ def start(export: Path, *extra: str) -> tuple[subprocess.Popen, int]:
 
 
 def rss(pid: int) -> int:
-    return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * 4096
+    """The server's resident bytes, with its child's that reads reloads (``serve/follow_process.py``)."""
+    pids = [pid] + [int(p.parent.name) for p in Path("/proc").glob("[0-9]*/stat") if _ppid(p) == pid]
+    return sum(int(Path(f"/proc/{p}/statm").read_text().split()[1]) * 4096 for p in pids)
+
+
+def _ppid(stat: Path) -> int | None:
+    try:
+        return int(stat.read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):  # a process gone meanwhile
+        return None
 
 
 async def steady(url: str, lines: list[str], rate: float, seconds: float, during=None) -> dict:
@@ -240,7 +249,8 @@ def report(args, manifest: dict, later: list[int], runs: list[dict]) -> None:
              f"{len(runs)} run(s), each a fresh server from the export following the same {len(later)} checkpoints "
              f"(steady, then reloads); p99 during reloads / that run's steady p99: "
              + ", ".join(f"{x:.2f}x" for x in ratios) + f" (worst {max(ratios):.2f}x)",
-             f"reloads (run 1): steps served {reloading['steps'][0]}..{reloading['steps'][-1]}; server RSS "
+             f"reloads (run 1): steps served {reloading['steps'][0]}..{reloading['steps'][-1]}; server RSS (with "
+             f"its child that reads reloads) "
              f"{base_rss / 2**20:.0f} MiB before, {rss_after / 2**20:.0f} MiB after {len(sizes)}, of which the served "
              f"tables {base_tables / 2**20:.1f} and {tables_after / 2**20:.1f} MiB (training met new ids; a table's "
              f"recent deltas lie beside it until a reload folds them in, serve/overlay.py); the rest's growth per "

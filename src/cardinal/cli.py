@@ -342,13 +342,13 @@ def export(args) -> int:
 
 
 def serve(args) -> int:
-    from cardinal.serve.follow import Follower
+    from cardinal.serve.follow_process import FollowerProcess
     from cardinal.serve.http import PredictionServer, serve as run
     from cardinal.serve.guard import limits
     from cardinal.serve.model import ServingModel
 
     checked = limits(args.set)  # before the model loads: a mistyped key answers at once
-    follower = Follower(args.follow) if args.follow else None
+    follower = FollowerProcess(args.follow) if args.follow else None
     server = PredictionServer(ServingModel.load(args.export_dir, args.threads), args.max_batch, follower=follower,
                               poll_s=args.poll, limits=checked)  # the only reference: a reload frees it
     return run(server, args.host, args.port)

@@ -3,6 +3,13 @@
     follower = Follower(RUN_DIR)
     new = follower.next_model(current)    # None while the run has nothing newer than current.step
 
+A reload is two halves. ``prepare`` reads and decodes, from plain data about the served model
+(``Served``) to plain data (``Prepared``: tables built in the served form, dense weights as numpy),
+so it can run in another process (``follow_process.py``: the serving process's interpreter lock
+and cores stay with requests). ``Prepared.apply`` makes the model from the served one: what is
+left in the serving process is a merge into the small overlay, off the interpreter lock, and one
+onnxruntime session.
+
 The newest checkpoint's whole chain is verified first (``checkpoint/chain.py``: each link of the
 run and the very commit its delta was saved on, steps their directories', no loop, no longer
 than checkpoint.full_every allows): a chain that fails is a failed reload, and the old model stays.
@@ -17,6 +24,7 @@ answered, so memory stays flat across reloads. ``stop`` (set on SIGTERM) ends a 
 """
 
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +39,39 @@ from cardinal.serve.tables import SnapshotTable
 _NO_IDS = np.empty(0, np.int64)
 
 
+@dataclass(frozen=True)
+class Served:
+    """What preparing a reload needs of the served model: its checkpoint, commit digest, step and
+    tables' forms."""
+    checkpoint: str
+    commit_sha256: str | None
+    step: int
+    forms: dict[str, str]
+
+    @staticmethod
+    def of(model: ServingModel) -> "Served":
+        m = model.manifest
+        return Served(m["checkpoint"], m.get("commit_sha256"), model.step, {n: t.form for n, t in model.tables.items()})
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A newer checkpoint read, not yet applied: ``tables`` per table a ``SnapshotTable`` of every
+    row (``whole``), else (a ``SnapshotTable`` of the rows new and changed since the served
+    checkpoint, the ids deleted since)."""
+    step: int
+    source: dict                    # the checkpoint's "checkpoint", "run" and "commit_sha256"
+    dense: dict[str, np.ndarray]    # the dense model's state dict
+    tables: dict
+    whole: bool
+
+    def apply(self, current: ServingModel) -> ServingModel:
+        if self.whole:
+            runner = current.runner.reweighted(self.dense)
+            return ServingModel({**current.manifest, **self.source, "step": self.step}, self.tables, runner, self.step)
+        return current.updated(self.step, self.source, self.dense, self.tables)
+
+
 class Follower:
     def __init__(self, run_dir: str | Path):
         self.run_dir = Path(run_dir)
@@ -39,52 +80,64 @@ class Follower:
         self.stop = threading.Event()
 
     def warm(self, current: ServingModel) -> None:
-        """Read the served checkpoint once, thrown away: the compiled kernels a reload runs are loaded
-        before the first request, not while a reload holds requests up."""
-        path = Path(current.manifest["checkpoint"])
+        """Read the served checkpoint once and apply an empty delta, both thrown away: the compiled
+        kernels a reload runs are loaded before the first request, not while a reload holds requests up."""
+        self.warm_prepare(Served.of(current))
+        warm_apply(current)
+
+    def warm_prepare(self, served: Served) -> None:
+        path = Path(served.checkpoint)
         if committed(path):
-            self._whole(Reader(path), current)
+            self._whole(Reader(path), served)
 
     def newest(self) -> Path | None:
         return latest(self.root)
 
     def next_model(self, current: ServingModel) -> ServingModel | None:
+        prepared = self.prepare(Served.of(current))
+        return None if prepared is None else prepared.apply(current)
+
+    def prepare(self, served: Served) -> Prepared | None:
+        """The run's newest checkpoint after ``served``, read and decoded; None when there is none."""
+        if "saec" in served.forms.values():
+            raise ValueError("a saec export cannot follow training (its clusters are fixed at export)")
         found = self.newest()
         if found is None:
             return None
         head = Reader(found)
-        if head.step <= current.step:
+        if head.step <= served.step:
             return None
         chain = head.chain  # every link verified before anything is read
-        links = self._deltas_since(chain, current)
+        links = self._deltas_since(chain, served)
         if not links:
-            return self._whole(head, current)
+            return self._whole(head, served)
         rows = {}
         for link in links:
             if self.stop.is_set():
                 return None
-            rows = _merge(rows, self._delta_rows(link, current))
-        return current.updated(head.step, _source(head), head.dense_state()["model"], rows)
+            rows = _merge(rows, self._delta_rows(link, served))
+        tables = {name: (SnapshotTable.build(ids, values, served.forms[name]), deleted)
+                  for name, (ids, values, deleted) in rows.items()}
+        return Prepared(head.step, _source(head), _dense(head), tables, whole=False)
 
     @staticmethod
-    def _deltas_since(chain: list[Reader], current: ServingModel) -> list[Reader]:
+    def _deltas_since(chain: list[Reader], served: Served) -> list[Reader]:
         """The links of ``chain`` after the served checkpoint, oldest first; empty when the chain does
         not pass through it (the same directory, and the commit digest the served model records)."""
-        served = Path(current.manifest["checkpoint"]).resolve()
-        sha = current.manifest.get("commit_sha256")
+        at = Path(served.checkpoint).resolve()
         for k, link in enumerate(chain[:-1]):
-            if sha is not None and link.sha256 == sha and link.path.resolve() == served:
+            if served.commit_sha256 is not None and link.sha256 == served.commit_sha256 and link.path.resolve() == at:
                 return chain[k + 1:]
         return []
 
-    def _delta_rows(self, link: Reader, current: ServingModel) -> dict:
+    def _delta_rows(self, link: Reader, served: Served) -> dict:
         """{table: (ids, float32 values, deleted ids)} of one delta, every shard's, decoded as a pull
         reads them (``cold_values``: a row's values from its saved words, no table built to hold them)."""
         store = load_store(self.recipe)
         try:
             link.check_compatible(store.tables)
             out = {}
-            for name in current.tables:
+            for name in served.forms:
                 t = store.tables[name]
                 blocks = [block for _, block in link.row_chunks(store.plan, 0, t)]
                 ids = np.concatenate([_NO_IDS, *(b.ids for b in blocks)])
@@ -94,22 +147,30 @@ class Follower:
         finally:
             store.close()
 
-    def _whole(self, found: Reader, current: ServingModel) -> ServingModel:
+    def _whole(self, found: Reader, served: Served) -> Prepared:
         stores = load_stores(self.recipe, found)
         try:
-            tables = {}
-            for name, old in current.tables.items():
-                if old.form == "saec":
-                    raise ValueError("a saec export cannot follow training (its clusters are fixed at export)")
-                tables[name] = SnapshotTable.build(*table_rows(stores, name), old.form)
+            tables = {name: SnapshotTable.build(*table_rows(stores, name), form) for name, form in served.forms.items()}
         finally:
             close_all(stores)
-        runner = current.runner.reweighted(found.dense_state()["model"])
-        return ServingModel({**current.manifest, **_source(found), "step": found.step}, tables, runner, found.step)
+        return Prepared(found.step, _source(found), _dense(found), tables, whole=True)
+
+
+def warm_apply(current: ServingModel) -> None:
+    """An empty delta applied to ``current``, the result thrown away (``Follower.warm``)."""
+    empty = {name: (SnapshotTable.build(_NO_IDS, np.empty((0, t.width), np.float32), t.form), _NO_IDS)
+             for name, t in current.tables.items()}
+    Prepared(current.step, {}, None, empty, whole=False).apply(current)
 
 
 def _source(saved: Reader) -> dict:
     return {"checkpoint": str(saved.path), **saved.identity}
+
+
+def _dense(saved: Reader) -> dict[str, np.ndarray]:
+    """The checkpoint's dense weights as numpy arrays: what ``DenseRunner.reweighted`` takes, and
+    what a process without torch's tensors in its hands can be sent."""
+    return {k: v.detach().cpu().numpy() for k, v in saved.dense_state()["model"].items()}
 
 
 def _merge(older: dict, newer: dict) -> dict:

@@ -15,8 +15,8 @@ the batches grow by themselves. A bad request is a 4xx naming what to change (41
 examples or ``max_body_mb``, 408 past ``body_timeout_s``); an error inside the server is a 500 for
 the requests of that batch only. Connections are capped and their heads timed (``guard.py``), and
 the process's warnings and errors rate-limited (``netguard.py``). With ``follow``, a thread polls
-the training run and swaps in each newer model (``follow.py``); a batch reads the model reference
-once, so it is all old or all new.
+the training run and swaps in each newer model (``follow.py``; ``cardinal serve`` has it read in a
+child process, ``follow_process.py``); a batch reads the model reference once, so it is all old or all new.
 """
 
 import asyncio
@@ -225,7 +225,7 @@ class PredictionServer:
         self._describe(new)
         self.metrics.reloads.labels("ok").inc()
         log.info("serving the model of step %d", new.step)
-        gc.collect()  # a reload leaves reference cycles (a store's tables); with the rest frozen, ~0.1 ms
+        gc.collect()  # a reload read here leaves reference cycles (a store's tables); with the rest frozen, ~1 ms
         _libc_call("malloc_trim", 0)  # freed heap pages back to the system: memory flat across reloads
         return True
 

@@ -67,10 +67,14 @@ class Overlaid:
     def updated(self, ids: np.ndarray, values: np.ndarray, deleted: np.ndarray) -> "Overlaid | SnapshotTable":
         """This table with a delta applied (``SnapshotTable.updated``'s arguments): the base untouched
         while what lies beside it stays under FOLD of it, else one table, every change merged in."""
-        ids, deleted = np.asarray(ids, np.int64), np.asarray(deleted, np.int64)
-        recent = self.recent.updated(ids, values, deleted)
+        return self.merged(SnapshotTable.build(np.asarray(ids, np.int64), values, self.form), deleted)
+
+    def merged(self, new: SnapshotTable, deleted: np.ndarray) -> "Overlaid | SnapshotTable":
+        """``updated`` with the delta's rows already built in this table's form (``SnapshotTable.merged``)."""
+        deleted = np.asarray(deleted, np.int64)
+        recent = self.recent.merged(new, deleted)
         gone = np.union1d(self.gone, deleted[_held(self.base.ids, deleted)])
-        gone = gone[~_held(recent.ids, gone)]  # set again (every id of ``ids`` is in ``recent`` now)
+        gone = gone[~_held(recent.ids, gone)]  # set again (every id of ``new`` is in ``recent`` now)
         if len(recent) + len(gone) <= FOLD * max(1, len(self.base)):
             return Overlaid(self.base, recent, gone)
         return self.base.merged(recent, gone)
