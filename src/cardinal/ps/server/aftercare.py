@@ -29,11 +29,19 @@ class Aftercare:
             self._pending = self._pool.submit(fn)
 
     def wait(self) -> None:
-        """Return once everything handed here has run (raising what it raised)."""
+        """Return once everything handed here has run, raising what it raised, once: the request
+        that waits is told (e.g. a full disk tier) and the next one tries the store afresh, as a
+        request whose own inline eviction failed left it."""
         with self._lock:
             pending = self._pending
-        if pending is not None:
+        if pending is None:
+            return
+        try:
             pending.result()
+        finally:
+            with self._lock:
+                if self._pending is pending:
+                    self._pending = None
 
     def close(self) -> None:
         self.wait()

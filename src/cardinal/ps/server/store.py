@@ -250,10 +250,13 @@ class ShardStore(StoreCheckpoints):
                           lambda: None)
         self.clock.advance(step)
         self._note_step(step)
-        self._after(step)
+        self._after(step, then=lambda: self._reshape(table, step))
+        return reply()
+
+    def _reshape(self, table: str, step: int) -> None:
+        """The table's schedule after a push (FIITED's passes, a Saec clustering), after its evictions."""
         if self.tables[table].after_push(step, lambda successor: self.tables.__setitem__(table, successor)):
             self._reshaped = True
-        return reply()
 
     def _on(self, table: str, fn, step: int = 0):
         """``fn(t)`` on table ``table`` holding its lock, ``t`` still the store's table then (a
@@ -268,13 +271,18 @@ class ShardStore(StoreCheckpoints):
             except NeedRoom as room:
                 self.budget.make_room(self.tables, room, step)
 
-    def _after(self, step: int) -> None:
-        """Sweeps and evictions due after a request of ``step``: with a disk tier after the reply
-        (``aftercare.py``: the next request waits for them), else at once."""
-        if self._tiers is None:
+    def _after(self, step: int, then=None) -> None:
+        """Sweeps and evictions due after a request of ``step``, then ``then()``: with a disk tier
+        after the reply (``aftercare.py``: the next request waits for them), else at once. In one job,
+        so a push's reshaping never runs beside its evictions: the same order, the same bits."""
+        def run():
             self.memory.after(self.tables, step)
+            if then is not None:
+                then()
+        if self._tiers is None:
+            run()
         else:
-            self.aftercare.later(lambda: self.memory.after(self.tables, step))
+            self.aftercare.later(run)
 
     def _note_step(self, step: int) -> None:
         if self._saved is not None and step <= self._saved:
