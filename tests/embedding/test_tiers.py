@@ -105,7 +105,6 @@ def train(store: ShardStore, steps: int = 40, seed: int = 0) -> ShardStore:
 
 
 def everything(store: ShardStore, table: str) -> dict[int, bytes]:
-    store.aftercare.wait()  # the last request's sweeps and demotions run after its reply (ps/server/aftercare.py)
     e = store.tables[table].export()
     return {int(i): d.tobytes() + c.tobytes() + s.tobytes()
             for i, d, c, s in zip(e["ids"], e["data"], e["count"], e["last_step"])}

@@ -32,7 +32,6 @@ from cardinal.embedding.tiers.claim import TierDir
 from cardinal.optim import make_optimizer
 from cardinal.ps import validate
 from cardinal.ps.limits import StoreFull, StoreLimits
-from cardinal.ps.server.aftercare import Aftercare
 from cardinal.ps.server.budget import Budget, NeedRoom
 from cardinal.ps.server.memory import Memory
 from cardinal.ps.server.process_memory import deletion_log_bytes, rocks_memory
@@ -132,7 +131,6 @@ class ShardStore(StoreCheckpoints):
         self.memory = Memory(config.eviction, self.limits.memory_budget and self.limits.memory_budget - copies,
                              self.limits.disk_budget)
         self.budget = Budget(self.memory, self.config.admission)
-        self.aftercare = Aftercare(f"cardinal-evict{shard}")  # a disk tier's demotions, after the reply
         self._tiers = None
         if self.limits.disk_budget:
             claimed = TierDir(tier_dir, shard)  # locked while this store lives; a killed one's are reclaimed
@@ -170,7 +168,6 @@ class ShardStore(StoreCheckpoints):
 
     def close(self) -> None:
         """Remove the disk tier's files (the store's rows go with them)."""
-        self.aftercare.close()
         if self._tiers is not None:
             self._tier_files()
 
@@ -189,7 +186,6 @@ class ShardStore(StoreCheckpoints):
             return self.replicas[table].read(ids, step)
         self._check_ids(table, ids)
         validate.check_step(step)
-        self.aftercare.wait()
         if create:
             self.clock.admit(step)
         fingerprint = _fingerprint(request_id, table, f"pull {create} {step}", ids)
@@ -200,7 +196,7 @@ class ShardStore(StoreCheckpoints):
         if create:
             self.clock.advance(step)
             self._note_step(step)
-            self._after(step)
+            self.memory.after(self.tables, step)
         return rows
 
     def push(self, table: str, ids: np.ndarray, grads: np.ndarray, *, step: int = 0, kind: str = "grad",
@@ -235,7 +231,6 @@ class ShardStore(StoreCheckpoints):
         validate.check_step(step)
         validate.check_kind(kind)
         validate.check_counts(counts, len(ids), kind)
-        self.aftercare.wait()
         self.clock.admit(step)
         validate.check_bound(grads, kind, self.limits.max_gradient, table)
         if origin is not None:
@@ -250,13 +245,10 @@ class ShardStore(StoreCheckpoints):
                           lambda: None)
         self.clock.advance(step)
         self._note_step(step)
-        self._after(step, then=lambda: self._reshape(table, step))
-        return reply()
-
-    def _reshape(self, table: str, step: int) -> None:
-        """The table's schedule after a push (FIITED's passes, a Saec clustering), after its evictions."""
+        self.memory.after(self.tables, step)
         if self.tables[table].after_push(step, lambda successor: self.tables.__setitem__(table, successor)):
             self._reshaped = True
+        return reply()
 
     def _on(self, table: str, fn, step: int = 0):
         """``fn(t)`` on table ``table`` holding its lock, ``t`` still the store's table then (a
@@ -270,19 +262,6 @@ class ShardStore(StoreCheckpoints):
                         return fn(t)
             except NeedRoom as room:
                 self.budget.make_room(self.tables, room, step)
-
-    def _after(self, step: int, then=None) -> None:
-        """Sweeps and evictions due after a request of ``step``, then ``then()``: with a disk tier
-        after the reply (``aftercare.py``: the next request waits for them), else at once. In one job,
-        so a push's reshaping never runs beside its evictions: the same order, the same bits."""
-        def run():
-            self.memory.after(self.tables, step)
-            if then is not None:
-                then()
-        if self._tiers is None:
-            run()
-        else:
-            self.aftercare.later(run)
 
     def _note_step(self, step: int) -> None:
         if self._saved is not None and step <= self._saved:
@@ -352,7 +331,6 @@ class ShardStore(StoreCheckpoints):
     def stats(self, digest: bool = False, check: bool = False) -> dict:
         """Rows and bytes per table; with ``digest`` each table's digest, and with ``check``
         the invariants are verified first (an AssertionError names the broken one)."""
-        self.aftercare.wait()
         if check:
             self.check()
         tables = {}
@@ -374,7 +352,6 @@ class ShardStore(StoreCheckpoints):
                 "incarnation": self.incarnation, "delta_safe": self._why_no_delta() is None}
 
     def check(self) -> None:
-        self.aftercare.wait()
         for t in self.tables.values():
             t.check()
 

@@ -40,7 +40,6 @@ class StoreCheckpoints:
         the delta applies on). Every table is read under one fence (all their locks at once), so
         rows, optimizer state and filter counters of the shard come from one moment."""
         validate.check_step(step)
-        self.aftercare.wait()  # a disk tier's demotions after the last request (aftercare.py)
         if dry:
             try:
                 probe_dir(Path(root))
@@ -89,7 +88,6 @@ class StoreCheckpoints:
         commits of the checkpoint's chain, oldest first, as the workers' rank 0 saved them, when this
         shard's files are on its own disk (which holds no commit): its part is checked against them.
         """
-        self.aftercare.wait()  # nothing moves the tables a commit swaps out
         if phase == "load":
             staging, reply = self._prepare(step_path, markers)
             if "need" in reply:
