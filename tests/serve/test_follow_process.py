@@ -11,7 +11,6 @@ from cardinal.serve.export import export_run
 from cardinal.serve.follow import Follower
 from cardinal.serve.follow_process import FollowerProcess
 from cardinal.serve.model import ServingModel
-from cardinal.serve.onnx_model import DenseRunner
 from cardinal.train import Trainer
 from helpers.recipes import tiny_recipe
 
@@ -34,21 +33,18 @@ def rows(model: ServingModel, name: str, ids: np.ndarray):
 
 
 @pytest.mark.slow
-def test_a_reload_read_in_a_child_process_is_the_one_read_here(run, tmp_path, monkeypatch):
+def test_a_reload_read_in_a_child_process_is_the_one_read_here(run, tmp_path):
     export_run(run, tmp_path / "x", checkpoint=layout.step_dir(run / "checkpoints", 4))
     old = ServingModel.load(tmp_path / "x")
     here = Follower(run).next_model(old)
     follower = FollowerProcess(run)
     try:
         follower.warm(old)
-        with monkeypatch.context() as m:  # the child reweighted the graph: this process only opens a session
-            m.setattr(DenseRunner, "reweighted", lambda *a: pytest.fail("the server reweighted the graph"))
-            there = follower.next_model(old)
+        there = follower.next_model(old)
         assert follower.next_model(there) is None  # nothing newer
     finally:
         follower.close()
     assert there.step == here.step == 12 and there.manifest == here.manifest
-    assert there.runner.onnx_bytes == here.runner.onnx_bytes
     probe = np.concatenate([np.arange(-5, 1000, dtype=np.int64), *(t.ids for t in old.tables.values())])
     for name in old.tables:
         for a, b in zip(rows(there, name, probe), rows(here, name, probe)):

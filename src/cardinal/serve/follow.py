@@ -6,9 +6,9 @@
 A reload is two halves. ``prepare`` reads and decodes, from plain data about the served model
 (``Served``) to plain data (``Prepared``: tables built in the served form, dense weights as numpy),
 so it can run in another process (``follow_process.py``: the serving process's interpreter lock
-and cores stay with requests); given the served ONNX graph (``graph``) it reweights that too.
-``Prepared.apply`` makes the model from the served one: what is left in the serving process is a
-merge into the small overlay, off the interpreter lock, and opening one onnxruntime session.
+and cores stay with requests). ``Prepared.apply`` makes the model from the served one: what is
+left in the serving process is a merge into the small overlay, off the interpreter lock, and one
+onnxruntime session.
 
 The newest checkpoint's whole chain is verified first (``checkpoint/chain.py``: each link of the
 run and the very commit its delta was saved on, steps their directories', no loop, no longer
@@ -33,7 +33,6 @@ from cardinal.checkpoint.layout import committed, latest
 from cardinal.checkpoint.reader import Reader
 from cardinal.serve.export import close_all, load_store, load_stores, run_recipe, table_rows
 from cardinal.serve.model import ServingModel
-from cardinal.serve.onnx_model import DenseRunner, reweighted_graph
 from cardinal.serve.tables import SnapshotTable
 
 
@@ -65,18 +64,12 @@ class Prepared:
     dense: dict[str, np.ndarray]    # the dense model's state dict
     tables: dict
     whole: bool
-    graph: bytes | None = None      # the served ONNX graph with ``dense``'s weights, when the preparer had it
 
     def apply(self, current: ServingModel) -> ServingModel:
-        if self.dense is None:
-            runner = None
-        elif self.graph is not None:
-            runner = DenseRunner(self.graph, current.runner.threads)
-        else:
-            runner = current.runner.reweighted(self.dense)
         if self.whole:
+            runner = current.runner.reweighted(self.dense)
             return ServingModel({**current.manifest, **self.source, "step": self.step}, self.tables, runner, self.step)
-        return current.updated(self.step, self.source, runner, self.tables)
+        return current.updated(self.step, self.source, self.dense, self.tables)
 
 
 class Follower:
@@ -85,12 +78,6 @@ class Follower:
         self.root = self.run_dir / "checkpoints"
         self.recipe = run_recipe(self.run_dir)
         self.stop = threading.Event()
-        self.graph: bytes | None = None  # the served ONNX graph, to reweight in ``prepare`` (set_graph)
-
-    def set_graph(self, graph: bytes) -> None:
-        """Reweight the served graph while preparing (``Prepared.graph``): for a preparer in a process
-        of its own, so that the serving process only opens the session."""
-        self.graph = graph
 
     def warm(self, current: ServingModel) -> None:
         """Read the served checkpoint once and apply an empty delta, both thrown away: the compiled
@@ -131,7 +118,7 @@ class Follower:
             rows = _merge(rows, self._delta_rows(link, served))
         tables = {name: (SnapshotTable.build(ids, values, served.forms[name]), deleted)
                   for name, (ids, values, deleted) in rows.items()}
-        return self._prepared(head, tables, whole=False)
+        return Prepared(head.step, _source(head), _dense(head), tables, whole=False)
 
     @staticmethod
     def _deltas_since(chain: list[Reader], served: Served) -> list[Reader]:
@@ -166,12 +153,7 @@ class Follower:
             tables = {name: SnapshotTable.build(*table_rows(stores, name), form) for name, form in served.forms.items()}
         finally:
             close_all(stores)
-        return self._prepared(found, tables, whole=True)
-
-    def _prepared(self, saved: Reader, tables: dict, whole: bool) -> Prepared:
-        dense = _dense(saved)
-        graph = None if self.graph is None else reweighted_graph(self.graph, dense)
-        return Prepared(saved.step, _source(saved), dense, tables, whole, graph)
+        return Prepared(found.step, _source(found), _dense(found), tables, whole=True)
 
 
 def warm_apply(current: ServingModel) -> None:

@@ -7,8 +7,7 @@ A reload read in the serving process (chain verified, files read, rows decoded, 
 weights loaded: ~100 ms of Python) shares the interpreter lock with the requests: each of their
 many hand-offs waits out a switch interval, and the requests of a reload's span came back 3-5x
 slower at p99. Here a child process does ``Follower.prepare`` and sends back the ``Prepared``
-arrays, the served ONNX graph already reweighted (sent to it once: ``Follower.set_graph``); the
-server only applies them (``Prepared.apply``). The child runs at nice 19, so on busy
+arrays; the server only applies them (``Prepared.apply``). The child runs at nice 19, so on busy
 cores the server's and its clients' threads go first. A child that dies is a failed reload, and
 the next reload starts another; ``stop`` (set on SIGTERM) ends the child and the reload under way.
 """
@@ -33,11 +32,9 @@ class FollowerProcess:
         self.run_dir = Path(run_dir)
         self.stop = threading.Event()
         self._child = self._conn = None
-        self._graph: bytes | None = None  # the served ONNX graph, handed to each child it starts
 
     def warm(self, current: ServingModel) -> None:
         """The child started and warm (``Follower.warm``'s reading half), and this process's half too."""
-        self._graph = current.runner.onnx_bytes
         self._ask("warm_prepare", Served.of(current))
         warm_apply(current)
 
@@ -52,12 +49,10 @@ class FollowerProcess:
             self._conn.close()
             self._child = self._conn = None
 
-    def _ask(self, what: str, served):
+    def _ask(self, what: str, served: Served):
         if self._child is None or self._child.poll() is not None:
             self.close()
             self._start()
-            if self._graph is not None:
-                self._ask("set_graph", self._graph)
         try:
             self._conn.send((what, served))
             while not self._conn.poll(POLL_S):

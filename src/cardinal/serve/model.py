@@ -110,12 +110,13 @@ class ServingModel:
             feed["wide"] = np.ascontiguousarray(rows[..., dim])
         return self.runner.predict(feed)
 
-    def updated(self, step: int, source: dict, runner: DenseRunner | None, rows: dict[str, tuple]) -> "ServingModel":
+    def updated(self, step: int, source: dict, dense_state: dict | None, rows: dict[str, tuple]) -> "ServingModel":
         """A new model at ``step`` (of the checkpoint ``source`` names: its "checkpoint", "run" and
-        "commit_sha256"): the dense graph ``runner`` (None: this one's), and per table (a
+        "commit_sha256"): the dense weights of ``dense_state`` (None: these), and per table (a
         ``SnapshotTable`` of new and changed rows in this one's form, deleted ids) applied over its rows."""
         tables = dict(self.tables)
         for name, (new, deleted) in rows.items():  # beside the served rows (``overlay.py``)
             table = self.tables[name]
             tables[name] = (table if isinstance(table, Overlaid) else Overlaid.over(table)).merged(new, deleted)
-        return ServingModel({**self.manifest, **source, "step": step}, tables, runner or self.runner, step)
+        runner = self.runner if dense_state is None else self.runner.reweighted(dense_state)
+        return ServingModel({**self.manifest, **source, "step": step}, tables, runner, step)

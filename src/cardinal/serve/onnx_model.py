@@ -74,29 +74,22 @@ class DenseRunner:
     def reweighted(self, state: dict) -> "DenseRunner":
         """A runner of the same graph with ``state``'s weights (a torch state dict of the same model),
         refused whole when a name or shape does not match (the running model stays)."""
-        return DenseRunner(reweighted_graph(self.onnx_bytes, state), self.threads)
+        import onnx
+        from onnx import numpy_helper
 
-
-def reweighted_graph(onnx_bytes: bytes, state: dict) -> bytes:
-    """The serialized graph ``onnx_bytes`` with ``state``'s weights (``DenseRunner.reweighted``): parsing
-    and serializing the graph is most of a reload's ONNX work, so a follower's child process does it
-    (``follow_process.py``) and the server only opens the session."""
-    import onnx
-    from onnx import numpy_helper
-
-    graph = onnx.load_from_string(onnx_bytes)
-    inits = {i.name: i for i in graph.graph.initializer}
-    new = {}
-    for key, value in state.items():
-        if key.endswith("num_batches_tracked"):
-            continue  # a training counter, not in the graph
-        init = inits.get(PREFIX + key)
-        array = value.detach().cpu().numpy() if hasattr(value, "detach") else np.asarray(value)
-        if init is None or tuple(init.dims) != array.shape:
-            raise ValueError(f"the exported graph has no weight {key!r} of shape {array.shape}: the checkpoint "
-                             f"is of another model; export it again")
-        new[PREFIX + key] = numpy_helper.from_array(array.astype(np.float32), PREFIX + key)
-    for init in graph.graph.initializer:
-        if init.name in new:
-            init.CopyFrom(new[init.name])
-    return graph.SerializeToString()
+        graph = onnx.load_from_string(self.onnx_bytes)
+        inits = {i.name: i for i in graph.graph.initializer}
+        new = {}
+        for key, value in state.items():
+            if key.endswith("num_batches_tracked"):
+                continue  # a training counter, not in the graph
+            init = inits.get(PREFIX + key)
+            array = value.detach().cpu().numpy() if hasattr(value, "detach") else np.asarray(value)
+            if init is None or tuple(init.dims) != array.shape:
+                raise ValueError(f"the exported graph has no weight {key!r} of shape {array.shape}: the checkpoint "
+                                 f"is of another model; export it again")
+            new[PREFIX + key] = numpy_helper.from_array(array.astype(np.float32), PREFIX + key)
+        for init in graph.graph.initializer:
+            if init.name in new:
+                init.CopyFrom(new[init.name])
+        return DenseRunner(graph.SerializeToString(), self.threads)
