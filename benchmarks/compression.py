@@ -200,7 +200,7 @@ def plot(rows: list[dict], out: Path) -> None:
 
 
 def tables(args, rows: list[dict], saec_rows: list[dict], curves: list, reproduce: str) -> None:
-    """results/compression.md, _saec.md, _curve.md and the plot, from the panels run so far."""
+    """results/NAME.md, _saec.md, _curve.md and the plot, from the panels run so far."""
     plot(rows, RESULTS / f"{args.name}.png")
     lrs = ", ".join(f"{k[0]} dim {k[1]}: {v}" for k, v in LR.items())
     write(args.name, "Row formats, FIITED and the hashing trick against the best fp32 model: whole bytes per "
@@ -228,11 +228,11 @@ def tables(args, rows: list[dict], saec_rows: list[dict], curves: list, reproduc
     if saec_rows:
         write(f"{args.name}_saec", "Saec: each field's rows clustered after training, plainly and frequency-aware, "
               "against the best fp32 model", saec_rows,
-              ["the row-wise fp32 run's last model (AUC row-wise; compression.md's eval AUC is the best kept "
+              [f"the row-wise fp32 run's last model (AUC row-wise; {args.name}.md's eval AUC is the best kept "
                "model's), evaluated with every row's values replaced by its "
                "cluster's vector (ratio: rows per cluster in each field, at least 16 clusters a field; each shard "
                "clusters its own rows, weighted by their counts); AUC - best: against the best fp32 model "
-               "(results/compression.md)",
+               f"(results/{args.name}.md)",
                "own: the share of a field's clusters that its most frequent ids keep, one each, exact "
                "(frequency-aware, compression/saec.py); only the other ids are clustered, into the rest; 0: plain",
                "vectors: every cluster vector (own rows included); x fewer: ids over vectors",
@@ -250,7 +250,7 @@ def tables(args, rows: list[dict], saec_rows: list[dict], curves: list, reproduc
                                "before it (max)": max((r for s_, r in ratios_ if s_ < 100), default=float("nan")),
                                "at the end": ratios_[-1][1]})
         write(f"{args.name}_curve", "FIITED's bytes against fp32 row-wise's over a run", curve_rows,
-              ["ps_emb_bytes of the FIITED and the fp32 (row-wise) runs of results/compression.md at every "
+              [f"ps_emb_bytes of the FIITED and the fp32 (row-wise) runs of results/{args.name}.md at every "
                "metrics line (metrics.log_every steps), their ratio at the same step; the largest, and where",
                reproduce], extra={"curves": [{"data": n, "dim": d, "fp32": p, "fiited": c} for n, d, p, c in curves]})
 
@@ -289,6 +289,7 @@ def main():
                  f"--formats {args.formats} --saec {args.saec} --own {args.own}"
                  f"{f' --saec-at {args.saec_at}' if args.saec_at else ''}{' --saec-only' if args.saec_only else ''}")
     reproduce += f" --chunks {args.chunks} --chunk-target {args.chunk_target}"
+    reproduce += f" --rss-rows {args.rss_rows}" if args.rss_rows != parser.get_default("rss_rows") else ""
     for name, (recipe, extra) in data.items():
         for dim in dims:
             sets = [*extra, f"embedding.dim={dim}", *([f"sparse_optimizer.lr={LR[name, dim]}"]
