@@ -16,7 +16,8 @@ A pull names the codec of the rows in its reply and a push the codec of its grad
 len(ids) x that codec's row, is INVALID_ARGUMENT naming the field, before anything changes.
 
 A pull may name a region of shared memory for its rows (``shm``, ``ps/transport/shared_rows.py``):
-a server that can open it, on the client's host, writes them there and replies ``"shm": true``.
+a server that can open it, on the client's host, writes them there (from byte ``shm_at``) and
+replies ``"shm": true``.
 
 A push carries a request id (a pull may): the store applies each request once
 (``request_log.py``), so a client may safely send again what it is unsure arrived.
@@ -190,7 +191,8 @@ class ShardServicer:
             return {"dim": rows.shape[1], "dtype": "float32", "codec": codec.name, **stale}, [codec.encode(rows)]
         reply = self._stamped({"dim": table.dim, "dtype": "float32", "codec": codec.name})
         size = len(ids) * codec.row_bytes(table.dim)
-        into = self.regions.get(header["shm"], size) if "shm" in header and self.shares_rows else None
+        into = self.regions.get(header["shm"], size, wire.field(header, "shm_at", int, 0)) \
+            if "shm" in header and self.shares_rows else None
         if into is not None:  # the client's region, on this host: the reply says so (shared_rows.py)
             message = wire.encode({**reply, "shm": True})
         else:
@@ -281,7 +283,7 @@ class ShardServicer:
         except AssertionError as e:
             raise _Abort(grpc.StatusCode.DATA_LOSS, f"shard {self.store.shard} failed its check: {e}") from None
         limits = {"message_bytes": self.max_message_bytes, "calls": self.max_calls,  # clients size their calls by it
-                  "shared_rows": self.shares_rows}
+                  "shared_rows": self.shares_rows, "region_offsets": self.shares_rows}
         return {"stats": stats, "health": self.store.health(), "limits": limits}, []
 
     def _finish(self, header, payload):
