@@ -133,6 +133,17 @@ def test_a_full_dev_shm_sends_the_rows_in_the_reply(cluster, monkeypatch):
     assert client.transport._shares == [True] and client.metrics()["message_bytes_received"] > len(ids) * 8 * 4
 
 
+def test_a_pull_larger_than_any_region_comes_in_the_reply(cluster, monkeypatch):
+    c = cluster(1)
+    client, plain = _client(c, True), _client(c, False)
+    monkeypatch.setattr(shared_rows, "MAX_REGION", 1000)  # 250 fp32 values
+    ids = np.arange(300, dtype=np.int64)  # 300 x 8 values
+    received = client.metrics()["message_bytes_received"]
+    assert client.pull("user", ids).wait().tobytes() == plain.pull("user", ids).wait().tobytes()
+    assert client.metrics()["message_bytes_received"] - received > ids.size * 8 * 4
+    assert client.transport._shares == [True]  # not a server on another host: regions again for what fits
+
+
 def test_a_server_under_a_memory_budget_offers_no_region(cluster):
     client = _client(cluster(1, limits=StoreLimits(memory_budget=64 << 20)), True)
     client.pull("user", np.arange(10, dtype=np.int64)).wait()

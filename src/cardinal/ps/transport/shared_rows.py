@@ -103,8 +103,10 @@ class Regions:
 
     def take(self, shard: int, size: int) -> Region | None:
         """The smallest free region of at least ``size`` bytes, or a new one (the smallest free
-        one dropped to make room when ``keep`` are free); None when /dev/shm has no room for it
-        (the rows then come in the reply)."""
+        one dropped to make room when ``keep`` are free); None when /dev/shm has no room for it,
+        or no server would open one so large (the rows then come in the reply)."""
+        if size > MAX_REGION:
+            return None
         with self._lock:
             free, back = self._free[shard], self._back[shard]
             while back:
@@ -117,7 +119,7 @@ class Regions:
             free.sort(key=lambda r: r.size)
             del free[:max(0, len(free) - self._keep + 1)]
         try:
-            return Region(size + size // 4)
+            return Region(min(size + size // 4, MAX_REGION))
         except OSError:
             return None
 
