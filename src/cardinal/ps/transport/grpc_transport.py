@@ -34,7 +34,7 @@ import numpy as np
 from cardinal import codecs
 from cardinal.checkpoint.parts import Part
 from cardinal.failures import ServerFailure
-from cardinal.ps.transport import shared_rows, wire
+from cardinal.ps.transport import held_calls, shared_rows, wire
 from cardinal.ps.transport.base import DEFAULT_TIMEOUT, Handle, TransientError, Transport
 from cardinal.ps.transport.requests import PullRequest, PushRequest
 from cardinal.ps.validate import quote
@@ -78,6 +78,7 @@ class _Call(Handle):
         if not slots.acquire(timeout=self.t.timeout):  # given back when the call ends, however it ends
             raise ShardUnavailable(f"shard {self.shard} at {self.t.addresses[self.shard]}: no call to it finished "
                                    f"within {self.t.timeout} s, and {self.t.max_in_flight} are in flight")
+        self.t._holds.keep(self.shard)  # gRPC's thread for this channel kept, not started per call
         try:
             future = self.t._stubs[self.shard][self.method].future(self.message, timeout=self.t.timeout,
                                                                    metadata=self.t._metadata)
@@ -176,6 +177,7 @@ class GrpcTransport(Transport):
         self._stubs = [{m: ch.unary_unary(f"/{wire.SERVICE}/{m}") for m in wire.SCHEMAS}
                        for ch in self._channels]
         self._metadata = (("x-cardinal-job", job), ("x-cardinal-token", token))
+        self._holds = held_calls.Holds(self._channels, wire.SERVICE, self._metadata)
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
         self.max_in_flight = max_in_flight
@@ -388,6 +390,7 @@ class GrpcTransport(Transport):
         return _Mapped([self._call(shard, "Finish", {"step": int(step)})], lambda r: r[0][0]["finished"])
 
     def close(self):
+        self._holds.close()
         for ch in self._channels:
             ch.close()
         self._regions.clear()
