@@ -4,9 +4,10 @@ Over loopback gRPC the rows of a pull were copied seven times (into the reply, i
 buffer, into the kernel and out of it, into gRPC Python's pieces, joined into one ``bytes``,
 into their destination) and most of a pull's time, on both sides, went to those copies: at dim
 64 a 65,536-id pull took ~4 ms of the server's CPU and ~4.5 of the client's, the table's
-lookup ~1 of them (docs/performance.md). With the rows in shared memory they are copied twice,
-as in process: the table writes them into a region the client mapped, the client decodes them
-from there into their destination; ids still cross in the request, a header in the reply.
+lookup ~1 of them (docs/performance.md). With the rows in shared memory they are copied once,
+as in process: the table writes them into a region the client mapped, which the caller is
+handed (rows of another codec: decoded from there into their destination); ids still cross in
+the request, a header in the reply.
 
 How: a client on Linux names, in each pull to a server that offers it (its ``Stats`` limits
 say ``shared_rows`` and ``region_offsets``), a ``Region``: a file in /dev/shm it made, named
@@ -19,10 +20,9 @@ the client unlinks the file (both keep their mappings): a client that crashes le
 behind. A region serves one pull at a time; one whose call failed or timed out is dropped, as
 its server may still write it.
 
-fp32 rows are not copied again on the client: the pull's result is the region itself, lent to
-the caller (``Regions.lend``), and the region serves another pull only once that array and every
-view of it are gone. So a pull's rows are copied once, from the table to where the caller reads
-them, as in process; rows of other codecs are decoded from the region into a new array, and the
+fp32 rows are not copied on the client: the pull's result is the region itself, lent to the
+caller (``Regions.lend``), and the region serves another pull only once that array and every
+view of it are gone; rows of other codecs are decoded from the region into a new array, and the
 region is free again at once.
 
 A server opens only regular files so named in /dev/shm, owned by its own user, not through a
