@@ -67,6 +67,7 @@ class ShardServer:
         self.metrics = ShardMetrics(store) if options.metrics_port >= 0 else None
         servicer = ShardServicer(store, data_dir, job, token, limit, self.metrics, calls)
         self.ended = servicer.ended  # set when the job finished (Finish)
+        self.held = servicer.held  # clients' held calls, ended first when it stops
         self.server.add_generic_rpc_handlers((servicer.handler(),))
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
@@ -94,6 +95,7 @@ class ShardServer:
     def stop(self, grace: float | None = None) -> None:
         """Refuse new calls, let calls in flight finish (up to ``grace`` seconds), stop."""
         self.health.enter_graceful_shutdown()
+        self.held.end()
         self.server.stop(self.options.grace_s if grace is None else grace).wait()
         if self.metrics is not None:
             self.metrics.close()

@@ -16,7 +16,11 @@ A pull names the codec of the rows in its reply and a push the codec of its grad
 len(ids) x that codec's row, is INVALID_ARGUMENT naming the field, before anything changes.
 
 A pull may name a region of shared memory for its rows (``shm``, ``ps/transport/shared_rows.py``):
-a server that can open it, on the client's host, writes them there and replies ``"shm": true``.
+a server that can open it, on the client's host, writes them there (from byte ``shm_at``) and
+replies ``"shm": true``.
+
+``Hold`` carries nothing: a job's client holds it open so that gRPC Python keeps its thread for the
+channel (``ps/transport/held_calls.py``); the server ends every hold when it stops.
 
 A push carries a request id (a pull may): the store applies each request once
 (``request_log.py``), so a client may safely send again what it is unsure arrived.
@@ -48,7 +52,7 @@ from cardinal.checkpoint.parts import Need, Part
 from cardinal.ps.limits import StoreFull
 from cardinal.ps.server.request_log import FirstAttemptFailed
 from cardinal.ps.server.store import ShardStore
-from cardinal.ps.transport import heap, shared_rows, wire
+from cardinal.ps.transport import heap, held_calls, shared_rows, wire
 from cardinal.ps.transport.requests import Origin
 from cardinal.ps.validate import quote
 
@@ -75,6 +79,7 @@ class ShardServicer:
         self._finishing = threading.Lock()
         heap.keep_freed_buffers()  # replies are large and many: reuse their memory (heap.py)
         self.regions = shared_rows.Mapped()  # clients' regions a pull's rows may go to, on this host
+        self.held = held_calls.Held()  # clients' calls held open (held_calls.py), ended when the server stops
 
     @property
     def shares_rows(self) -> bool:
@@ -85,8 +90,18 @@ class ShardServicer:
     def handler(self) -> grpc.GenericRpcHandler:
         methods = {"Pull": self._pull, "Push": self._push, "Save": self._save, "Load": self._load,
                    "ReadPart": self._read_part, "Stats": self._stats, "Finish": self._finish}
-        return grpc.method_handlers_generic_handler(
-            wire.SERVICE, {name: grpc.stream_unary_rpc_method_handler(self._wrap(name, fn)) for name, fn in methods.items()})
+        handlers = {name: grpc.stream_unary_rpc_method_handler(self._wrap(name, fn)) for name, fn in methods.items()}
+        handlers[held_calls.METHOD] = grpc.unary_stream_rpc_method_handler(self._hold)
+        return grpc.method_handlers_generic_handler(wire.SERVICE, handlers)
+
+    def _hold(self, request, context: grpc.ServicerContext, send_response_callback) -> None:
+        """A job's client holds this call open until the server stops (``held_calls.py``)."""
+        try:
+            self._authorize(dict(context.invocation_metadata()))
+        except _Abort as e:
+            context.abort(e.code, e.message)
+        self.held.add(send_response_callback, context)
+    _hold.experimental_non_blocking = True  # gRPC: the handler returns, the call stays open without a thread
 
     def _wrap(self, method: str, fn):
         def call(requests, context: grpc.ServicerContext) -> bytes:
@@ -190,7 +205,8 @@ class ShardServicer:
             return {"dim": rows.shape[1], "dtype": "float32", "codec": codec.name, **stale}, [codec.encode(rows)]
         reply = self._stamped({"dim": table.dim, "dtype": "float32", "codec": codec.name})
         size = len(ids) * codec.row_bytes(table.dim)
-        into = self.regions.get(header["shm"], size) if "shm" in header and self.shares_rows else None
+        into = self.regions.get(header["shm"], size, wire.field(header, "shm_at", int, 0)) \
+            if "shm" in header and self.shares_rows else None
         if into is not None:  # the client's region, on this host: the reply says so (shared_rows.py)
             message = wire.encode({**reply, "shm": True})
         else:
@@ -281,7 +297,7 @@ class ShardServicer:
         except AssertionError as e:
             raise _Abort(grpc.StatusCode.DATA_LOSS, f"shard {self.store.shard} failed its check: {e}") from None
         limits = {"message_bytes": self.max_message_bytes, "calls": self.max_calls,  # clients size their calls by it
-                  "shared_rows": self.shares_rows}
+                  "shared_rows": self.shares_rows, "region_offsets": self.shares_rows}
         return {"stats": stats, "health": self.store.health(), "limits": limits}, []
 
     def _finish(self, header, payload):

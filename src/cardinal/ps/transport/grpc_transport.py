@@ -34,7 +34,7 @@ import numpy as np
 from cardinal import codecs
 from cardinal.checkpoint.parts import Part
 from cardinal.failures import ServerFailure
-from cardinal.ps.transport import shared_rows, wire
+from cardinal.ps.transport import held_calls, shared_rows, wire
 from cardinal.ps.transport.base import DEFAULT_TIMEOUT, Handle, TransientError, Transport
 from cardinal.ps.transport.requests import PullRequest, PushRequest
 from cardinal.ps.validate import quote
@@ -78,6 +78,7 @@ class _Call(Handle):
         if not slots.acquire(timeout=self.t.timeout):  # given back when the call ends, however it ends
             raise ShardUnavailable(f"shard {self.shard} at {self.t.addresses[self.shard]}: no call to it finished "
                                    f"within {self.t.timeout} s, and {self.t.max_in_flight} are in flight")
+        self.t._holds.keep(self.shard)  # gRPC's thread for this channel kept, not started per call
         try:
             future = self.t._stubs[self.shard][self.method].future(self.message, timeout=self.t.timeout,
                                                                    metadata=self.t._metadata)
@@ -176,6 +177,7 @@ class GrpcTransport(Transport):
         self._stubs = [{m: ch.unary_unary(f"/{wire.SERVICE}/{m}") for m in wire.SCHEMAS}
                        for ch in self._channels]
         self._metadata = (("x-cardinal-job", job), ("x-cardinal-token", token))
+        self._holds = held_calls.Holds(self._channels, wire.SERVICE, self._metadata)
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
         self.max_in_flight = max_in_flight
@@ -183,6 +185,7 @@ class GrpcTransport(Transport):
         self._slots = [threading.BoundedSemaphore(max_in_flight) for _ in self.addresses]
         self._message = [self.chunk_bytes] * self.n_shards  # each server's largest request and calls read at
         self._calls = [max_in_flight] * self.n_shards        # once, as it said (Stats)
+        self._largest = [self.limit] * self.n_shards  # each server's message limit, as it said
         self._told: set[int] = set()  # servers whose limits a Stats reply gave
         self.shared_memory = shared_memory and shared_rows.available()
         self._shares = [False] * self.n_shards  # servers that write a pull's rows into its regions, as they said
@@ -232,18 +235,23 @@ class GrpcTransport(Transport):
         be refused and wait (each of ``share`` clients takes its part of the server's calls); its
         calls in flight give their slots back to the semaphore they took."""
         self._message[shard] = min(self.chunk_bytes, int(limits["message_bytes"]))
+        self._largest[shard] = min(self.limit, int(limits["message_bytes"]))
         if shard not in self._told:  # once: a server found on another host stays there
-            self._shares[shard] = self.shared_memory and limits.get("shared_rows") is True
+            self._shares[shard] = self.shared_memory and limits.get("shared_rows") is True \
+                and limits.get("region_offsets") is True  # servers before: one region a part
         self._told.add(shard)
         calls = min(self.max_in_flight, max(1, int(limits["calls"]) // self.share))  # this client's share
         if calls != self._calls[shard]:
             self._calls[shard], self._slots[shard] = calls, threading.BoundedSemaphore(calls)
 
-    def _chunks(self, n: int, bytes_per_id: int, shard: int) -> list[slice]:
+    def _chunks(self, n: int, bytes_per_id: int, shard: int, largest: bool = False) -> list[slice]:
         """Requests of at most ``chunk_mb``, the message limit and the server's, sent together, as
         few as fit and of equal size: the server answers the first while it reads the rows of the
-        next (one at a time: the table's lock), and a short first part starts that overlap sooner."""
-        per = max(1, int(min(self.limit * 0.9, self._message[shard]) - 4096) // bytes_per_id)
+        next (one at a time: the table's lock), and a short first part starts that overlap sooner.
+        ``largest``: of the largest message either side takes, not ``chunk_mb`` (a pull whose rows
+        go to a region: every call's fixed cost is paid once, and a reply with the rows still fits)."""
+        per = max(1, int(min(self.limit * 0.9, (self._largest if largest else self._message)[shard]) - 4096)
+                  // bytes_per_id)
         k = max(1, -(-n // per))
         return [slice(n * i // k, n * (i + 1) // k) for i in range(k)]
 
@@ -257,55 +265,62 @@ class GrpcTransport(Transport):
                 self.health(shard).wait(self.timeout)
             except (ServerFailure, ShardRequestError):  # the pull itself says what is wrong, when waited on
                 pass
-        chunks = self._chunks(len(r.ids), 8 + rows_codec.row_bytes(dim), shard)
         rid = r.request_id or f"{self._client}-{next(self._seq)}"
         named = {} if rows_codec.name == "fp32" else {"codec": rows_codec.name}  # fp32: as servers before codecs read
         shared = self._shares[shard] and r.table not in self._copies  # copies of hot rows come in the reply
-        regions = [self._regions.take(shard, max((c.stop - c.start) * rows_codec.row_bytes(dim), self._message[shard]))
-                   if shared else None for c in chunks]  # the largest a part's rows can be: any region fits any part
+        row_bytes = rows_codec.row_bytes(dim)
+        region = self._regions.take(shard, len(r.ids) * row_bytes) if shared else None  # one for all its parts
+        chunks = self._chunks(len(r.ids), 8 + row_bytes, shard, largest=region is not None)
+        at = {} if region is None else {"shm": region.name}
         parts = [self._call(shard, "Pull", {"table": r.table, "ids_bytes": 8 * (c.stop - c.start), "ids_dtype": "int64",
-                                            "create": r.create, **named, **({"shm": g.name} if g else {}),
+                                            "create": r.create, **named, **at,
+                                            **({"shm_at": c.start * row_bytes} if region and c.start else {}),
                                             "step": int(r.step), "request_id": f"{rid}.{k}"}, r.ids[c])
-                 for k, (c, g) in enumerate(zip(chunks, regions))]
+                 for k, c in enumerate(chunks)]
         read = []  # the rows, read once: a region is reused once read
 
         def combine(replies):
             if not read:
-                read.append(self._rows(shard, replies, chunks, regions, rows_codec, len(r.ids), dim))
+                read.append(self._rows(shard, replies, chunks, region, rows_codec, len(r.ids), dim))
             return read[0]
         return _Mapped(parts, combine)
 
-    def _rows(self, shard, replies, chunks, regions, rows_codec, n, dim) -> np.ndarray:
-        """A pull's rows from its parts' replies, or their regions (``shared_rows.py``), each
-        decoded straight into one (n, dim) array; then the regions are free for other calls."""
-        out = np.empty((n, dim), np.float32)
+    def _rows(self, shard, replies, chunks, region, rows_codec, n, dim) -> np.ndarray:
+        """A pull's rows from its parts' replies, or its region (``shared_rows.py``): fp32 rows
+        where the server wrote them, the region lent to the caller; others decoded into one
+        (n, dim) array, the region then free for other pulls."""
+        row_bytes = rows_codec.row_bytes(dim)
+        in_region = region is not None and all(h.get("shm") is True for h, _ in replies)
+        lent = in_region and rows_codec.name == "fp32"
+        out = None if lent else np.empty((n, dim), np.float32)
         try:
-            rows = [wire.rows_from_reply(h, self._payload(h, p, g, (c.stop - c.start) * rows_codec.row_bytes(dim)),
-                                         c.stop - c.start, rows_codec, out[c])
-                    for (h, p), c, g in zip(replies, chunks, regions)]
+            rows = [wire.rows_from_reply(h, self._payload(h, p, region, c.start * row_bytes, (c.stop - c.start) * row_bytes),
+                                         c.stop - c.start, rows_codec, None if lent else out[c])
+                    for (h, p), c in zip(replies, chunks)]
         except wire.WireError as e:
             raise ShardUnavailable(f"shard {shard}: {e}") from None
-        for (h, _), g in zip(replies, regions):
-            if g is not None and h.get("shm") is True:
-                g.shared()  # its server mapped it: its file may go
-                self._regions.give(shard, g)
-            elif g is not None:  # the server could not open it (another host): name no more to it
-                self._shares[shard] = False
-                self._regions.clear(shard)
+        if in_region:
+            region.shared()  # its server mapped it: its file may go
+            if lent:  # checked: every part's rows are where the server wrote them
+                return self._regions.lend(shard, region, n * row_bytes).view(np.float32).reshape(n, dim)
+            self._regions.give(shard, region)
+        elif region is not None:  # the server could not open it (another host): name no more to it
+            self._shares[shard] = False
+            self._regions.clear(shard)
         if all(x.shape == (c.stop - c.start, dim) for x, c in zip(rows, chunks)):
             return out
         return np.concatenate(rows)  # copies of hot rows past their bound answered none
 
     @staticmethod
-    def _payload(header: dict, payload, region, size: int):
-        """Where a pull reply's rows are: its payload, or the first ``size`` bytes of the region
-        it names (checked against the header then, as a payload is)."""
+    def _payload(header: dict, payload, region, at: int, size: int):
+        """Where a pull reply's rows are: its payload, or ``size`` bytes from byte ``at`` of the
+        region (checked against the header then, as a payload is)."""
         if "shm" not in header:
             return payload
         if header["shm"] is not True or region is None or len(payload):
             raise wire.WireError(f"shm: a reply of rows in shared memory ({quote(str(header['shm']))}, "
                                  f"{len(payload)} bytes beside) to a pull that named {'a' if region else 'no'} region")
-        return region.view[:size]
+        return region.view[at:at + size]
 
     def push(self, shard: int, request: PushRequest) -> Handle:
         r, grads_codec = request, codecs.get(request.codec)
@@ -375,6 +390,7 @@ class GrpcTransport(Transport):
         return _Mapped([self._call(shard, "Finish", {"step": int(step)})], lambda r: r[0][0]["finished"])
 
     def close(self):
+        self._holds.close()
         for ch in self._channels:
             ch.close()
         self._regions.clear()

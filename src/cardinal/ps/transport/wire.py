@@ -12,8 +12,9 @@ encoded by the codec its header names, then, for a counted push only, its counts
 ``counts_bytes`` in the header; absent: one update per row); a pull's reply is the rows,
 encoded by the codec the pull named (``cardinal.codecs``: fp32, fp16, bf16, int8; "raw" is
 fp32; fp32 requests name no codec in a pull and "raw" in a push, as servers from before codecs
-read), or, when the pull named a region of shared memory its server could open (``shm``), an
-empty payload and ``"shm": true``: the rows are in the region (``shared_rows.py``). Both sides
+read), or, when the pull named a region of shared memory its server could open (``shm``, the
+rows from byte ``shm_at`` of it, 0 when absent), an empty payload and ``"shm": true``: the rows
+are in the region (``shared_rows.py``). Both sides
 keep float32: a codec is only how rows cross. The
 header says how many bytes each part has, so a malformed message is caught before anything
 is read from it:
@@ -65,7 +66,7 @@ _TARGET = {"v": int, "shard": int, "n_shards": int}
 _PART = {"end": int, "total": int, "arrays": list}  # a part of a checkpoint (checkpoint/parts.py)
 _ARRAYS = {"table": str, "ids_bytes": int, "ids_dtype": str, "step": int, "request_id": str}
 SCHEMAS: dict[str, dict[str, type]] = {
-    "Pull": {**_TARGET, **_ARRAYS, "create": bool, "codec": str, "shm": str},
+    "Pull": {**_TARGET, **_ARRAYS, "create": bool, "codec": str, "shm": str, "shm_at": int},
     "Push": {**_TARGET, **_ARRAYS, "grads_bytes": int, "dim": int, "dtype": str, "codec": str, "kind": str,
              **ORIGIN, "counts_bytes": int},
     "Save": {**_TARGET, "root": str, "step": int, "base": int, "dry": bool, "keep": int},
