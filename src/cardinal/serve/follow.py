@@ -33,6 +33,7 @@ from cardinal.checkpoint.layout import committed, latest
 from cardinal.checkpoint.reader import Reader
 from cardinal.serve.export import close_all, load_store, load_stores, run_recipe, table_rows
 from cardinal.serve.model import ServingModel
+from cardinal.serve.overlay import beside
 from cardinal.serve.tables import SnapshotTable
 
 
@@ -58,18 +59,27 @@ class Served:
 class Prepared:
     """A newer checkpoint read, not yet applied: ``tables`` per table a ``SnapshotTable`` of every
     row (``whole``), else (a ``SnapshotTable`` of the rows new and changed since the served
-    checkpoint, the ids deleted since)."""
+    checkpoint, the ids deleted since), or, ``merged`` (by a process that holds the served tables,
+    ``follow_process.py``), per table changed what the server is to serve: a ``SnapshotTable``, or
+    (recent rows, gone ids) beside the served base (``overlay.beside``)."""
     step: int
     source: dict                    # the checkpoint's "checkpoint", "run" and "commit_sha256"
     dense: dict[str, np.ndarray]    # the dense model's state dict
     tables: dict
     whole: bool
+    merged: bool = False
 
     def apply(self, current: ServingModel) -> ServingModel:
-        if self.whole:
+        if self.whole or self.merged:
+            tables = {**current.tables, **{name: t if isinstance(t, SnapshotTable) else beside(current.tables[name], *t)
+                                           for name, t in self.tables.items()}}
             runner = current.runner.reweighted(self.dense)
-            return ServingModel({**current.manifest, **self.source, "step": self.step}, self.tables, runner, self.step)
+            return ServingModel({**current.manifest, **self.source, "step": self.step}, tables, runner, self.step)
         return current.updated(self.step, self.source, self.dense, self.tables)
+
+    def served(self, before: Served) -> Served:
+        """What ``Served.of`` says of the model ``apply`` makes from a model ``before`` says it of."""
+        return Served(self.source["checkpoint"], self.source.get("commit_sha256"), self.step, before.forms)
 
 
 class Follower:

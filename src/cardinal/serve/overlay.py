@@ -80,6 +80,16 @@ class Overlaid:
         return self.base.merged(recent, gone)
 
 
+def overlaid(table: "Overlaid | SnapshotTable", new: SnapshotTable, deleted: np.ndarray) -> "Overlaid | SnapshotTable":
+    """A served table (an export's ``SnapshotTable``, or one with deltas beside it) with a delta merged."""
+    return (table if isinstance(table, Overlaid) else Overlaid.over(table)).merged(new, deleted)
+
+
+def beside(table: "Overlaid | SnapshotTable", recent: SnapshotTable, gone: np.ndarray) -> Overlaid:
+    """``recent`` and ``gone`` (merged elsewhere, ``overlaid``'s) beside the base ``table`` serves."""
+    return Overlaid(table.base if isinstance(table, Overlaid) else table, recent, gone)
+
+
 def _held(sorted_ids: np.ndarray, ids: np.ndarray) -> np.ndarray:
     """(len(ids),) bool: which ``ids`` are in ``sorted_ids`` (sorted, unique), by binary search."""
     if len(sorted_ids) == 0:
