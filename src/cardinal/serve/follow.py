@@ -61,7 +61,7 @@ class Prepared:
     row (``whole``), else (a ``SnapshotTable`` of the rows new and changed since the served
     checkpoint, the ids deleted since), or, ``merged`` (by a process that holds the served tables,
     ``follow_process.py``), per table changed what the server is to serve: a ``SnapshotTable``, or
-    (recent rows, gone ids) beside the served base (``overlay.beside``)."""
+    (recent rows, gone ids, rows read) beside the served base (``overlay.beside``)."""
     step: int
     source: dict                    # the checkpoint's "checkpoint", "run" and "commit_sha256"
     dense: dict[str, np.ndarray]    # the dense model's state dict

@@ -99,12 +99,14 @@ class Mirror:
     def sync(self, served: Served, tables: dict) -> None:
         self.held = [(served, tables)]
 
-    def warm(self, served: Served) -> None:
-        """An empty delta merged over the held tables, thrown away: the merge's kernels loaded."""
-        for tables in (t for s, t in self.held if s == served):
-            for name, table in tables.items():
-                _shared(overlaid(table, SnapshotTable.build(_NO_IDS, np.empty((0, table.width), np.float32),
-                                                            table.form), _NO_IDS))
+    @staticmethod
+    def warm() -> None:
+        """Merges of a delta into rows held here (read-only, shared) and of held rows into others,
+        thrown away: the merge's kernels for read-only arrays loaded before the first reload."""
+        delta = SnapshotTable.build(np.zeros(1, np.int64), np.zeros((1, 1), np.float32))
+        held = _shared(delta)
+        held.merged(delta, _NO_IDS)
+        held.merged(held, _NO_IDS)
 
     def finish(self, served: Served, prepared: Prepared | None) -> Prepared | None:
         """``prepared`` merged over the tables ``served`` names; as it is (the server merges) when
@@ -118,7 +120,7 @@ class Mirror:
             new = {name: _shared(overlaid(tables[name], rows, deleted))
                    for name, (rows, deleted) in prepared.tables.items()}
         self.held = [(served, tables), (prepared.served(served), {**tables, **new})]
-        sent = {name: (t.recent, t.gone) if isinstance(t, Overlaid) else t for name, t in new.items()}
+        sent = {name: (t.recent, t.gone, t.size) if isinstance(t, Overlaid) else t for name, t in new.items()}
         return replace(prepared, tables=sent, merged=True)
 
 
@@ -128,7 +130,7 @@ _NO_IDS = np.empty(0, np.int64)
 def _shared(table: SnapshotTable | Overlaid) -> SnapshotTable | Overlaid:
     """``table`` with the arrays a merge made in shared memory (an overlay's base is held already)."""
     if isinstance(table, Overlaid):
-        return Overlaid(table.base, _shared(table.recent), to_shared(table.gone))
+        return Overlaid(table.base, _shared(table.recent), to_shared(table.gone), table.size)
     return SnapshotTable(table.form, table.width, to_shared(table.ids),
                          {k: to_shared(a) for k, a in table.arrays.items()})
 
@@ -146,8 +148,8 @@ def _serve(sock: socket.socket, run_dir: Path) -> None:
             if tables is not None:
                 mirror.sync(served, tables)
             if what == "warm_prepare":
+                mirror.warm()
                 follower.warm_prepare(served)
-                mirror.warm(served)
                 reply = (True, None)
             else:
                 reply = (True, mirror.finish(served, follower.prepare(served)))

@@ -70,7 +70,7 @@ def _mapping(a: np.ndarray) -> _Mapping | None:
 
 
 def send(sock: socket.socket, obj, share: bool = False) -> None:
-    fds, keep = [], []
+    fds, keep = [], []  # keep: the copies made here, open until sent
 
     def persistent_id(x):
         if not isinstance(x, np.ndarray):
@@ -94,7 +94,6 @@ def send(sock: socket.socket, obj, share: bool = False) -> None:
     for k in range(0, len(fds), MAX_FDS):
         socket.send_fds(sock, [b"f"], fds[k:k + MAX_FDS])
     sock.sendall(payload)
-    del keep  # the copies made here: their memory lives on in the receiver's mappings
 
 
 def recv(sock: socket.socket):
