@@ -7,8 +7,8 @@ A reload is two halves. ``prepare`` reads and decodes, from plain data about the
 (``Served``) to plain data (``Prepared``: tables built in the served form, dense weights as numpy),
 so it can run in another process (``follow_process.py``: the serving process's interpreter lock
 and cores stay with requests). ``Prepared.apply`` makes the model from the served one: what is
-left in the serving process is a merge into the small overlay, off the interpreter lock, and one
-onnxruntime session.
+left in the serving process is a merge into the small overlay, off the interpreter lock (none when
+the child holds the served tables and merged them, ``Prepared.merged``), and one onnxruntime session.
 
 The newest checkpoint's whole chain is verified first (``checkpoint/chain.py``: each link of the
 run and the very commit its delta was saved on, steps their directories', no loop, no longer

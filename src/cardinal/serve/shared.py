@@ -40,7 +40,12 @@ def _new_fd(nbytes: int) -> int:
 
 
 def _map(fd: int, nbytes: int, writable: bool) -> _Mapping:
-    m = _Mapping(fd, nbytes, prot=mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0))
+    """``fd`` mapped; the mapping owns it from here (closed with it, or now if it cannot be mapped)."""
+    try:
+        m = _Mapping(fd, nbytes, prot=mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0))
+    except BaseException:
+        os.close(fd)
+        raise
     m.fd = fd
     return m
 
