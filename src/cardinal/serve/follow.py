@@ -7,8 +7,8 @@ A reload is two halves. ``prepare`` reads and decodes, from plain data about the
 (``Served``) to plain data (``Prepared``: tables built in the served form, dense weights as numpy),
 so it can run in another process (``follow_process.py``: the serving process's interpreter lock
 and cores stay with requests). ``Prepared.apply`` makes the model from the served one: what is
-left in the serving process is a merge into the small overlay, off the interpreter lock, and one
-onnxruntime session.
+left in the serving process is a merge into the small overlay, off the interpreter lock (none when
+the child holds the served tables and merged them, ``Prepared.merged``), and one onnxruntime session.
 
 The newest checkpoint's whole chain is verified first (``checkpoint/chain.py``: each link of the
 run and the very commit its delta was saved on, steps their directories', no loop, no longer
@@ -33,6 +33,7 @@ from cardinal.checkpoint.layout import committed, latest
 from cardinal.checkpoint.reader import Reader
 from cardinal.serve.export import close_all, load_store, load_stores, run_recipe, table_rows
 from cardinal.serve.model import ServingModel
+from cardinal.serve.overlay import beside
 from cardinal.serve.tables import SnapshotTable
 
 
@@ -58,18 +59,27 @@ class Served:
 class Prepared:
     """A newer checkpoint read, not yet applied: ``tables`` per table a ``SnapshotTable`` of every
     row (``whole``), else (a ``SnapshotTable`` of the rows new and changed since the served
-    checkpoint, the ids deleted since)."""
+    checkpoint, the ids deleted since), or, ``merged`` (by a process that holds the served tables,
+    ``follow_process.py``), per table changed what the server is to serve: a ``SnapshotTable``, or
+    (recent rows, gone ids, rows read) beside the served base (``overlay.beside``)."""
     step: int
     source: dict                    # the checkpoint's "checkpoint", "run" and "commit_sha256"
     dense: dict[str, np.ndarray]    # the dense model's state dict
     tables: dict
     whole: bool
+    merged: bool = False
 
     def apply(self, current: ServingModel) -> ServingModel:
-        if self.whole:
+        if self.whole or self.merged:
+            tables = {**current.tables, **{name: t if isinstance(t, SnapshotTable) else beside(current.tables[name], *t)
+                                           for name, t in self.tables.items()}}
             runner = current.runner.reweighted(self.dense)
-            return ServingModel({**current.manifest, **self.source, "step": self.step}, self.tables, runner, self.step)
+            return ServingModel({**current.manifest, **self.source, "step": self.step}, tables, runner, self.step)
         return current.updated(self.step, self.source, self.dense, self.tables)
+
+    def served(self, before: Served) -> Served:
+        """What ``Served.of`` says of the model ``apply`` makes from a model ``before`` says it of."""
+        return Served(self.source["checkpoint"], self.source.get("commit_sha256"), self.step, before.forms)
 
 
 class Follower:
@@ -157,10 +167,12 @@ class Follower:
 
 
 def warm_apply(current: ServingModel) -> None:
-    """An empty delta applied to ``current``, the result thrown away (``Follower.warm``)."""
+    """An empty delta applied to ``current`` and its graph reweighted with no weights, the result
+    thrown away (``Follower.warm``): onnx is imported now (~90 ms under the interpreter lock), not at
+    the first reload."""
     empty = {name: (SnapshotTable.build(_NO_IDS, np.empty((0, t.width), np.float32), t.form), _NO_IDS)
              for name, t in current.tables.items()}
-    Prepared(current.step, {}, None, empty, whole=False).apply(current)
+    Prepared(current.step, {}, {}, empty, whole=False).apply(current)
 
 
 def _source(saved: Reader) -> dict:

@@ -21,7 +21,7 @@ from cardinal.checkpoint.durable import read_json, verify_file
 from cardinal.ps.transport.base import Completed
 from cardinal.serve.export import KIND, MANIFEST
 from cardinal.serve.onnx_model import DenseRunner
-from cardinal.serve.overlay import Overlaid
+from cardinal.serve.overlay import overlaid
 from cardinal.serve.tables import SnapshotTable
 from cardinal.worker.collection import EmbeddingCollection
 from cardinal.worker.sources import RowSource
@@ -116,7 +116,6 @@ class ServingModel:
         ``SnapshotTable`` of new and changed rows in this one's form, deleted ids) applied over its rows."""
         tables = dict(self.tables)
         for name, (new, deleted) in rows.items():  # beside the served rows (``overlay.py``)
-            table = self.tables[name]
-            tables[name] = (table if isinstance(table, Overlaid) else Overlaid.over(table)).merged(new, deleted)
+            tables[name] = overlaid(self.tables[name], new, deleted)
         runner = self.runner if dense_state is None else self.runner.reweighted(dense_state)
         return ServingModel({**self.manifest, **source, "step": step}, tables, runner, step)

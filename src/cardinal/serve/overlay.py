@@ -30,13 +30,14 @@ class Overlaid:
     base: SnapshotTable
     recent: SnapshotTable  # rows set since the base (new or changed), in its form
     gone: np.ndarray       # (k,) int64 sorted: the base's ids deleted since and not set again
+    size: int              # rows it reads: counted at the merge (made off the server's path), not at each look
 
     @staticmethod
     def over(base: SnapshotTable) -> "Overlaid":
         if base.form == "saec":
             raise ValueError(SAEC_FIXED)
         empty = SnapshotTable.build(_NO_IDS, np.empty((0, base.width), np.float32), base.form)
-        return Overlaid(base, empty, _NO_IDS)
+        return Overlaid(base, empty, _NO_IDS, len(base))
 
     @property
     def form(self) -> str:
@@ -47,8 +48,7 @@ class Overlaid:
         return self.base.width
 
     def __len__(self) -> int:
-        hidden = np.union1d(self.gone, self.recent.ids)
-        return len(self.base) - int(_held(self.base.ids, hidden).sum()) + len(self.recent)
+        return self.size
 
     @property
     def nbytes(self) -> int:
@@ -76,8 +76,19 @@ class Overlaid:
         gone = np.union1d(self.gone, deleted[_held(self.base.ids, deleted)])
         gone = gone[~_held(recent.ids, gone)]  # set again (every id of ``new`` is in ``recent`` now)
         if len(recent) + len(gone) <= FOLD * max(1, len(self.base)):
-            return Overlaid(self.base, recent, gone)
+            hidden = int(_held(self.base.ids, np.union1d(gone, recent.ids)).sum())
+            return Overlaid(self.base, recent, gone, len(self.base) - hidden + len(recent))
         return self.base.merged(recent, gone)
+
+
+def overlaid(table: "Overlaid | SnapshotTable", new: SnapshotTable, deleted: np.ndarray) -> "Overlaid | SnapshotTable":
+    """A served table (an export's ``SnapshotTable``, or one with deltas beside it) with a delta merged."""
+    return (table if isinstance(table, Overlaid) else Overlaid.over(table)).merged(new, deleted)
+
+
+def beside(table: "Overlaid | SnapshotTable", recent: SnapshotTable, gone: np.ndarray, size: int) -> Overlaid:
+    """``recent`` and ``gone`` (merged elsewhere: ``overlaid``'s) beside the base ``table`` serves."""
+    return Overlaid(table.base if isinstance(table, Overlaid) else table, recent, gone, size)
 
 
 def _held(sorted_ids: np.ndarray, ids: np.ndarray) -> np.ndarray:
