@@ -29,7 +29,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import cardinal  # noqa: F401  (before torch: its OMP_WAIT_POLICY, cardinal/omp_wait.py)
 import numpy as np
 import torch
 import torch.nn.functional as F
