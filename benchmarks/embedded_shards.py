@@ -1,10 +1,12 @@
-"""How many embedded shards one process should run: samples/s of the default recipe at
-``ps.shards`` 1, 2 and 4 (the shipped 4), side by side, the same bits.
+"""How many embedded shards one process should run, and on how many threads: samples/s of the
+default recipe at ``ps.shards`` 1, 2 and 4 (the shipped 4), and at ``ps.lanes``, side by side,
+the same bits.
 
-    python benchmarks/embedded_shards.py [--batches 1024,4096] [--rounds 3] [--rows N] [--shards 4,2,1]
+    python benchmarks/embedded_shards.py [--batches 1024,4096] [--rounds 3] [--rows N] [--shards 4:4,4:1,2,1]
 
-Each embedded shard is a thread of the worker's process that serves its pulls and pushes; the
-table kernels already split a request's ids over their own threads, so shards beyond what the
+A setting is ``S`` (S shards, ``ps.lanes`` at its default) or ``S:L`` (S shards on L lanes). The
+embedded shards serve their pulls and pushes on lanes, threads of the worker's process; the table
+kernels already split a request's ids over their own threads, so lanes and shards beyond what the
 cores need only add hand-offs. The default recipe on the CPU, ``--rows`` generated rows read once
 into memory, one warm-up run per setting (numba's compiles), then ``--rounds`` rounds of every
 setting, their order reversed every other round; the timed scope is e2e.py's (first step to last
@@ -24,26 +26,34 @@ sys.path.insert(0, str(Path(__file__).parent))
 from e2e import Batches, Cached, run_cardinal  # noqa: E402
 from report import write  # noqa: E402
 
+from cardinal.ps.transport.inprocess import default_lanes  # noqa: E402
 from cardinal.recipe import load  # noqa: E402
 from cardinal.train import Trainer  # noqa: E402
 
 LR = 0.03  # e2e.py's and peers.py's best sparse lr for this data
 
 
+def setting(text: str) -> list[str]:
+    """The recipe overrides of a setting, ``S`` or ``S:L``."""
+    shards, _, lanes = text.partition(":")
+    return [f"ps.shards={int(shards)}", *([f"ps.lanes={int(lanes)}"] if lanes else [])]
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batches", default="1024,4096", help="batch sizes, comma-separated")
-    parser.add_argument("--shards", default="4,2,1", help="ps.shards settings, comma-separated")
+    parser.add_argument("--shards", default="4:4,4:1,2,1",
+                        help="settings, comma-separated: S (ps.shards, default lanes) or S:L (ps.shards:ps.lanes)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--rows", type=int, default=200_000, help="generated training rows")
     args = parser.parse_args(argv)
-    shards = [int(s) for s in args.shards.split(",")]
+    shards = args.shards.split(",")  # the settings, as given
     rows, runs = [], {}
     for batch in (int(b) for b in args.batches.split(",")):
         base = [f"data.batch_size={batch}", "eval.every=0", 'train.device="cpu"', "checkpoint.minutes=0",
                 f"data.synthetic.rows={args.rows}", f"data.synthetic.eval_rows={args.rows // 10}",
                 'train.baseline="none"']
-        recipes = {s: load("criteo_synthetic", [*base, f"ps.shards={s}"]) for s in shards}
+        recipes = {s: load("criteo_synthetic", [*base, *setting(s)]) for s in shards}
         with tempfile.TemporaryDirectory() as tmp:
             tmp = Path(tmp)
             probe = Trainer(recipes[shards[0]], tmp / "probe", progress=False)  # generates the data once
@@ -58,20 +68,23 @@ def main(argv=None) -> int:
                     seconds, metrics, _ = run_cardinal(recipes[s], LR, tmp / f"{s}-{k}", train, [evaluation] * 2)
                     rates[s].append(samples / seconds)
                     aucs[s].add(metrics[0][0])
-                    print(f"batch {batch}, {s} shards: {rates[s][-1]:,.0f} samples/s", flush=True)
+                    print(f"batch {batch}, ps.shards:lanes {s}: {rates[s][-1]:,.0f} samples/s", flush=True)
         if len(set().union(*aucs.values())) != 1:
-            raise SystemExit(f"batch {batch}: the shard counts trained different models: {aucs}")
+            raise SystemExit(f"batch {batch}: the settings trained different models: {aucs}")
         shipped = float(np.median(rates[shards[0]]))
         for s in shards:
             median = float(np.median(rates[s]))
-            rows.append({"batch": batch, "ps.shards": s, "samples/s (median)": median,
-                         f"x {shards[0]} shards": median / shipped,
+            rows.append({"batch": batch, "ps.shards:lanes": s, "samples/s (median)": median,
+                         f"x {shards[0]}": median / shipped,
                          "runs": ", ".join(f"{x:,.0f}" for x in rates[s]), "eval AUC": f"{aucs[s].pop():.6f}"})
         runs[batch] = {str(s): v for s, v in rates.items()}
-    write("embedded_shards", "Embedded shards in one process: samples/s by ps.shards, the same model", rows, [
+    write("embedded_shards", "Embedded shards in one process: samples/s by ps.shards and ps.lanes, the same model",
+          rows, [
         f"criteo_synthetic on the CPU, {args.rows:,} generated rows (one epoch), sparse lr {LR}, lr baseline off, "
         "no evaluation or checkpoint inside the timed scope (e2e.py's)",
         f"{args.rounds} rounds, each running every setting, the order reversed every other round; medians",
+        "S:L is S shards on L lanes; S alone, ps.lanes 0: one lane per 4 cores, at most one a shard (here "
+        f"{default_lanes(4)} on 4 shards)",
         "eval AUC: equal to the last digit for every setting (checked)",
         f"reproduce: python benchmarks/embedded_shards.py --batches {args.batches} --shards {args.shards} "
         f"--rounds {args.rounds} --rows {args.rows}",

@@ -51,9 +51,9 @@ def test_metadata_counts_sightings_and_last_step():
     assert by_id == {7: (2, 3), 8: (1, 9)}
 
 
-@pytest.mark.parametrize("concurrent", [False, True])
-def test_tables_are_bitwise_equal_for_one_and_four_shards(rng, concurrent):
-    one, four = connect(CONFIG, 1), connect(CONFIG, 4, concurrent=concurrent)
+@pytest.mark.parametrize("concurrent, lanes", [(False, None), (True, 1), (True, 3), (True, 4)])
+def test_tables_are_bitwise_equal_for_one_and_four_shards(rng, concurrent, lanes):
+    one, four = connect(CONFIG, 1), connect(CONFIG, 4, concurrent=concurrent, lanes=lanes)
     train(one, np.random.default_rng(5))
     train(four, np.random.default_rng(5))
     for table in ("user", "item"):

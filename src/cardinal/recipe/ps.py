@@ -52,7 +52,10 @@ class LimitsConfig:
 class PSConfig:
     shards: int = field(default=4, metadata={"help": "embedded shards (in this process)"})
     concurrent: bool = field(default=True, metadata={
-        "help": "one thread per embedded shard: pulls and pushes overlap compute"})
+        "help": "embedded shards serve on threads of their own: pulls and pushes overlap compute"})
+    lanes: int = field(default=0, metadata={
+        "help": "threads the embedded shards' requests share (shard i on lane i % lanes; the same bits for any "
+                "count); 0: one per 4 cores, at most one a shard"})
     servers: list[str] = field(default_factory=list, metadata={
         "help": "host:port of each shard's server; empty: embedded"})
     timeout_s: float = field(default=20.0, metadata={"help": "deadline of each call to a server"})
@@ -73,6 +76,8 @@ class PSConfig:
     def __post_init__(self):
         if self.shards < 1:
             raise ValueError(f"ps.shards must be >= 1, got {self.shards}")
+        if not 0 <= self.lanes <= self.shards:
+            raise ValueError(f"ps.lanes must be 0 (one per 4 cores) to ps.shards ({self.shards}), got {self.lanes}")
         if not JOB_NAME.fullmatch(self.job):
             raise ValueError(f"ps.job must be 1-128 letters, digits, '.', '_' or '-', not starting with '.', got "
                              f"{self.job!r}: a server keeps the job's checkpoints in a directory of that name")
