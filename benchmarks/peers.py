@@ -18,7 +18,11 @@ Like with like, on each data set:
   - the same load: the two systems run alternately, lr by lr, so a busy machine slows both.
 Data: generated Criteo-layout rows (the default recipe's generator at a size that runs in minutes
 on 2 cores) and MovieLens ml-latest-small with the ``movielens`` recipe's time split (skipped,
-with the reason printed, when no copy is found). ``--peer none`` runs Cardinal's side alone.
+with the reason printed, when no copy is found), twice: ``movielens`` as the recipe stood before
+its sweep (every field a row, dim 8, batch 1024), and ``movielens_shipped``, the shipped recipe
+(one table a field, dim 32, batch 512, genres mean-pooled), whose user table admits no id (every
+user reads zeros): the peer, whose tables admit every id, is not given that field
+(``rowless_fields``). ``--peer none`` runs Cardinal's side alone.
 """
 
 import argparse
@@ -35,7 +39,7 @@ from report import write  # noqa: E402
 
 from cardinal.data.batch import Bag, Batch  # noqa: E402
 from cardinal.recipe import load  # noqa: E402
-from cardinal.train import Trainer  # noqa: E402
+from cardinal.train import Trainer, tables  # noqa: E402
 
 ROWS = {"full": (200_000, 20_000), "quick": (50_000, 10_000)}  # generated train, eval rows
 COMMON = ["eval.every=0", 'train.baseline="none"', 'train.device="cpu"']
@@ -52,12 +56,12 @@ def recipes(names: list[str], rows: tuple[int, int], epochs: int | None, seed: i
         if name == "criteo":
             out[name] = load("criteo_synthetic", [f"data.synthetic.rows={rows[0]}",
                                                   f"data.synthetic.eval_rows={rows[1]}", *extra])
-        elif name == "movielens":
-            copy = find_copy()
-            out[name] = (load("movielens", [f'data.train=["{copy}"]', *BEFORE_SWEEP, *extra]) if copy else
+        elif name in ("movielens", "movielens_shipped"):
+            copy, before = find_copy(), BEFORE_SWEEP if name == "movielens" else []
+            out[name] = (load("movielens", [f'data.train=["{copy}"]', *before, *extra]) if copy else
                          "no MovieLens copy (`cardinal data movielens`, or ../shared/data beside the checkout)")
         else:
-            raise SystemExit(f"--data: unknown data set {name!r} (criteo, movielens)")
+            raise SystemExit(f"--data: unknown data set {name!r} (criteo, movielens, movielens_shipped)")
     return out
 
 
@@ -67,6 +71,18 @@ def spec(recipe) -> dict:
             "pooling": recipe.embedding.pooling, "batch_size": recipe.data.batch_size, "epochs": recipe.train.epochs,
             "dense_lr": recipe.dense_optimizer.lr,
             "initial_accumulator": recipe.sparse_optimizer.get("initial_accumulator", 0.0), "seed": recipe.train.seed}
+
+
+def rowless_fields(recipe, train) -> list[str]:
+    """The sparse fields whose table admits none of their ids in ``train``: a count threshold above
+    every sighting the data holds, so each id reads zeros (the ``movielens`` recipe's users)."""
+    admission, out = recipe.ps.memory.admission, []
+    for field, table in tables.features(recipe).items():
+        rule = {"policy": admission.policy, "threshold": admission.threshold, **admission.tables.get(table, {})}
+        sightings = sum(len(b.sparse[field].values) for b in train.batches) * recipe.train.epochs
+        if rule["policy"] == "count" and rule["threshold"] > sightings:
+            out.append(field)
+    return out
 
 
 def rows_of(b: Batch, lo: int, hi: int) -> Batch:
@@ -96,7 +112,7 @@ def compare(name: str, recipe, lrs: list[float], tmp: Path, python: Path | None)
     select_rows = sum(len(b) for b in halves[0].batches)
     folder = tmp / f"{name}-peer"
     if python is not None:
-        export(folder, train, evaluation, select_rows, spec(recipe))
+        export(folder, train, evaluation, select_rows, {**spec(recipe), "without": rowless_fields(recipe, train)})
     print(f"{name}: {samples:,} samples ({recipe.train.epochs} epoch(s), batch {recipe.data.batch_size}), "
           f"{sum(len(b) for b in evaluation.batches):,} eval rows; lrs {lrs}", flush=True)
     runs = []
@@ -136,7 +152,7 @@ def table(runs: list[dict]) -> list[dict]:
 def main(argv: list[str] | None = None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help=f"{ROWS['quick'][0]:,} generated rows, not {ROWS['full'][0]:,}")
-    parser.add_argument("--data", default="criteo,movielens", help="data sets, comma-separated")
+    parser.add_argument("--data", default="criteo,movielens,movielens_shipped", help="data sets, comma-separated")
     parser.add_argument("--lrs", default=",".join(map(str, SPARSE_LRS)), help="the sparse lr grid, comma-separated")
     parser.add_argument("--epochs", type=int, default=None, help="epochs (default: each recipe's)")
     parser.add_argument("--seed", type=int, default=None, help="both systems' seed (default: each recipe's)")
@@ -164,7 +180,9 @@ def main(argv: list[str] | None = None):
     write("peers" + ("_quick" if args.quick else ""), "A peer side by side: Cardinal vs DeepCTR-Torch (DeepFM)", table(runs), [
         f"criteo: {rows[0]:,} generated Criteo-layout rows (criteo_synthetic: dim 16, hidden 256-128, batch 1024), "
         f"{rows[1]:,} eval rows" + (f"; teacher AUC {teacher:.4f} (the best possible)" if teacher else ""),
-        "movielens: ml-latest-small, the movielens recipe's time split (dim 8, hidden 64, batch 1024)",
+        "movielens: ml-latest-small, the movielens recipe's time split, the recipe before its sweep (dim 8, hidden "
+        "64, batch 1024, every field a row); movielens_shipped: the shipped recipe (dim 32, hidden 64, batch 512, "
+        "genres mean-pooled, no user-id rows: the peer is not given the user field)",
         f"each system's sparse lr is the best of {tuple(lrs)} by AUC on the first half of the eval rows; "
         "AUC and logloss on the second half; dense: Adam at the recipe's lr on both",
         "timed: first step to last update (Cardinal: fit less evaluation and checkpoint; the peer: its fit); "

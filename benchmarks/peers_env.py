@@ -66,11 +66,11 @@ def encode(train_bags, eval_bags) -> tuple[np.ndarray, np.ndarray, int]:
 def export(folder: Path, train, evaluation, select_rows: int, spec: dict) -> None:
     """Write ``train.npz``, ``eval.npz`` and ``spec.json`` (``spec`` plus the fields) for the runner:
     the batches Cardinal trains and evaluates on, in the same order, dense columns as its readers
-    made them."""
+    made them; the sparse fields ``spec["without"]`` names are left out."""
     folder.mkdir(parents=True, exist_ok=True)
     arrays = {"train": {}, "eval": {}}
     fields = []
-    for name in train.sparse_fields:
+    for name in (f for f in train.sparse_fields if f not in spec.get("without", ())):
         a, b, vocab = encode([x.sparse[name] for x in train], [x.sparse[name] for x in evaluation])
         arrays["train"][name], arrays["eval"][name] = a, b
         fields.append({"name": name, "vocab": vocab, "maxlen": a.shape[1]})

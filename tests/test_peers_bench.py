@@ -53,6 +53,21 @@ def test_halve_cuts_the_eval_rows_in_the_middle_of_a_batch():
     assert second[0].dense.tolist() == [[2.0]] and second[0].labels.tolist() == [0.0]
 
 
+def test_rowless_fields_are_those_whose_table_admits_none_of_the_ids_the_data_holds():
+    base = ['data.format="movielens"', 'data.train=["x"]', "embedding.shared=false", 'ps.memory.admission.policy="count"']
+    fields = peers.tables.sparse_fields(peers.load(None, base))
+    assert {"user", "movie"} < set(fields)
+    batch = Batch(torch.zeros(2, 0), {f: Bag(np.array([1, 2]), np.array([0, 1, 2])) for f in fields}, torch.ones(2))
+    data = type("Data", (), {"batches": [batch]})
+
+    def rowless(*sets):
+        return peers.rowless_fields(peers.load(None, [*base, *sets]), data)
+    assert rowless("ps.memory.admission.threshold=1", "ps.memory.admission.tables.user.threshold=3") == ["user"]
+    assert rowless("ps.memory.admission.threshold=2", "ps.memory.admission.tables.user.threshold=2") == []  # 2 sightings
+    assert rowless("ps.memory.admission.threshold=3") == fields
+    assert peers.rowless_fields(peers.load(None, base[:3]), data) == []  # no filter: every id gets a row
+
+
 def _run(system, data, lr, select, ev, rate):
     return {"system": system, "data": data, "lr": lr, "select": [select, 0.5], "eval": [ev, 0.45], "samples/s": rate}
 
@@ -89,18 +104,19 @@ def test_cardinal_side_and_table_beside_a_fake_peer(tmp_path, monkeypatch, movie
     monkeypatch.setattr(peers, "run_peer", fake_peer)
     monkeypatch.setattr(peers, "find_copy", lambda: movielens_folder)
     monkeypatch.setattr(report, "RESULTS", tmp_path)
-    peers.main(["--rows", "2000", "--lrs", "0.03", "--data", "criteo,movielens", "--seed", "3"])
-    criteo, movielens = seen
+    peers.main(["--rows", "2000", "--lrs", "0.03", "--seed", "3"])
+    criteo, movielens, shipped = seen
     assert criteo[:4] == (1024, 16, 13, {f"C{i}": 1 for i in range(1, 27)})
     assert criteo[4:7] == (2000, 4096, 2048)  # the first half of the eval rows selects
-    assert movielens[1:3] == (8, 0) and movielens[3]["genres"] > 1 and movielens[3]["user"] == 1
+    assert movielens[:3] == (1024, 8, 0) and movielens[3]["genres"] > 1 and movielens[3]["user"] == 1
+    assert shipped[:3] == (512, 32, 0) and shipped[3].keys() == movielens[3].keys() - {"user"}  # users: no rows
     saved = json.loads((tmp_path / "peers.json").read_text())
     assert [(r["system"], r["data"]) for r in saved["rows"]] == [
-        ("cardinal", "criteo"), ("deepctr-torch", "criteo"), ("cardinal", "movielens"), ("deepctr-torch", "movielens")]
+        (system, data) for data in ("criteo", "movielens", "movielens_shipped") for system in ("cardinal", "deepctr-torch")]
     card = saved["rows"][0]
     assert card["x peer samples/s"] == card["samples/s"] / 10.0
     assert card["eval AUC"] == f"{saved['grid'][0]['eval'][0]:.4f}" and 0 < saved["grid"][0]["eval"][0] < 1
-    assert len(saved["grid"]) == 4 and "deepctr-torch fake" in (tmp_path / "peers.md").read_text()
+    assert len(saved["grid"]) == 6 and "deepctr-torch fake" in (tmp_path / "peers.md").read_text()
 
 
 @pytest.mark.slow
