@@ -1,5 +1,6 @@
-"""A push whose ids each have a row and none repeats skips the de-duplication (``table._distinct_rows``):
-the same bits as the path that de-duplicates, which a push with a repeated or unknown id still takes."""
+"""A push whose ids each have a row and none repeats skips the de-duplication (``table._found``): the same
+bits as the path that de-duplicates. A push with a repeated or unknown id among its first ``PROBE`` ids
+de-duplicates before its find, as before; one with them later reuses its find's rows: the same bits."""
 
 import numpy as np
 import pytest
@@ -8,6 +9,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from cardinal.embedding import EmbeddingTable, TableConfig
+from cardinal.embedding import table as table_module
 from cardinal.embedding.row_kernels import distinct_rows
 from cardinal.optim import make_optimizer
 
@@ -23,8 +25,8 @@ def test_distinct_rows_against_a_set(rows):
 
 
 def slow(table: EmbeddingTable) -> EmbeddingTable:
-    """The same table, every push de-duplicated by hashing."""
-    table._distinct_rows = lambda ids: None
+    """The same table, every push de-duplicated by hashing, then its rows found (as with a cold tier)."""
+    table._found = lambda ids: None
     return table
 
 
@@ -35,7 +37,9 @@ def table_bits(table: EmbeddingTable) -> dict:
 
 @pytest.mark.parametrize("name", ["rowwise_adagrad", "adam", "sgd"])
 @pytest.mark.parametrize("counted", [False, True])
-def test_a_distinct_push_gives_the_bits_of_a_de_duplicated_one(name, counted):
+@pytest.mark.parametrize("probe", [64, table_module.PROBE])
+def test_a_distinct_push_gives_the_bits_of_a_de_duplicated_one(name, counted, probe, monkeypatch):
+    monkeypatch.setattr(table_module, "PROBE", probe)
     rng = np.random.default_rng(5)
     ids = rng.permutation(np.arange(-300, 300, dtype=np.int64) * 104729)
     fast, ref = (EmbeddingTable(TableConfig("t", DIM), make_optimizer({"name": name})) for _ in range(2))
@@ -43,12 +47,12 @@ def test_a_distinct_push_gives_the_bits_of_a_de_duplicated_one(name, counted):
     for table in (fast, ref):
         table.pull(ids, step=1)
         table.storage.columns().data[:50] = -0.0  # a -0.0 gradient on a -0.0 value: 0 + g shows in the bits
-    for step in range(2, 6):
+    for step, at in enumerate([None, None, 10, 200, 20, 300], start=2):
         pick = rng.permutation(ids)[:400]
-        if step == 4:  # a repeated id, then an unknown one: both tables de-duplicate
-            pick = np.concatenate([pick, pick[:3]])
-        elif step == 5:
-            pick = np.concatenate([pick, [7]])
+        if step in (4, 5):  # repeated ids, early or late
+            pick = np.insert(pick, at, pick[:3])
+        elif step in (6, 7):  # an unknown id, twice, early or late
+            pick = np.insert(pick, [at, at + 10], 7 + step)
         grads = rng.normal(size=(len(pick), DIM)).astype(np.float32)
         grads[rng.random(len(pick)) < 0.3] = -0.0
         counts = rng.integers(1, 4, len(pick)).astype(np.int32) if counted else None
