@@ -102,12 +102,13 @@ def test_routing_balances_sequential_ids():
     assert counts.min() > 0.97 * counts.mean()
 
 
-@given(ids=id_arrays, seed=st.integers(0, 2**40), dim=st.integers(1, 9))
-def test_init_rows_matches_reference(ids, seed, dim):
+@given(ids=id_arrays, seed=st.integers(0, 2**40), dim=st.integers(1, 9), first=st.integers(0, 5))
+def test_init_rows_matches_reference(ids, seed, dim, first):
+    """A column piece from value ``first`` on holds those values of the whole row."""
     data = np.zeros((len(ids), dim + 2), np.float32)
-    init_rows(ids, data, 0, len(ids), dim, np.int64(seed), np.float32(0.05))
+    init_rows(ids, data, 0, len(ids), dim, np.int64(seed), np.float32(0.05), first)
     for r, key in enumerate(ids):
-        np.testing.assert_array_equal(data[r, :dim], reference.init_row(seed, key, dim, 0.05))
+        np.testing.assert_array_equal(data[r, :dim], reference.init_row(seed, key, first + dim, 0.05)[first:])
     assert (data[:, dim:] == 0).all()  # optimizer state untouched
 
 

@@ -1,5 +1,5 @@
 """The staged probes of ``index_kernels.find`` and the fused find-and-copy of ``index_kernels.find_copy``,
-against a dict.
+against a dict; the prefetched inserts of ``index_kernels.insert_new`` against one key at a time.
 
 Every key here shares one sub-table and one 7-bit tag, so nearly every probe walks past
 other keys' matching tags (false hits the ids confirm must reject, the first candidate of a
@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from cardinal.embedding import EmbeddingTable, TableConfig
-from cardinal.embedding.index_kernels import RING, SUB_BITS, find_copy
+from cardinal.embedding.index import IdIndex
+from cardinal.embedding.index_kernels import N_SUB, RING, SUB_BITS, find_copy, insert_new
 from cardinal.optim import make_optimizer
 
 M = np.uint64(0xFFFFFFFFFFFFFFFF)
@@ -82,3 +83,33 @@ def test_find_copy_in_position_ranges_matches_dict(colliding, split):
     assert want.tobytes() == out.tobytes()
     np.testing.assert_array_equal(cols.count[:len(ref)], export["count"])  # a lookup changes nothing
     assert (cols.last_step[:len(ref)] == export["last_step"]).all()
+
+
+def insert_one_at_a_time(tags, slots, sub_off, sub_cap, keys, rows) -> None:
+    """Linear probing from the definition: each key, in order, takes the first empty slot from its home."""
+    for key, row, h in zip(keys, rows, index_hash(keys)):
+        h = int(h)
+        sub, tag, cap = h >> (64 - SUB_BITS), ((h >> 50) & 0x7F) + 1, int(sub_cap[h >> (64 - SUB_BITS)])
+        s = h & (cap - 1)
+        while tags[sub_off[sub] + s]:
+            s = (s + 1) & (cap - 1)
+        tags[sub_off[sub] + s], slots[sub_off[sub] + s] = tag, row
+
+
+@pytest.mark.parametrize("split", [1, 2, 5])
+def test_insert_places_keys_as_one_at_a_time(colliding, split):
+    """Keys hashed ahead and their homes prefetched still go in in order: the same slots, bit for bit."""
+    stored, absent = colliding
+    keys = np.random.default_rng(3).permutation(np.concatenate([stored, absent]))
+    rows = np.arange(len(keys), dtype=np.int64)
+    assert len(keys) > 4 * RING
+    index = IdIndex()
+    index.make_room(keys, keys)  # (ids is read only to rehash, and the index is empty)
+    tags, slots = index.tags.array.copy(), index.slots.array.copy()
+    insert_one_at_a_time(tags, slots, index.sub_off, index.sub_cap, keys, rows)
+    for p in range(split):  # as parallel.over_slots hands sub-tables to threads
+        insert_new(index.tags.array, index.slots.array, index.sub_off, index.sub_cap, index.sub_size, keys, rows,
+                   N_SUB * p // split, N_SUB * (p + 1) // split)
+    np.testing.assert_array_equal(index.tags.array, tags)
+    np.testing.assert_array_equal(index.slots.array, slots)
+    assert index.sub_size.sum() == len(keys)

@@ -69,12 +69,14 @@ def init_rows(ids, data, start, stop, dim, seed, scale, first=0):
             bits = index_hash(base + U64(first // 2) * U64(0xD1B54A32D192ED03))
             data[r, 0] = _uniform((bits >> U64(8)) & U64(0xFFFFFF), scale)
             j = 1
-        while j < dim:
-            bits = index_hash(base + U64((first + j) // 2) * U64(0xD1B54A32D192ED03))
-            data[r, j] = _uniform(bits >> U64(40), scale)
-            if j + 1 < dim:
-                data[r, j + 1] = _uniform((bits >> U64(8)) & U64(0xFFFFFF), scale)
-            j += 2
+        pair = (first + j) // 2
+        for k in range((dim - j) // 2):  # whole pairs, no branch: the compiler runs several hashes at once
+            bits = index_hash(base + U64(pair + k) * U64(0xD1B54A32D192ED03))
+            data[r, j + 2 * k] = _uniform(bits >> U64(40), scale)
+            data[r, j + 2 * k + 1] = _uniform((bits >> U64(8)) & U64(0xFFFFFF), scale)
+        if (dim - j) % 2:  # the piece ends at the first value of a pair
+            bits = index_hash(base + U64((first + dim - 1) // 2) * U64(0xD1B54A32D192ED03))
+            data[r, dim - 1] = _uniform(bits >> U64(40), scale)
 
 
 @nb.njit(inline="always")

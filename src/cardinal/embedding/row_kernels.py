@@ -66,6 +66,26 @@ def touch(count, last_step, rows, step, seen):
 
 
 @nb.njit(nogil=True, cache=True)
+def distinct_rows(rows, marks):
+    """True when every rows[i] >= 0 and no row repeats: a push whose ids need no de-duplication.
+
+    rows,   # (n,) int64
+    marks,  # (>= max row / 64 + 1,) uint64, all zero: a bit per row (rows are dense: in cache), all zero after
+    """
+    n = rows.shape[0]
+    marked = n
+    for i in range(n):
+        r = rows[i]
+        if r < 0 or marks[r >> 6] & (U64(1) << U64(r & 63)):
+            marked = i
+            break
+        marks[r >> 6] |= U64(1) << U64(r & 63)
+    for i in range(marked):
+        marks[rows[i] >> 6] = U64(0)
+    return marked == n
+
+
+@nb.njit(nogil=True, cache=True)
 def digest_rows(ids, data_bits, count, last_step, n):
     """Order-independent 128-bit digest of rows [0, n): (sum, xor) of a per-row hash.
 

@@ -45,6 +45,7 @@ from cardinal.optim import SparseOptimizer
 from cardinal.optim.base import Update
 
 TRY_BLOCK_BYTES = 512 << 10  # rows updated per block: still in (one core's) L2 when checked
+PROBE = 4096  # a push's first ids, found alone: unless they are distinct rows it de-duplicates first (raw draws)
 
 
 class NonFiniteUpdate(ValueError):
@@ -71,6 +72,7 @@ class EmbeddingTable(RowRemoval, WholeTableViews):
         self.index = IdIndex(capacity)
         self.lock = threading.RLock()  # re-entrant: a store holds every table's lock at once to save a shard
         self._backup = np.empty((0, self.portable_width), np.float32)  # rows a push updates, portable (lock held)
+        self._marks = np.zeros(0, np.uint64)  # a bit per row, all zero between pushes (``_found``)
         self.admission = admission
         self.cold = cold
         assert cold is None or cold.width == self.portable_width
@@ -238,23 +240,31 @@ class EmbeddingTable(RowRemoval, WholeTableViews):
         accumulates (a worker cache's pending sum), given to the optimizer; None is one each.
 
         Duplicate ids are summed in order of appearance first (their counts merge by max: parts of
-        one update); unknown ids are created, or, with an admission filter, dropped (the filter
-        admits ids at pulls). If any
+        one update; a push with neither repeated nor unknown ids skips that work); unknown ids are
+        created, or, with an admission filter, dropped (the filter admits ids at pulls). If any
         value or optimizer state would become NaN or Inf, ``NonFiniteUpdate`` is raised and the
         whole request changes nothing (no row created, none updated): new ids are tried on the
         rows they would start as, and existing rows are updated in place a cache-sized block at
         a time, each block copied first and checked while still in cache, every block restored
         from its copy at the first bad one.
         """
-        unique, inverse = unique_inverse(ids)
-        summed = segment_sum(grads, inverse, len(unique))
-        merged = None if counts is None else segment_max(counts, inverse, len(unique))
         optimizer = self.optimizer if lr_scale == 1.0 else self.optimizer.scaled(lr_scale)
-        assert kind == "grad" or merged is None, "only gradient pushes carry counts (ps/validate.py)"
+        assert kind == "grad" or counts is None, "only gradient pushes carry counts (ps/validate.py)"
         with self.lock:
-            self._fault_in(unique)
+            found = self._found(ids)
+            if found is not None and RK.distinct_rows(found, self._marks):  # summed as de-duplicated: 0 + g (+0.0)
+                rows, unique, summed, merged = found, ids, grads + np.float32(0), counts
+            else:
+                unique, inverse = unique_inverse(ids)
+                summed = segment_sum(grads, inverse, len(unique))
+                merged = None if counts is None else segment_max(counts, inverse, len(unique))
+                if found is None:
+                    self._fault_in(unique)
+                    rows = self.index.find(self.storage.columns().ids, unique)
+                else:  # a repeated id has one row
+                    rows = np.empty(len(unique), np.int64)
+                    rows[inverse] = found
             cols = self.storage.columns()
-            rows = self.index.find(cols.ids, unique)
             missing = np.flatnonzero(rows < 0)
             if len(missing) and self.admission is not None:  # not admitted: no row, the gradient is dropped
                 self.dropped += len(missing)
@@ -288,6 +298,16 @@ class EmbeddingTable(RowRemoval, WholeTableViews):
                 if release is not None:
                     release()
             RK.touch(cols.count, cols.last_step, rows, np.uint32(step), False)
+
+    def _found(self, ids: np.ndarray) -> np.ndarray | None:
+        """Rows of ``ids`` (-1: absent); None if cold rows exist or the first PROBE are not distinct rows (lock held)."""
+        if len(self._marks) * 64 < self.storage.size:  # a bit per row for ``distinct_rows``, all zero between calls
+            self._marks = np.zeros(2 * self.storage.size // 64 + 1, np.uint64)
+        known = self.storage.columns().ids
+        head = None if self.cold is not None and len(self.cold) else self.index.find(known, ids[:PROBE])
+        if head is None or not RK.distinct_rows(head, self._marks):
+            return None
+        return np.concatenate([head, self.index.find(known, ids[PROBE:])])
 
     def _update_in_place(self, data, rows, summed, update, kind, ids, step, at: np.ndarray | None = None) -> None:
         """``update`` block by block; at the first non-finite result every block is restored.
