@@ -6,9 +6,12 @@ import pytest
 
 from cardinal.checkpoint import layout, write
 from cardinal.embedding import TableConfig
+from cardinal.embedding import reference
 from cardinal.embedding.eviction import Decayed, L2, LFU, LRU, lowest
+from cardinal.embedding.eviction_kernels import lowest_keys
 from cardinal.embedding.storage import Columns
 from cardinal.ps import ShardStore, StoreConfig, StoreLimits
+from cardinal.ps.server.memory import Memory
 from cardinal.recipe.admission import AdmissionConfig
 from cardinal.recipe.eviction import EvictionConfig
 
@@ -44,6 +47,36 @@ def test_lowest_takes_the_k_lowest_finite_scores():
     assert sorted(lowest(scores, 3).tolist()) == [1, 3, 4]
     assert sorted(lowest(scores, 10).tolist()) == [0, 1, 3, 4, 6]  # never a protected (inf) row
     assert len(lowest(scores, 0)) == 0
+
+
+@pytest.mark.parametrize("spread", [7, 2**32 - 1])  # many ties in one bin; keys over both 16-bit halves
+def test_lowest_keys_takes_the_k_lowest_unprotected_keys_ties_by_row_as_its_reference(spread):
+    rng = np.random.default_rng(spread)
+    for _ in range(40):
+        n = int(rng.integers(0, 300))
+        key = rng.integers(0, spread, n, dtype=np.uint64, endpoint=True).astype(np.uint32)
+        last = rng.integers(0, 30, n).astype(np.uint32)
+        cutoff, k = int(rng.integers(-2, 33)), int(rng.integers(0, n + 5))
+        got = lowest_keys(key, last, np.int64(cutoff), np.int64(k))
+        assert got.tolist() == reference.lowest_keys(key, last, cutoff, k).tolist()
+
+
+@pytest.mark.parametrize("policy", ["lru", "lfu"])
+def test_a_budget_evicts_the_lowest_keys_of_lru_and_lfu_never_a_protected_row(policy):
+    rng = np.random.default_rng(1)
+    n = 5000
+    cols = Columns(np.arange(n, dtype=np.int64), np.zeros((n, 4), np.float32),
+                   rng.integers(0, 50, n).astype(np.uint32), rng.integers(0, 100, n).astype(np.uint32))
+    key = cols.last_step if policy == "lru" else cols.count
+    memory = Memory(EvictionConfig(policy=policy, protect_steps=3), budget=1)
+    for protect, cutoff in [(True, 100 - 3), (False, 2**62)]:
+        for k in (0, 1, 700, n):
+            got = memory._victims(cols, n, None, 100, k, protect)
+            assert got.tolist() == reference.lowest_keys(key, cols.last_step, cutoff, k).tolist()
+            scores = memory.policy.score(cols, n, None, 100)
+            if protect:
+                scores[cols.last_step >= 97] = np.inf
+            assert np.array_equal(np.sort(scores[got]), np.sort(scores)[:len(got)])  # as low as lowest() takes
 
 
 def test_ttl_in_steps_deletes_the_rows_unseen_for_that_long():

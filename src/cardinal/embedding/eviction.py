@@ -27,6 +27,11 @@ class EvictionPolicy(ABC):
         """(n,) float64: the worth of each live row; the lowest are evicted first. ``values(data)``
         decodes the values of stored rows (``formats/``)."""
 
+    def key(self, cols: Columns, n: int) -> np.ndarray | None:
+        """(n,) uint32 that orders the rows as ``score`` does, where there is one: the victims are
+        then chosen from it in one compiled pass (``eviction_kernels.py``)."""
+        return None
+
 
 class LRU(EvictionPolicy):
     name = "lru"
@@ -34,12 +39,18 @@ class LRU(EvictionPolicy):
     def score(self, cols, n, values, step):
         return cols.last_step[:n].astype(np.float64)
 
+    def key(self, cols, n):
+        return cols.last_step[:n]
+
 
 class LFU(EvictionPolicy):
     name = "lfu"
 
     def score(self, cols, n, values, step):
         return cols.count[:n].astype(np.float64)
+
+    def key(self, cols, n):
+        return cols.count[:n]
 
 
 class L2(EvictionPolicy):

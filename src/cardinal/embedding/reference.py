@@ -45,3 +45,10 @@ def segment_sum(values: np.ndarray, inverse: np.ndarray, n: int) -> np.ndarray:
     for i, j in enumerate(inverse):
         out[j] += values[i]
     return out
+
+
+def lowest_keys(key, last_step, cutoff: int, k: int) -> np.ndarray:
+    """The k lowest keys among rows with last_step < cutoff, ties by row, as increasing row numbers."""
+    eligible = [i for i in range(len(key)) if int(last_step[i]) < cutoff]
+    chosen = sorted(eligible, key=lambda i: (int(key[i]), i))[:max(k, 0)]
+    return np.array(sorted(chosen), np.int64)

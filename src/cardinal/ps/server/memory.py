@@ -33,6 +33,7 @@ from collections import deque
 import numpy as np
 
 from cardinal.embedding.eviction import lowest, make_policy
+from cardinal.embedding.eviction_kernels import lowest_keys
 from cardinal.ps.server.budget import FILTER_SHARE, LOW_WATER, decay_filters
 from cardinal.recipe.eviction import EvictionConfig
 
@@ -202,6 +203,10 @@ class Memory:
         return select
 
     def _victims(self, cols, n, values, step, k, protect=True) -> np.ndarray:
+        key = self.policy.key(cols, n)
+        if key is not None:  # lru, lfu: no float scores sorted
+            cutoff = step - self.config.protect_steps if protect else np.iinfo(np.int64).max
+            return lowest_keys(key, cols.last_step[:n], np.int64(cutoff), np.int64(k))
         scores = self.policy.score(cols, n, values, step)
         if protect:
             scores[self.protected(cols.last_step[:n], step)] = np.inf
