@@ -1,18 +1,22 @@
 """How many embedded shards one process should run, and on how many threads: samples/s of the
-default recipe at ``ps.shards`` 1, 2 and 4 (the shipped 4), and at ``ps.lanes``, side by side,
-the same bits.
+default recipe at ``ps.shards`` 1, 2 and 4, and at ``ps.lanes``, side by side, the same bits. The
+shipped recipes ran 4 (criteo_synthetic) and 2 (movielens) shards until this benchmark's tables
+made them run 1.
 
     python benchmarks/embedded_shards.py [--batches 1024,4096] [--rounds 3] [--rows N] [--shards 4:4,4:1,2,1]
+    python benchmarks/embedded_shards.py --recipe movielens --batches 512 --shards 2,1
 
 A setting is ``S`` (S shards, ``ps.lanes`` at its default) or ``S:L`` (S shards on L lanes). The
 embedded shards serve their pulls and pushes on lanes, threads of the worker's process; the table
 kernels already split a request's ids over their own threads, so lanes and shards beyond what the
-cores need only add hand-offs. The default recipe on the CPU, ``--rows`` generated rows read once
-into memory, one warm-up run per setting (numba's compiles), then ``--rounds`` rounds of every
+cores need only add hand-offs, and each request has a fixed cost (checks, clocks, a thread's
+hand-off) that small batches of many tables feel. The default recipe (or ``--recipe movielens``, on
+the MovieLens copy movielens.py finds) on the CPU at its own sparse lr, ``--rows`` generated rows
+read once into memory, one warm-up run per setting (numba's compiles), then ``--rounds`` rounds of every
 setting, their order reversed every other round; the timed scope is e2e.py's (first step to last
 update). Every setting must reach the same eval AUC to the last digit (a row's values depend on
 its id and its updates, not on which shard holds it): the benchmark fails otherwise. Writes
-results/embedded_shards.{md,json}.
+results/embedded_shards.{md,json} (``_movielens`` with ``--recipe movielens``).
 """
 
 import argparse
@@ -24,13 +28,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 from e2e import Batches, Cached, run_cardinal  # noqa: E402
+from movielens import data_dir  # noqa: E402
 from report import write  # noqa: E402
 
 from cardinal.ps.transport.inprocess import default_lanes  # noqa: E402
 from cardinal.recipe import load  # noqa: E402
 from cardinal.train import Trainer  # noqa: E402
 
-LR = 0.03  # e2e.py's and peers.py's best sparse lr for this data
 
 
 def setting(text: str) -> list[str]:
@@ -45,15 +49,18 @@ def main(argv=None) -> int:
     parser.add_argument("--shards", default="4:4,4:1,2,1",
                         help="settings, comma-separated: S (ps.shards, default lanes) or S:L (ps.shards:ps.lanes)")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--rows", type=int, default=200_000, help="generated training rows")
+    parser.add_argument("--rows", type=int, default=200_000, help="generated training rows (criteo_synthetic)")
+    parser.add_argument("--recipe", choices=["criteo_synthetic", "movielens"], default="criteo_synthetic")
     args = parser.parse_args(argv)
     shards = args.shards.split(",")  # the settings, as given
+    data = [f'data.train=["{data_dir()}"]'] if args.recipe == "movielens" else [
+        f"data.synthetic.rows={args.rows}", f"data.synthetic.eval_rows={args.rows // 10}"]
     rows, runs = [], {}
     for batch in (int(b) for b in args.batches.split(",")):
         base = [f"data.batch_size={batch}", "eval.every=0", 'train.device="cpu"', "checkpoint.minutes=0",
-                f"data.synthetic.rows={args.rows}", f"data.synthetic.eval_rows={args.rows // 10}",
-                'train.baseline="none"']
-        recipes = {s: load("criteo_synthetic", [*base, *setting(s)]) for s in shards}
+                *data, 'train.baseline="none"']
+        recipes = {s: load(args.recipe, [*base, *setting(s)]) for s in shards}
+        lr = recipes[shards[0]].sparse_optimizer["lr"]
         with tempfile.TemporaryDirectory() as tmp:
             tmp = Path(tmp)
             probe = Trainer(recipes[shards[0]], tmp / "probe", progress=False)  # generates the data once
@@ -61,11 +68,11 @@ def main(argv=None) -> int:
             probe.close()
             samples = sum(len(b) for b in train.batches)
             for s in shards:
-                run_cardinal(recipes[s], LR, tmp / f"warm-{s}", Batches(train.batches[:5], train), [evaluation] * 2)
+                run_cardinal(recipes[s], lr, tmp / f"warm-{s}", Batches(train.batches[:5], train), [evaluation] * 2)
             rates, aucs = {s: [] for s in shards}, {s: set() for s in shards}
             for k in range(args.rounds):
                 for s in shards if k % 2 == 0 else shards[::-1]:
-                    seconds, metrics, _ = run_cardinal(recipes[s], LR, tmp / f"{s}-{k}", train, [evaluation] * 2)
+                    seconds, metrics, _ = run_cardinal(recipes[s], lr, tmp / f"{s}-{k}", train, [evaluation] * 2)
                     rates[s].append(samples / seconds)
                     aucs[s].add(metrics[0][0])
                     print(f"batch {batch}, ps.shards:lanes {s}: {rates[s][-1]:,.0f} samples/s", flush=True)
@@ -78,16 +85,18 @@ def main(argv=None) -> int:
                          f"x {shards[0]}": median / shipped,
                          "runs": ", ".join(f"{x:,.0f}" for x in rates[s]), "eval AUC": f"{aucs[s].pop():.6f}"})
         runs[batch] = {str(s): v for s, v in rates.items()}
-    write("embedded_shards", "Embedded shards in one process: samples/s by ps.shards and ps.lanes, the same model",
-          rows, [
-        f"criteo_synthetic on the CPU, {args.rows:,} generated rows (one epoch), sparse lr {LR}, lr baseline off, "
+    movielens = args.recipe == "movielens"
+    what = "MovieLens ml-latest-small, its time split" if movielens else f"{args.rows:,} generated rows"
+    write("embedded_shards" + ("_movielens" if movielens else ""),
+          "Embedded shards in one process: samples/s by ps.shards and ps.lanes, the same model", rows, [
+        f"{args.recipe} on the CPU, {what} (one epoch), sparse lr {lr} (the recipe's), lr baseline off, "
         "no evaluation or checkpoint inside the timed scope (e2e.py's)",
         f"{args.rounds} rounds, each running every setting, the order reversed every other round; medians",
         "S:L is S shards on L lanes; S alone, ps.lanes 0: one lane per 4 cores, at most one a shard (here "
         f"{default_lanes(4)} on 4 shards)",
         "eval AUC: equal to the last digit for every setting (checked)",
         f"reproduce: python benchmarks/embedded_shards.py --batches {args.batches} --shards {args.shards} "
-        f"--rounds {args.rounds} --rows {args.rows}",
+        f"--rounds {args.rounds} " + ("--recipe movielens" if movielens else f"--rows {args.rows}"),
     ], extra={"samples_per_s": runs})
     return 0
 
