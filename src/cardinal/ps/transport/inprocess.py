@@ -7,9 +7,10 @@ connection, so results never depend on timing (nor on the lane count); the calle
 while its pulls and pushes are in flight, and requests on different lanes overlap (kernels
 release the GIL). Every request already splits its ids over the kernel threads
 (``cardinal/parallel.py``), so lanes beyond what the cores hold only make those threads wait
-for one another: on 2 cores the default recipe at batch 1024 ran 1.08x as fast on one lane as
-on four (``benchmarks/embedded_shards.py --lanes``). The default is one lane per 4 cores, one
-a shard at most: one lane up to 7 cores, four from 16 (as before lanes, one thread a shard).
+for one another: on 2 cores, 4 shards at batch 1024 ran 1.02-1.08x as fast on one lane as on
+four (``benchmarks/embedded_shards.py --shards 4:4,4:1``; 0.91-1.05x at batch 4096). The default
+is one lane per 4 cores, one a shard at most: one lane up to 7 cores, four from 16 (as before
+lanes, one thread a shard).
 
 A codec other than fp32 is applied as a round trip (``Codec.roundtrip``): rows and gradients
 are what the gRPC transport would deliver, bitwise, so a recipe gives the same numbers on both.
