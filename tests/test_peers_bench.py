@@ -54,7 +54,8 @@ def test_halve_cuts_the_eval_rows_in_the_middle_of_a_batch():
 
 
 def test_rowless_fields_are_those_whose_table_admits_none_of_the_ids_the_data_holds():
-    base = ['data.format="movielens"', 'data.train=["x"]', "embedding.shared=false", 'ps.memory.admission.policy="count"']
+    base = ['data.format="movielens"', 'data.train=["x"]', "embedding.shared=false",
+            'ps.memory.admission.policy="count"']
     fields = peers.tables.sparse_fields(peers.load(None, base))
     assert {"user", "movie"} < set(fields)
     batch = Batch(torch.zeros(2, 0), {f: Bag(np.array([1, 2]), np.array([0, 1, 2])) for f in fields}, torch.ones(2))
@@ -63,7 +64,7 @@ def test_rowless_fields_are_those_whose_table_admits_none_of_the_ids_the_data_ho
     def rowless(*sets):
         return peers.rowless_fields(peers.load(None, [*base, *sets]), data)
     assert rowless("ps.memory.admission.threshold=1", "ps.memory.admission.tables.user.threshold=3") == ["user"]
-    assert rowless("ps.memory.admission.threshold=2", "ps.memory.admission.tables.user.threshold=2") == []  # 2 sightings
+    assert rowless("ps.memory.admission.threshold=2", "ps.memory.admission.tables.user.threshold=2") == []  # seen twice
     assert rowless("ps.memory.admission.threshold=3") == fields
     assert peers.rowless_fields(peers.load(None, base[:3]), data) == []  # no filter: every id gets a row
 

@@ -21,7 +21,8 @@ from cardinal.sharding.plan import ShardingPlan
 
 def connect(config: StoreConfig | None = None, shards: int = 4, *, servers: Sequence[str] = (),
             plan: ShardingPlan | None = None, pull_codec: str = "fp32", push_codec: str = "fp32",
-            concurrent: bool = False, lanes: int | None = None, limits: StoreLimits | None = None, tier_dir: str | None = None,
+            concurrent: bool = False, lanes: int | None = None, limits: StoreLimits | None = None,
+            tier_dir: str | None = None,
             job: str = "cardinal", token: str = "", timeout: float = DEFAULT_TIMEOUT, tls_ca: str | None = None,
             max_message_mb: int = 64, calls: int = 16, worker: int = 0, workers: int = 1,
             shared_memory: bool = True) -> PSClient:
@@ -29,8 +30,8 @@ def connect(config: StoreConfig | None = None, shards: int = 4, *, servers: Sequ
     ``pull_codec`` and gradients as ``push_codec`` (``cardinal.codecs``).
 
     No ``servers``: ``shards`` stores of ``config`` in this process (``concurrent``: on ``lanes``
-    threads of their own, ``ps/transport/inprocess.py``), with ``limits`` and their disk tiers under ``tier_dir``; they are this client's own,
-    so it is worker 0 of 1 whatever ``worker`` and ``workers`` say.
+    threads of their own, ``ps/transport/inprocess.py``), with ``limits`` and their disk tiers under
+    ``tier_dir``; they are this client's own, so it is worker 0 of 1 whatever ``worker`` and ``workers`` say.
 
     ``servers`` (host:port, one per shard): ``cardinal server`` processes of ``job``, reached over
     gRPC with ``token`` (TLS when ``tls_ca`` names what to trust), each call's deadline
