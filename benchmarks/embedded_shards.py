@@ -6,7 +6,10 @@ made them run 1.
     python benchmarks/embedded_shards.py [--batches 1024,4096] [--rounds 3] [--rows N] [--shards 4:4,4:1,2,1]
     python benchmarks/embedded_shards.py --recipe movielens --batches 512 --shards 2,1
 
-A setting is ``S`` (S shards, ``ps.lanes`` at its default) or ``S:L`` (S shards on L lanes). The
+A setting is ``S`` (S shards, ``ps.lanes`` at its default) or ``S:L`` (S shards on L lanes), and
+``S:L:MODE`` names how one lane takes a request: ``inline`` (the default: on the sender's thread
+when the lane is idle), ``handoff`` (always on the lane's thread, ``ps.inline=false``) or
+``caller`` (no lanes, every request on the caller's thread, ``ps.concurrent=false``). The
 embedded shards serve their pulls and pushes on lanes, threads of the worker's process; the table
 kernels already split a request's ids over their own threads, so lanes and shards beyond what the
 cores need only add hand-offs, and each request has a fixed cost (checks, clocks, a thread's
@@ -16,7 +19,7 @@ read once into memory, one warm-up run per setting (numba's compiles), then ``--
 setting, their order reversed every other round; the timed scope is e2e.py's (first step to last
 update). Every setting must reach the same eval AUC to the last digit (a row's values depend on
 its id and its updates, not on which shard holds it): the benchmark fails otherwise. Writes
-results/embedded_shards.{md,json} (``_movielens`` with ``--recipe movielens``).
+results/embedded_shards.{md,json} (``_movielens`` with ``--recipe movielens``; ``--name``: another name).
 """
 
 import argparse
@@ -37,20 +40,28 @@ from cardinal.train import Trainer  # noqa: E402
 
 
 
+MODES = {"": [], "inline": [], "handoff": ["ps.inline=false"], "caller": ["ps.concurrent=false"]}
+
+
 def setting(text: str) -> list[str]:
-    """The recipe overrides of a setting, ``S`` or ``S:L``."""
-    shards, _, lanes = text.partition(":")
-    return [f"ps.shards={int(shards)}", *([f"ps.lanes={int(lanes)}"] if lanes else [])]
+    """The recipe overrides of a setting, ``S``, ``S:L`` or ``S:L:MODE``."""
+    shards, _, rest = text.partition(":")
+    lanes, _, mode = rest.partition(":")
+    if mode not in MODES:
+        raise SystemExit(f"--shards: unknown mode {mode!r} in {text!r} (one of {', '.join(m for m in MODES if m)})")
+    return [f"ps.shards={int(shards)}", *([f"ps.lanes={int(lanes)}"] if lanes else []), *MODES[mode]]
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batches", default="1024,4096", help="batch sizes, comma-separated")
     parser.add_argument("--shards", default="4:4,4:1,2,1",
-                        help="settings, comma-separated: S (ps.shards, default lanes) or S:L (ps.shards:ps.lanes)")
+                        help="settings, comma-separated: S (ps.shards, default lanes), S:L (ps.shards:ps.lanes) or "
+                             "S:L:MODE (MODE inline, handoff or caller)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--rows", type=int, default=200_000, help="generated training rows (criteo_synthetic)")
     parser.add_argument("--recipe", choices=["criteo_synthetic", "movielens"], default="criteo_synthetic")
+    parser.add_argument("--name", default="", help="results/NAME.{md,json} (default embedded_shards[_movielens])")
     args = parser.parse_args(argv)
     shards = args.shards.split(",")  # the settings, as given
     data = [f'data.train=["{data_dir()}"]'] if args.recipe == "movielens" else [
@@ -87,16 +98,18 @@ def main(argv=None) -> int:
         runs[batch] = {str(s): v for s, v in rates.items()}
     movielens = args.recipe == "movielens"
     what = "MovieLens ml-latest-small, its time split" if movielens else f"{args.rows:,} generated rows"
-    write("embedded_shards" + ("_movielens" if movielens else ""),
+    write(args.name or "embedded_shards" + ("_movielens" if movielens else ""),
           "Embedded shards in one process: samples/s by ps.shards and ps.lanes, the same model", rows, [
         f"{args.recipe} on the CPU, {what} (one epoch), sparse lr {lr} (the recipe's), lr baseline off, "
         "no evaluation or checkpoint inside the timed scope (e2e.py's)",
         f"{args.rounds} rounds, each running every setting, the order reversed every other round; medians",
         "S:L is S shards on L lanes; S alone, ps.lanes 0: one lane per 4 cores, at most one a shard (here "
-        f"{default_lanes(4)} on 4 shards)",
+        f"{default_lanes(4)} on 4 shards); with one lane a request runs on the sender's thread when the lane is idle, "
+        "except in :handoff (always the lane's thread) and :caller (no lanes: ps.concurrent=false)",
         "eval AUC: equal to the last digit for every setting (checked)",
         f"reproduce: python benchmarks/embedded_shards.py --batches {args.batches} --shards {args.shards} "
-        f"--rounds {args.rounds} " + ("--recipe movielens" if movielens else f"--rows {args.rows}"),
+        f"--rounds {args.rounds} " + ("--recipe movielens" if movielens else f"--rows {args.rows}")
+        + (f" --name {args.name}" if args.name else ""),
     ], extra={"samples_per_s": runs})
     return 0
 

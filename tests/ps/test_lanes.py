@@ -1,6 +1,8 @@
-"""Embedded shards on lanes: shard i's requests run on lane i % lanes, in the order sent."""
+"""Embedded shards on lanes: shard i's requests run on lane i % lanes, in the order sent; with one
+lane, a request that finds it idle runs on the sender's thread."""
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -8,6 +10,7 @@ import pytest
 from cardinal.embedding import TableConfig
 from cardinal.ps import StoreConfig, connect
 from cardinal.ps.transport.inprocess import default_lanes
+from cardinal.ps.transport.lanes import Lane
 from cardinal.recipe import load
 
 CONFIG = StoreConfig((TableConfig("t", 4, seed=1),), {"name": "adagrad", "lr": 0.1})
@@ -28,7 +31,7 @@ def threads_of_each_shard(client) -> list[set[str]]:
 
 @pytest.mark.parametrize("lanes", [1, 2, 3, 4])
 def test_each_shard_keeps_one_lane_and_the_shards_share_lanes(lanes):
-    client = connect(CONFIG, 4, concurrent=True, lanes=lanes)
+    client = connect(CONFIG, 4, concurrent=True, lanes=lanes, inline=False)
     seen = threads_of_each_shard(client)
     assert all(len(names) == 1 for names in seen)  # one thread a shard: its requests in the order sent
     assert [names.pop() for names in seen] == [f"cardinal-lane{i % lanes}_0" for i in range(4)]
@@ -38,6 +41,47 @@ def test_each_shard_keeps_one_lane_and_the_shards_share_lanes(lanes):
 def test_not_concurrent_runs_on_the_callers_thread():
     client = connect(CONFIG, 4)
     assert threads_of_each_shard(client) == [{threading.current_thread().name}] * 4
+
+
+def test_one_lane_runs_a_request_on_the_senders_thread_when_idle():
+    assert threads_of_each_shard(connect(CONFIG, 4, concurrent=True, lanes=1)) == [{"MainThread"}] * 4
+    seen = threads_of_each_shard(connect(CONFIG, 4, concurrent=True, lanes=2))  # several lanes overlap: no inline
+    assert [names.pop() for names in seen] == [f"cardinal-lane{i % 2}_0" for i in range(4)]
+
+
+def test_a_request_that_finds_the_lane_busy_waits_on_its_thread_in_order():
+    lane, order, started, release = Lane("test-lane", inline=True), [], threading.Event(), threading.Event()
+
+    def slow():
+        started.set()
+        release.wait(10)
+        order.append(("slow", threading.current_thread().name))
+
+    def quick(name):
+        order.append((name, threading.current_thread().name))
+        return name
+
+    sender = threading.Thread(target=lambda: lane.run("slow", slow), name="sender")
+    sender.start()
+    assert started.wait(10)  # slow runs on the sender's thread, holding the lane
+    handles = [lane.run(n, quick, n) for n in ("a", "b")]  # queued behind it, on the lane's thread
+    time.sleep(0.05)
+    assert order == []
+    release.set()
+    assert [h.wait(10) for h in handles] == ["a", "b"]
+    sender.join(10)
+    assert order == [("slow", "sender"), ("a", "test-lane_0"), ("b", "test-lane_0")]
+    assert lane.run("c", quick, "c").wait() == "c" and order[-1] == ("c", "MainThread")  # idle again: inline
+    lane.close()
+
+
+def test_an_inline_requests_error_is_raised_at_wait_and_frees_the_lane():
+    lane = Lane("test-lane", inline=True)
+    handle = lane.run("bad", lambda: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        handle.wait()
+    assert lane.run("next", lambda: threading.current_thread().name).wait() == "MainThread"
+    lane.close()
 
 
 def test_default_is_one_lane_per_four_cores_and_at_most_one_a_shard():

@@ -56,6 +56,9 @@ class PSConfig:
     lanes: int = field(default=0, metadata={
         "help": "threads the embedded shards' requests share (shard i on lane i % lanes; the same bits for any "
                 "count); 0: one per 4 cores, at most one a shard"})
+    inline: bool = field(default=True, metadata={
+        "help": "with one lane (the default below 8 cores), a request sent while the lane is idle runs on the "
+                "sender's thread: no hand-off (the same bits)"})
     servers: list[str] = field(default_factory=list, metadata={
         "help": "host:port of each shard's server; empty: embedded"})
     timeout_s: float = field(default=20.0, metadata={"help": "deadline of each call to a server"})

@@ -109,8 +109,8 @@ def client(recipe: Recipe, workers: Workers, run_dir: Path) -> PSClient:
                  "tls_ca": ps.tls_ca or None, "max_message_mb": ps.limits.max_message_mb,
                  "calls": ps.limits.max_concurrent_calls, "worker": workers.rank, "workers": workers.world}
     else:
-        where = {"concurrent": ps.concurrent, "lanes": ps.lanes or None, "limits": store_limits(ps, ps.shards),
-                 "tier_dir": ps.memory.disk_dir}
+        where = {"concurrent": ps.concurrent, "lanes": ps.lanes or None, "inline": ps.inline,
+                 "limits": store_limits(ps, ps.shards), "tier_dir": ps.memory.disk_dir}
     return connect(tables.store_config(recipe), ps.shards, plan=plan, **codecs, **where)
 
 

@@ -21,7 +21,7 @@ from cardinal.sharding.plan import ShardingPlan
 
 def connect(config: StoreConfig | None = None, shards: int = 4, *, servers: Sequence[str] = (),
             plan: ShardingPlan | None = None, pull_codec: str = "fp32", push_codec: str = "fp32",
-            concurrent: bool = False, lanes: int | None = None, limits: StoreLimits | None = None,
+            concurrent: bool = False, lanes: int | None = None, inline: bool = True, limits: StoreLimits | None = None,
             tier_dir: str | None = None,
             job: str = "cardinal", token: str = "", timeout: float = DEFAULT_TIMEOUT, tls_ca: str | None = None,
             max_message_mb: int = 64, calls: int = 16, worker: int = 0, workers: int = 1,
@@ -45,7 +45,7 @@ def connect(config: StoreConfig | None = None, shards: int = 4, *, servers: Sequ
         if config is None:
             raise ValueError("connect: embedded shard stores need the store config (no servers given)")
         stores = [ShardStore(config, s, shards, limits, tier_dir, plan) for s in range(shards)]
-        return PSClient(InProcessTransport(stores, concurrent, lanes), **codecs, plan=plan)
+        return PSClient(InProcessTransport(stores, concurrent, lanes, inline), **codecs, plan=plan)
     transport = GrpcTransport(servers, job, token, timeout=timeout, tls_ca=tls_ca, max_message_mb=max_message_mb,
                               max_in_flight=max(1, calls // workers), share=workers, shared_memory=shared_memory)
     client = PSClient(transport, **codecs, plan=plan, worker=worker, workers=workers)

@@ -2,25 +2,31 @@
 
 ``concurrent=False``: every call runs at once on the caller's thread (simplest to debug).
 ``concurrent=True``: the shards' requests run on a few threads of their own, *lanes*, shard i
-on lane i % lanes. Requests to one shard run in the order they were sent, as over a network
-connection, so results never depend on timing (nor on the lane count); the caller computes
-while its pulls and pushes are in flight, and requests on different lanes overlap (kernels
-release the GIL). Every request already splits its ids over the kernel threads
+on lane i % lanes (``lanes.py``). Requests to one shard run in the order they were sent, as over
+a network connection, so results never depend on timing (nor on the lane count); the caller
+computes while its pulls and pushes are in flight, and requests on different lanes overlap
+(kernels release the GIL). Every request already splits its ids over the kernel threads
 (``cardinal/parallel.py``), so lanes beyond what the cores hold only make those threads wait
 for one another: on 2 cores, 4 shards at batch 1024 ran 1.02-1.08x as fast on one lane as on
 four (``benchmarks/embedded_shards.py --shards 4:4,4:1``; 0.91-1.05x at batch 4096). The default
 is one lane per 4 cores, one a shard at most: one lane up to 7 cores, four from 16 (as before
 lanes, one thread a shard).
 
+``inline`` (the default), with one lane: a request sent while the lane is idle runs on the
+sender's thread, and only one that finds it busy waits for the lane's thread (``Lane``). The
+hand-off cost more than the overlap it bought on 2 cores: the shipped recipes trained 1.12x
+(criteo, batch 1024; 1.03x at 4096) and 1.26x (MovieLens, 22 requests a step) as fast
+(``benchmarks/embedded_shards.py --shards 1:1:handoff,1,1:1:caller``, results/embedded_shards_inline*).
+With several lanes each request goes to its lane, so that shards on different lanes overlap.
+
 A codec other than fp32 is applied as a round trip (``Codec.roundtrip``): rows and gradients
 are what the gRPC transport would deliver, bitwise, so a recipe gives the same numbers on both.
 """
 
-from concurrent.futures import ThreadPoolExecutor
-
 from cardinal import codecs, parallel
 from cardinal.ps.server.store import ShardStore
-from cardinal.ps.transport.base import Completed, FutureHandle, Handle, Transport
+from cardinal.ps.transport.base import Completed, Handle, Transport
+from cardinal.ps.transport.lanes import Lane
 from cardinal.ps.transport.requests import PullRequest, PushRequest
 
 
@@ -34,7 +40,8 @@ def default_lanes(n_shards: int, cores: int | None = None) -> int:
 
 
 class InProcessTransport(Transport):
-    def __init__(self, stores: list[ShardStore], concurrent: bool = False, lanes: int | None = None):
+    def __init__(self, stores: list[ShardStore], concurrent: bool = False, lanes: int | None = None,
+                 inline: bool = True):
         for i, s in enumerate(stores):
             if (s.shard, s.n_shards) != (i, len(stores)):
                 raise ValueError(f"store {i} is shard {s.shard} of {s.n_shards}, expected {i} of {len(stores)}")
@@ -43,8 +50,8 @@ class InProcessTransport(Transport):
             raise ValueError(f"lanes must be 1..{len(stores)} (one a shard at most), got {lanes}")
         self.stores = stores
         self.n_shards = len(stores)
-        self._pools = [ThreadPoolExecutor(1, thread_name_prefix=f"cardinal-lane{i}") for i in range(lanes)] \
-            if concurrent else []
+        inline = inline and lanes == 1  # with several lanes the shards' requests overlap: each goes to its lane
+        self._pools = [Lane(f"cardinal-lane{i}", inline) for i in range(lanes)] if concurrent else []
         self._lanes = [self._pools[i % lanes] for i in range(len(stores))] if concurrent else None
 
     def _call(self, shard: int, method: str, *args, **kwargs) -> Handle:
@@ -53,7 +60,7 @@ class InProcessTransport(Transport):
     def _run(self, shard: int, method: str, fn, *args, **kwargs) -> Handle:
         if self._lanes is None:
             return Completed.run(fn, *args, **kwargs)
-        return FutureHandle(self._lanes[shard].submit(fn, *args, **kwargs), f"{method} on in-process shard {shard}")
+        return self._lanes[shard].run(f"{method} on in-process shard {shard}", fn, *args, **kwargs)
 
     def pull(self, shard: int, request: PullRequest) -> Handle:
         r = request
@@ -93,5 +100,5 @@ class InProcessTransport(Transport):
         return self._call(shard, "check_final", step)
 
     def close(self):
-        for pool in self._pools:
-            pool.shutdown(wait=True)
+        for lane in self._pools:
+            lane.close()
