@@ -117,7 +117,7 @@ def run_torch(recipe, train, halves, fields, sparse_opt: str, lr: float, size: i
     if huge and sparse_opt == "adagrad":
         for p in sparse_params:
             sopt.state[p]["sum"] = huge_like(sopt.state[p]["sum"])
-    dopt = torch.optim.Adam(model.parameters(), lr=recipe.dense_optimizer.lr)
+    dopt = torch.optim.Adam(model.parameters(), lr=recipe.dense_optimizer.lr, fused=True)  # as Cardinal
 
     def logits(b):
         return model(b.dense, deep(b.sparse), wide(b.sparse).squeeze(2))
@@ -195,7 +195,7 @@ def run_dense_only(recipe, train, fields):
     torch.manual_seed(recipe.train.seed)
     dim = recipe.embedding.dim
     model = DeepFM(len(train.dense_fields), len(fields), dim, **{k: v for k, v in recipe.model.items() if k != "name"})
-    opt = torch.optim.Adam(model.parameters(), lr=recipe.dense_optimizer.lr)
+    opt = torch.optim.Adam(model.parameters(), lr=recipe.dense_optimizer.lr, fused=True)
     batch = train.batches[0]
     emb = torch.randn(len(batch), len(fields), dim) * 0.01
     wide = torch.zeros(len(batch), len(fields))

@@ -13,7 +13,8 @@ and the labels.
 The model is the library's, trained by the library's own ``fit`` (verbose 0: no per-batch
 metrics; no shuffling: the batches Cardinal trains on, in its order). Its one optimizer slot
 takes a pair: Adagrad at LR on the embedding tables (the sparse side, as Cardinal's servers run
-it) and Adam at the recipe's dense lr on the rest. The library's L2 terms are set to 0: Cardinal
+it) and Adam at the recipe's dense lr on the rest, both on torch's fused kernels (as Cardinal's
+dense optimizer runs). The library's L2 terms are set to 0: Cardinal
 has none, and they would add a pass over every table to each step. ``train_s`` is ``fit``'s wall
 time: first step to last update, no evaluation inside. AUC and logloss are on the two halves of
 the eval rows (select: where peers.py picks the lr; eval: what it reports). ``spec["dnn_init"]
@@ -79,8 +80,9 @@ def main():
             layer.reset_parameters()
     tables = [p for name, p in model.named_parameters() if "embedding_dict" in name]
     rest = [p for name, p in model.named_parameters() if "embedding_dict" not in name]
-    model.compile(Pair(torch.optim.Adagrad(tables, lr=lr, initial_accumulator_value=spec["initial_accumulator"]),
-                       torch.optim.Adam(rest, lr=spec["dense_lr"])), "binary_crossentropy")
+    model.compile(Pair(torch.optim.Adagrad(tables, lr=lr, initial_accumulator_value=spec["initial_accumulator"],
+                                           fused=True),  # torch's fused kernels, as Cardinal's dense optimizer
+                       torch.optim.Adam(rest, lr=spec["dense_lr"], fused=True)), "binary_crossentropy")
     x, y = inputs(train, spec), train["labels"]
     start = time.perf_counter()
     model.fit(x, y, batch_size=spec["batch_size"], epochs=spec["epochs"], verbose=0, shuffle=False)

@@ -41,7 +41,7 @@ class PlainLoop:
         self.fields = list(self.train_data.sparse_fields)
         self.dim, self.wide = recipe.embedding.dim, self.model.uses_wide
         self.width = self.dim + int(self.wide)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=recipe.dense_optimizer.lr)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=recipe.dense_optimizer.lr, fused=True)
         o = make_optimizer(recipe.sparse_optimizer).config
         self.lr, self.eps, self.acc0 = np.float32(o.lr), np.float32(o.eps), np.float32(o.initial_accumulator)
         self.index: dict[int, int] = {}  # id -> row

@@ -56,7 +56,7 @@ def dense_loop(recipe, train, fields, rung: int) -> float:
     torch.manual_seed(recipe.train.seed)
     dim, n_fields = recipe.embedding.dim, len(fields)
     model = DeepFM(len(train.dense_fields), n_fields, dim, **{k: v for k, v in recipe.model.items() if k != "name"})
-    opt = torch.optim.Adam(model.parameters(), lr=recipe.dense_optimizer.lr)
+    opt = torch.optim.Adam(model.parameters(), lr=recipe.dense_optimizer.lr, fused=True)
     rng = np.random.default_rng(0)
     fixed = torch.from_numpy(rng.standard_normal((len(train.batches[0]), n_fields, dim + 1), np.float32) * 0.01)
     layouts = [layout(b.sparse, fields, 0) for b in train.batches] if rung >= 3 else None
