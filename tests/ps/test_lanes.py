@@ -84,6 +84,30 @@ def test_an_inline_requests_error_is_raised_at_wait_and_frees_the_lane():
     lane.close()
 
 
+@pytest.mark.parametrize("inline", [True, False])
+def test_close_waits_for_a_request_running_on_its_senders_thread_and_refuses_new_ones(inline):
+    lane, started, release, done = Lane("test-lane", inline), threading.Event(), threading.Event(), []
+
+    def slow():
+        started.set()
+        release.wait(10)
+        done.append(True)
+
+    sender = threading.Thread(target=lambda: lane.run("slow", slow).wait(10))
+    sender.start()
+    assert started.wait(10)
+    closing = threading.Thread(target=lane.close)
+    closing.start()
+    time.sleep(0.05)
+    assert closing.is_alive() and not done  # close waits for it
+    release.set()
+    closing.join(10)
+    sender.join(10)
+    assert done and not closing.is_alive()
+    with pytest.raises(RuntimeError, match="test-lane is closed"):
+        lane.run("late", lambda: None)
+
+
 def test_default_is_one_lane_per_four_cores_and_at_most_one_a_shard():
     assert [default_lanes(4, cores) for cores in (1, 2, 3, 4, 7, 8, 15, 16, 64)] == [1, 1, 1, 1, 1, 2, 3, 4, 4]
     assert default_lanes(2, 64) == 2

@@ -60,3 +60,16 @@ def test_fused_on_cpu_gives_the_same_bits_for_any_thread_count(name):
     one = trained(name, 1)
     for threads in (2, 3):
         assert all(torch.equal(a, b) for a, b in zip(one, trained(name, threads)))
+
+
+@pytest.mark.parametrize("name", sorted(DENSE_OPTIMIZERS))
+def test_a_checkpoint_saved_on_another_path_loads_onto_the_built_one(name):
+    model = nn.Linear(4, 1)
+    old = getattr(torch.optim, DENSE_OPTIMIZERS[name])(model.parameters(), lr=0.01, foreach=True)  # before fused
+    model(torch.randn(2, 4)).sum().backward()
+    old.step()
+    built = builder.dense_optimizer(load("criteo_synthetic", [f'dense_optimizer.name="{name}"']), model, 1)
+    builder.load_dense_state(built, old.state_dict())
+    assert built.param_groups[0]["fused"] is True and not built.param_groups[0]["foreach"]
+    assert built.param_groups[0]["lr"] == 0.01  # the rest is the checkpoint's (the caller sets lr and decay)
+    built.step()

@@ -195,3 +195,21 @@ def test_sync_settles_every_push_whatever_the_collections_step(staleness, expect
     emb.step = 7
     emb({"f": Bag(np.array([1, 2], np.int64), np.array([0, 1, 2], np.int64))})
     assert log.settled == [expected]
+
+
+@pytest.mark.parametrize("inline", [True, False])
+def test_a_push_slower_than_the_timeout_is_named_whichever_thread_runs_it(inline):
+    import threading
+    client = connect(CONFIG, 1, concurrent=True, lanes=1, inline=inline)
+    store, release = client.transport.stores[0], threading.Event()
+    real = store.push
+    store.push = lambda *args, **kwargs: (release.wait(10), real(*args, **kwargs))[1]
+    source = PSSource(client, timeout=0.2)
+    source.pull("a", IDS, create=True, step=1).wait()
+    source.push("a", IDS, np.ones((3, 4), np.float32), step=1)
+    # inline the push runs on the push thread, which settle waits for; else on the lane's
+    named = "worker 0's push of table 'a' at step 1" if inline else "push on in-process shard 0"
+    with pytest.raises(TimeoutError, match=f"{named}: no answer within 0.2 s"):
+        source.settle(None)
+    release.set()
+    client.transport.close()

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from cardinal.models import MODELS
-from cardinal.train import tables
+from cardinal.train import builder, tables
 from cardinal.worker import EmbeddingCollection
 from cardinal.worker.clip import CowClip
 
@@ -99,6 +99,6 @@ class Baseline:
 
     def load_state(self, dense: dict) -> None:
         self.model.load_state_dict(dense["baseline_model"])
-        self.optimizer.load_state_dict(dense["baseline_optimizer"])
+        builder.load_dense_state(self.optimizer, dense["baseline_optimizer"])
         for group, defaults in zip(self.optimizer.param_groups, self.trainer.optimizer.param_groups):
             group["lr"], group["weight_decay"] = defaults["lr"], defaults["weight_decay"]

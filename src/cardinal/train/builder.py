@@ -88,6 +88,19 @@ def dense_optimizer(recipe: Recipe, model: torch.nn.Module, world: int) -> torch
                                                           weight_decay=d.weight_decay, **path)
 
 
+PATH_KEYS = ("fused", "foreach")  # how torch.optim runs a step: chosen here, not by a checkpoint
+
+
+def load_dense_state(optimizer: torch.optim.Optimizer, state: dict) -> None:
+    """``optimizer.load_state_dict(state)``, keeping the kernel path it was built with: torch takes
+    whole param groups from the state, so a checkpoint saved on foreach (or on the CPU, fused where
+    this device has no fused kernel) would otherwise set how this run steps."""
+    built = [{k: g[k] for k in PATH_KEYS if k in g} for g in optimizer.param_groups]
+    optimizer.load_state_dict(state)
+    for group, path in zip(optimizer.param_groups, built):
+        group.update(path)
+
+
 def schedule(recipe: Recipe, data_info: dict, world: int) -> DenseSchedule:
     """The dense warmup and decay, over train.steps or the epochs' steps when the data knows them."""
     t, per_epoch = recipe.train, data_info["train_steps"]

@@ -121,7 +121,7 @@ class Checkpoints:
         read = tr.workers.from_leader(lambda: self._read(Path(path).resolve()))
         dense = read["dense"]
         tr.model.load_state_dict(dense["model"])
-        tr.optimizer.load_state_dict(dense["optimizer"])
+        builder.load_dense_state(tr.optimizer, dense["optimizer"])
         lr, decay = builder.dense_lr(tr.recipe, tr.workers.world), tr.recipe.dense_optimizer.weight_decay
         for group in tr.optimizer.param_groups:  # the recipe's hyper-parameters, not the saved ones:
             group["lr"], group["weight_decay"] = lr, decay  # a resume may lower the lr

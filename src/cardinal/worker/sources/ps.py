@@ -23,12 +23,12 @@ by the staleness of the rows it was computed from.
 
 import time
 from collections import Counter
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from cardinal.ps.client.client import PSClient
-from cardinal.ps.transport.base import DEFAULT_TIMEOUT, Handle
+from cardinal.ps.transport.base import DEFAULT_TIMEOUT, FutureHandle, Handle
 from cardinal.ps.transport.requests import Origin
 from cardinal.worker.sources.base import RowSource
 
@@ -46,7 +46,7 @@ class PSSource(RowSource):
         self.worker, self.workers, self.combine, self.compensate = worker, workers, combine, compensate
         self._pushes: list[tuple[int, Handle]] = []  # (step, push) sent, not yet acknowledged
         self._sender = ThreadPoolExecutor(1, thread_name_prefix="cardinal-push")
-        self._sending: list[Future] = []             # handed to the push thread, not yet sent
+        self._sending: list[Handle] = []             # handed to the push thread, not yet sent
         self._pushed: int | None = None              # the last step this worker pushed
         self._clock: dict[str, int] = {}             # table -> the slowest worker's clock, as last known
         self._pulled: dict[tuple[str, int], int] = {}  # (table, step) -> staleness of the rows pulled
@@ -89,7 +89,8 @@ class PSSource(RowSource):
             origin = Origin(self.worker, self.workers, combine=self.combine,
                             staleness=staleness if self.compensate else 0)
         self._pushed = step if self._pushed is None else max(self._pushed, step)
-        self._sending.append(self._sender.submit(self._send, table, ids, grads, step, origin, counts, since))
+        self._sending.append(FutureHandle(self._sender.submit(self._send, table, ids, grads, step, origin, counts, since),
+                                          f"worker {self.worker}'s push of table {table!r} at step {step}"))
 
     def _send(self, table: str, ids: np.ndarray, grads: np.ndarray, step: int, origin: Origin | None,
               counts: np.ndarray | None, since: list[int] | None = None) -> None:
@@ -111,7 +112,7 @@ class PSSource(RowSource):
 
     def settle(self, up_to_step: int | None) -> None:
         while self._sending:
-            self._sending.pop(0).result(self.timeout)
+            self._sending.pop(0).wait(self.timeout)  # an embedded shard's push may run on the push thread
         while self._pushes and (up_to_step is None or self._pushes[0][0] <= up_to_step):
             self._acknowledged(*self._pushes.pop(0))
         target = self._pushed if up_to_step is None else up_to_step  # None: up to this worker's last push
