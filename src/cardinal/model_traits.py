@@ -21,6 +21,7 @@ class ModelTraits:
 
 MODELS = {
     "deepfm": ModelTraits(True, True, ("hidden", "dropout", "init_std")),
+    "deepfwfm": ModelTraits(True, True, ("hidden", "dropout", "init_std")),
     "dlrm": ModelTraits(True, False, ("bottom", "top", "dropout", "init_std")),
     "lr": ModelTraits(False, True, ()),
     "wide_deep": ModelTraits(True, True, ("hidden", "dropout", "init_std")),

@@ -3,7 +3,7 @@
 listed here, checked before torch or numba is imported (tests/test_cli_fast.py keeps them equal
 to cardinal.models.MODELS and cardinal.optim.OPTIMIZERS)."""
 
-MODEL_NAMES = ("deepfm", "dlrm", "lr", "wide_deep")
+MODEL_NAMES = ("deepfm", "deepfwfm", "dlrm", "lr", "wide_deep")
 SPARSE_OPTIMIZERS = ("adagrad", "adam", "ftrl", "rowwise_adagrad", "sgd")
 
 
