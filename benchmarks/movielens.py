@@ -29,7 +29,8 @@ from cardinal.recipe import load  # noqa: E402
 from cardinal.train import Trainer  # noqa: E402
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "movielens-latest-small"
-MODELS = {"deepfm": [], "wide_deep": ['model.name="wide_deep"', "model.hidden=[64]"],
+MODELS = {"deepfm": [], "deepfwfm": ['model.name="deepfwfm"', "model.hidden=[64]"],
+          "wide_deep": ['model.name="wide_deep"', "model.hidden=[64]"],
           "dlrm": ['model.name="dlrm"', "model.bottom=[16]", "model.top=[64]"]}
 SEEDS = [0, 1, 2, 3]
 # The movielens recipe as it stood before its sweep (results/sweep_movielens.md), for the benchmarks whose
