@@ -7,6 +7,7 @@ from cardinal.models.dlrm import DLRM
 from cardinal.models.lr import LogisticRegression
 from cardinal.models.wide_deep import WideDeep
 
-MODELS: dict[str, type[CTRModel]] = {"deepfm": DeepFM, "deepfwfm": DeepFwFM, "dlrm": DLRM, "wide_deep": WideDeep, "lr": LogisticRegression}
+MODELS: dict[str, type[CTRModel]] = {"deepfm": DeepFM, "deepfwfm": DeepFwFM, "dlrm": DLRM, "wide_deep": WideDeep,
+                                     "lr": LogisticRegression}
 
 __all__ = ["CTRModel", "dropout_seed", "DeepFM", "DeepFwFM", "DLRM", "WideDeep", "LogisticRegression", "MODELS"]

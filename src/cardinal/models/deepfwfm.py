@@ -7,8 +7,9 @@ FM gives every pair of fields the same say. Where only some pairs carry signal (
 generated data, whose teacher's FM spans 10 of its 26 fields), the other pairs add noise that the
 embeddings must unlearn; r_ij learns to quiet them. The weights start at 1, so the model starts as
 DeepFM (the same function; its rounding differs). The term is computed as 0.5 * <emb, R emb> with R
-the symmetric matrix of the weights (zero diagonal): one matrix product, no gather of pairs, whose
-backward (a scatter) made a step twice as slow.
+the symmetric matrix of the weights (zero diagonal): one matrix product, rather than every pair's dot
+product gathered from a batched one (about 2.2 against 2.9 ms forward and backward at batch 1024, 26
+fields, dim 16, on 2 cores; DeepFM's FM takes 0.5).
 """
 
 import torch

@@ -89,8 +89,8 @@ class PSSource(RowSource):
             origin = Origin(self.worker, self.workers, combine=self.combine,
                             staleness=staleness if self.compensate else 0)
         self._pushed = step if self._pushed is None else max(self._pushed, step)
-        self._sending.append(FutureHandle(self._sender.submit(self._send, table, ids, grads, step, origin, counts, since),
-                                          f"worker {self.worker}'s push of table {table!r} at step {step}"))
+        sending = self._sender.submit(self._send, table, ids, grads, step, origin, counts, since)
+        self._sending.append(FutureHandle(sending, f"worker {self.worker}'s push of table {table!r} at step {step}"))
 
     def _send(self, table: str, ids: np.ndarray, grads: np.ndarray, step: int, origin: Origin | None,
               counts: np.ndarray | None, since: list[int] | None = None) -> None:
