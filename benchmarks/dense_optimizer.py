@@ -12,7 +12,7 @@ the copy movielens.py finds, skipped without one), each on the CPU at its recipe
   a path, their order reversed every other round), the run's eval AUC beside it: the fused kernel
   rounds an ulp here and there differently from the others, so the AUC may move in its last digits.
 
-Writes results/dense_optimizer.{md,json}.
+Writes results/dense_optimizer.{md,json} (the steps) and results/dense_optimizer_runs.{md,json} (the runs).
 """
 
 import argparse
