@@ -3,6 +3,7 @@ recipe printed as TOML that reads back to the same recipe, every key with its me
 
 import re
 import tomllib
+import warnings
 from dataclasses import MISSING, fields, is_dataclass
 
 import pytest
@@ -94,3 +95,15 @@ def test_train_help_lists_the_recipes_and_where_keys_are_documented(capsys):
     assert e.value.code == 0
     assert f"a shipped recipe ({', '.join(shipped())})" in out
     assert "`cardinal recipe show [RECIPE]` prints every key" in out and "cardinal/recipe/" in out
+
+
+def test_a_new_model_or_optimizer_name_warns_of_the_settings_it_leaves_behind():
+    with pytest.warns(UserWarning, match=r"model settings of 'deepfm' are not carried over \(hidden=\[256, 128\]\)"):
+        assert load("criteo_synthetic", ['model.name="deepfwfm"']).model == {"name": "deepfwfm"}
+    with pytest.warns(UserWarning, match=r"sparse_optimizer settings of 'adagrad' .*lr=0.03"):
+        load("criteo_synthetic", ['sparse_optimizer.name="sgd"'])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the same name, settings given again, or none to leave: nothing to say
+        load("criteo_synthetic", ['model.name="deepfm"'])
+        assert load("criteo_synthetic", ['model.name="deepfwfm"', "model.hidden=[256,128]"]).model["hidden"] == [256, 128]
+        load(None, ['model.name="dlrm"'])

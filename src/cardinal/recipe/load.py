@@ -5,10 +5,12 @@ sections and keys named, and each section built and checked (``build.py``).
 An override's value is TOML, else a string (``--set model.hidden=[256,128]``,
 ``--set data.format=criteo``). ``--set model.name=...`` naming another model starts that model
 from its own defaults, and ``--set sparse_optimizer.name=...`` another optimizer from its own
-(hyper-parameters differ per optimizer)."""
+(hyper-parameters differ per optimizer); a warning names the settings left behind, so that a
+run never trains, say, another MLP width unnoticed."""
 
 import copy
 import tomllib
+import warnings
 from dataclasses import fields
 from pathlib import Path
 
@@ -55,6 +57,13 @@ def load_dict(raw: dict, overrides: list[str] = ()) -> Recipe:
     parsed.sort(key=lambda p: p[0] not in named)
     for keys, value, text in parsed:
         if keys in named and raw.get(keys[0], {}).get("name") != value:
+            given = {p[0][1] for p in parsed if len(p[0]) > 1 and p[0][0] == keys[0]}  # set again: not left behind
+            left = {k: v for k, v in raw.get(keys[0], {}).items() if k != "name" and k not in given}
+            if left:
+                settings = ", ".join(f"{k}={v!r}" for k, v in left.items())
+                warnings.warn(f"--set {text}: the recipe's {keys[0]} settings of {raw[keys[0]].get('name')!r} are not "
+                              f"carried over ({settings}); the new one starts from its own defaults (set them again "
+                              f"with --set {keys[0]}.KEY=VALUE)", stacklevel=3)
             raw[keys[0]] = {}
         node = raw
         for k in keys[:-1]:
