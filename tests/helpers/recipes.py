@@ -7,8 +7,9 @@ FREE_FORM = {"model", "sparse_optimizer"}  # sections whose keys are the model's
 
 
 def tiny_recipe(tmp_path, *extra):
-    """3,000 generated rows (12 steps of 256), a small model. Later ``extra`` values override earlier ones."""
-    return load(None, [f'data.cache_dir="{tmp_path / "data"}"', "data.synthetic.rows=3000",
+    """3,000 generated rows (12 steps of 256), a small model, 4 embedded shards (so that the tests built on it
+    cross shards). Later ``extra`` values override earlier ones."""
+    return load(None, [f'data.cache_dir="{tmp_path / "data"}"', "ps.shards=4", "data.synthetic.rows=3000",
                        "data.synthetic.eval_rows=1000", "data.synthetic.vocab=300", "data.batch_size=256",
                        "data.eval_batch_size=1000", "model.hidden=[16]", "embedding.dim=4",
                        "metrics.log_every=2", *extra])

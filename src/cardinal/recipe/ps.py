@@ -50,7 +50,8 @@ class LimitsConfig:
 
 @dataclass(frozen=True)
 class PSConfig:
-    shards: int = field(default=4, metadata={"help": "embedded shards (in this process)"})
+    shards: int = field(default=1, metadata={
+        "help": "embedded shards (in this process); one is the fastest here (benchmarks/results/embedded_shards.md)"})
     concurrent: bool = field(default=True, metadata={
         "help": "embedded shards serve on threads of their own: pulls and pushes overlap compute"})
     lanes: int = field(default=0, metadata={
