@@ -6,7 +6,7 @@
 set -u
 ML=${ML:-$HOME/.cache/cardinal/data/movielens-latest-small}
 # the recipe as it was before this sweep: dim 8, one shared table, sum pooling, Adagrad 0.02, batch 1024
-OLD="--set embedding.dim=8 --set embedding.shared=true --set embedding.pooling=\"sum\" --set sparse_optimizer.lr=0.02 \
+OLD="--set embedding.dim=8 --set embedding.shared=true --set embedding.field_tables={} --set embedding.pooling=\"sum\" --set sparse_optimizer.lr=0.02 \
 --set dense_optimizer.lr=0.001 --set data.batch_size=1024 --set ps.memory.admission.tables={}"
 S="movielens --set data.train=\"$ML\" --out runs $OLD"
 cardinal sweep $S --grid sparse_optimizer.lr=0.01,0.02

@@ -45,7 +45,8 @@ class EmbeddingConfig:
             raise ValueError("embedding.field_tables maps fields to the table they read (letters, digits, '_', '-'), "
                              f"e.g. {{C2 = \"C1\"}}; got {self.field_tables!r}")
         if self.field_tables and self.shared:
-            raise ValueError("embedding.field_tables needs embedding.shared = false (shared: every field reads 'emb')")
+            raise ValueError("embedding.field_tables needs embedding.shared = false (shared: every field reads 'emb'); "
+                             "for one table over every field, drop the map too: --set embedding.field_tables={}")
         if self.pooling not in ("sum", "mean"):
             raise ValueError(f"embedding.pooling must be 'sum' or 'mean', got {self.pooling!r}")
         if not (0 <= self.clip_ratio < math.inf and 0 <= self.clip_min < math.inf):
