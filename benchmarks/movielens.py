@@ -36,8 +36,9 @@ SEEDS = [0, 1, 2, 3]
 # The movielens recipe as it stood before its sweep (results/sweep_movielens.md), for the benchmarks whose
 # committed tables were measured on it and that need one table for every field (peers.py: the peer's model has
 # user rows, which the swept recipe's user table never admits; compression.py: a shared table to compress)
-BEFORE_SWEEP = ["ps.memory.admission.tables={}", "embedding.shared=true", "embedding.field_tables={}", "embedding.dim=8",
-                'embedding.pooling="sum"', "data.batch_size=1024", "sparse_optimizer.lr=0.02", "dense_optimizer.lr=0.001"]
+BEFORE_SWEEP = ["ps.memory.admission.tables={}", "embedding.shared=true", "embedding.field_tables={}",
+                "embedding.dim=8", 'embedding.pooling="sum"', "data.batch_size=1024", "sparse_optimizer.lr=0.02",
+                "dense_optimizer.lr=0.001"]
 
 
 def find_copy() -> Path | None:

@@ -281,7 +281,7 @@ def test_the_recipe_clusters_the_model_tables_only_with_each_formats_field_bits(
     spec = tables.store_config(r).saec
     assert set(spec) == {"emb"} and spec["emb"] == SaecSpec(20.0, 5, 32)  # lr_emb, the baseline's, stays whole
     ml = load("movielens", ["compression.saec.ratio=20", "compression.saec.at=5", "embedding.shared=true",
-                            "ps.memory.admission.tables={}"])  # the format's field bits: one shared table
+                            "embedding.field_tables={}", "ps.memory.admission.tables={}"])  # one shared table
     assert tables.store_config(ml).saec["emb"].shift == 40
 
 
