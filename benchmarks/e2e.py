@@ -135,9 +135,10 @@ def run_torch(recipe, train, halves, fields, sparse_opt: str, lr: float, size: i
     return seconds, [evaluate(logits, h) for h in halves]
 
 
-def run_cardinal(recipe, lr: float, tmp: Path, train, halves, on_trainer=None):
+def run_cardinal(recipe, lr: float, tmp: Path, train, halves, on_trainer=None, before_fit=None):
     """(train seconds, metrics on each eval half, summary) for Cardinal's trainer at sparse ``lr``
-    (``on_trainer``: called with the trainer after its fit, e.g. to read its timers).
+    (``on_trainer``: called with the trainer after its fit, e.g. to read its timers; ``before_fit``:
+    called with no argument just before it).
 
     The timed scope matches the torch loops: ``fit``'s wall time less its evaluation, checkpoint
     and summary, while the flush of the last pushes (done at the start of the checkpoint) counts.
@@ -164,6 +165,8 @@ def run_cardinal(recipe, lr: float, tmp: Path, train, halves, on_trainer=None):
     trainer.evaluate = untimed(trainer.evaluate)
     trainer.save = untimed(trainer.save, flush_first=True)
     trainer._summary = untimed(trainer._summary)
+    if before_fit is not None:
+        before_fit()
     start = time.perf_counter()
     summary = trainer.fit()
     seconds = time.perf_counter() - start - excluded
