@@ -32,6 +32,7 @@ from cardinal.data.batch import Batch, Bag, single_hot
 from cardinal.data.shares import bounds, check_share
 
 SPARSE = ["user", "movie", "genres", "year", *history.FIELDS]
+DENSE: list[str] = []  # no dense features: batches' dense is (B, 0)
 FIELD_CODE = {name: i + 1 for i, name in enumerate(SPARSE)}  # an id is (code << 40) | value
 _YEAR = re.compile(r"\((\d{4})\)\s*$")
 ID_LIMIT = 1 << 40   # ids sit below the field bits
