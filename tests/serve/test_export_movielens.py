@@ -23,7 +23,8 @@ def test_a_movielens_run_exports_what_eval_predicts_and_serving_refuses_it_by_na
     trainer.close()
 
     assert cli.main(["export", str(tmp_path / "run"), "--out", str(tmp_path / "x")]) == 0
-    capsys.readouterr()
+    said = capsys.readouterr().out
+    assert "cardinal serve parses Criteo-layout requests only" in said and "serve it with" not in said
     model = ServingModel.load(tmp_path / "x")
     assert model.manifest["data_format"] == "movielens" and {"emb", "user"} <= set(model.tables)
     expected, batches = eval_probabilities(recipe, model.manifest["checkpoint"], tmp_path)
