@@ -331,17 +331,13 @@ def server(args) -> int:
 
 
 def export(args) -> int:
-    from cardinal.serve.export import export_run
-    from cardinal.serve.model import LAYOUTS
+    from cardinal.serve.export import export_run, next_step
 
     m = export_run(args.run_dir, args.out, args.checkpoint, args.tables, args.ratio)
     rows = sum(t["rows"] for t in m["tables"].values())
     mb = sum(t["bytes"] for t in m["tables"].values()) / 1e6
-    then = (f"serve it with: cardinal serve {args.out}" if m["data_format"] in LAYOUTS else
-            f"cardinal serve parses Criteo-layout requests only, so load it with "
-            f"cardinal.serve.model.ServingModel.load({str(args.out)!r})")
     print(f"exported step {m['step']} of {args.run_dir} to {args.out}: {rows:,} rows ({args.tables}, {mb:.1f} MB) "
-          f"and model.onnx; {then}")
+          f"and model.onnx; {next_step(m, args.out)}")
     return 0
 
 

@@ -27,6 +27,7 @@ from cardinal.serve.tables import FORMS, SnapshotTable
 
 MANIFEST = "manifest.json"
 KIND = "cardinal-export"
+LAYOUTS = ("synthetic", "criteo", "parquet")  # the data formats whose rows a request can carry (serve/requests.py)
 FIELD_SHIFT = {"movielens": 40}  # where an id's field bits start (the readers put them there); 32 otherwise
 
 
@@ -67,6 +68,14 @@ def model_of(recipe, state: dict):
         raise ValueError(f"the checkpoint's dense model is not this run's {recipe.model['name']!r} model (is it "
                          f"another run's?): {str(e).splitlines()[0]}") from None
     return model.eval()
+
+
+def next_step(manifest: dict, out) -> str:
+    """What `cardinal export` tells the user to do with the export at ``out``."""
+    if manifest["data_format"] in LAYOUTS:
+        return f"serve it with: cardinal serve {out}"
+    return (f"cardinal serve parses Criteo-layout requests only, so load it with "
+            f"cardinal.serve.model.ServingModel.load({str(out)!r})")
 
 
 def dense_fields(recipe) -> list[str]:

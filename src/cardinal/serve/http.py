@@ -38,7 +38,8 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from cardinal.netguard import ConnectionCap, rate_limit_logs
 from cardinal.serve.body import read_rows
 from cardinal.serve.guard import ServeLimits, busy_while_answered, listen
-from cardinal.serve.model import LAYOUTS, ServingModel
+from cardinal.serve.export import LAYOUTS
+from cardinal.serve.model import ServingModel
 from cardinal.serve.requests import BadRequest, batch_rows
 
 log = logging.getLogger("cardinal.serve")

@@ -26,8 +26,6 @@ from cardinal.serve.tables import SnapshotTable
 from cardinal.worker.collection import EmbeddingCollection
 from cardinal.worker.sources import RowSource
 
-LAYOUTS = ("synthetic", "criteo", "parquet")  # the data formats whose rows a request can carry
-
 
 class SnapshotSource(RowSource):
     """Pulls answered from snapshot tables; counts lookups and ids never trained."""
