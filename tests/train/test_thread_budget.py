@@ -77,19 +77,30 @@ def test_torchruns_one_thread_for_several_local_workers_is_not_taken_as_a_share(
     assert threads.budget(0) == 3
 
 
-@pytest.mark.parametrize("cores, expected", [(1, 1), (2, 2), (3, 2), (4, 2), (8, 4), (16, 8)])
-def test_embedded_servers_leave_half_the_cores_to_their_shards(monkeypatch, cores, expected):
+@pytest.mark.parametrize("cores, expected, kernels",
+                         [(1, 1, 1), (2, 2, 1), (3, 2, 1), (4, 2, 2), (8, 4, 4), (16, 8, 8)])
+def test_embedded_servers_leave_half_the_cores_to_their_shards(monkeypatch, cores, expected, kernels):
     """The shards apply pushes and serve pulls while torch computes: the worker takes half the cores
-    (at least 2); with servers elsewhere it takes them all; an explicit train.threads is kept."""
+    (torch at least 2, the kernels at least 1); with servers elsewhere it takes them all; an explicit
+    train.threads is kept for both."""
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
     monkeypatch.setattr(parallel, "available_cores", lambda: cores)
     assert threads.budget(0, embedded=True) == expected
-    assert threads.budget(0) == cores
-    assert threads.budget(5, embedded=True) == 5
+    assert threads.kernel_budget(0, embedded=True) == kernels
+    assert threads.budget(0) == threads.kernel_budget(0) == cores
+    assert threads.budget(5, embedded=True) == threads.kernel_budget(5, embedded=True) == 5
 
 
 def test_the_trainer_halves_the_budget_only_for_embedded_servers(tmp_path, monkeypatch, restore_threads):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(parallel, "available_cores", lambda: 8)
     assert Trainer(tiny_recipe(tmp_path), tmp_path / "run", progress=False).threads == 4
+    assert parallel.threads() == 4
+
+
+def test_on_two_cores_the_trainer_gives_torch_both_and_the_kernels_one(tmp_path, monkeypatch, restore_threads):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(parallel, "available_cores", lambda: 2)
+    assert Trainer(tiny_recipe(tmp_path), tmp_path / "run", progress=False).threads == 2
+    assert (torch.get_num_threads(), parallel.threads(), numba.get_num_threads()) == (2, 1, 1)

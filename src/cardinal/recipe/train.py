@@ -18,8 +18,8 @@ class TrainConfig:
         "help": "one thread budget for the worker (train/threads.py): torch's intra-op threads, Cardinal's kernel "
                 "threads (dedup, pooling, the embedded shards' pull/push) and numba's all get it. 0: the cores "
                 "this worker may use (OMP_NUM_THREADS when a launcher split the machine, else its CPU affinity), "
-                "half of them (at least 2) with embedded servers, whose kernels run while torch computes. The "
-                "batch prefetcher adds one thread outside the budget"})
+                "half of them with embedded servers, whose kernels run while torch computes (torch at least 2, the "
+                "kernels at least 1). The batch prefetcher adds one thread outside the budget"})
     device: str = field(default="auto", metadata={
         "help": 'where the dense model, pooling and the loss run: "cpu", "cuda" (an error without a GPU), or "auto" '
                 "(cuda when torch sees a GPU, else cpu); embedding rows stay on the servers and dedup on the CPU "
