@@ -91,6 +91,8 @@ def main():
                          "all": lambda: (parallel.set_threads(cores),
                                          dedup._unique_inverse_parallel(sample, out_u, out_i, cores))}, reps)
         sweep.append({"ids": n, "1 thread ms": times["one"], f"{cores} threads ms": times["all"]})
+    parallel.set_threads(1)
+    cold = cold_output(table, inverse, offsets, reps)
     parallel.set_threads(cores)
     name = "worker_path_quick" if args.quick else "worker_path"
     write(name, "The worker's own work per batch: dedup and pooling on 1, 2 and all threads", rows, [
@@ -101,8 +103,25 @@ def main():
         "dedup below dedup.PARALLEL_MIN ids per thread runs on one thread whatever the budget",
         "dedup sweep, one thread vs the parallel path forced: "
         + "; ".join(f"{s['ids']:,} ids {s['1 thread ms']:.2f} vs {s[f'{cores} threads ms']:.2f} ms" for s in sweep),
+        "pool fwd with every cache line cold first (a 64 MiB write between calls, as a training step leaves "
+        f"them; 1 thread, median): the output from np.empty {cold['empty']:.2f} ms, zeroed first (what "
+        f"compiled.forward does) {cold['zeros']:.2f} ms",
         "reproduce: python benchmarks/worker_path.py",
-    ], {"dedup_sweep": sweep})
+    ], {"dedup_sweep": sweep, "cold_forward_ms": cold})
+
+
+def cold_output(table, inverse, offsets, reps: int) -> dict:
+    """Median ms of the forward kernel after evicting the caches, its output from ``np.empty`` or
+    ``np.zeros`` (the zeroing timed with it): the scattered writes of one field's bags to cold lines."""
+    junk, n_bags = np.ones(8 << 20), len(offsets) - 1
+    times = {"empty": [], "zeros": []}
+    for _ in range(max(reps, 10)):
+        for kind, make in (("empty", np.empty), ("zeros", np.zeros)):
+            junk += 1.0
+            start = time.perf_counter()
+            compiled.pool_forward(table, inverse, offsets, FIELDS, False, make((n_bags, DIM), np.float32), 0, n_bags)
+            times[kind].append((time.perf_counter() - start) * 1e3)
+    return {k: float(np.median(v)) for k, v in times.items()}
 
 
 if __name__ == "__main__":

@@ -100,9 +100,15 @@ def pool_backward(grad_out, inverse, offsets, n_fields, mean, grad_rows, part, n
 
 
 def forward(rows: np.ndarray, inverse: np.ndarray, offsets: np.ndarray, n_fields: int, mean: bool) -> np.ndarray:
-    """(B * n_fields, d) pooled bags, split by bag ranges over the kernel threads."""
+    """(B * n_fields, d) pooled bags, split by bag ranges over the kernel threads.
+
+    The kernel writes every value, yet ``out`` is zeroed first: in a training step its lines are
+    cold, and the kernel's writes land one bag of a field after another, 26 rows apart in the
+    default recipe, each on a line it must first fetch; one sequential pass brings them in at the
+    prefetcher's pace. A forward at batch 1024 in the default recipe's step: 0.28-0.47 ms against
+    0.63-0.79 with ``np.empty`` (docs/performance.md)."""
     n_bags = len(offsets) - 1
-    out = np.empty((n_bags, rows.shape[1]), np.float32)
+    out = np.zeros((n_bags, rows.shape[1]), np.float32)
     parallel.over_parts(len(inverse), lambda i, k: pool_forward(rows, inverse, offsets, n_fields, mean, out,
                                                                  n_bags * i // k, n_bags * (i + 1) // k),
                         PARALLEL_MIN)
