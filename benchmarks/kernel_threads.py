@@ -2,10 +2,11 @@
 each kernel thread count in turn, in one process, many alternated rounds.
 
     python benchmarks/kernel_threads.py [--kernels 2,1] [--rounds 30] [--batch 1024] [--rows N] [--steps N] [--tag T]
+    python benchmarks/kernel_threads.py --recipe movielens --batch 512 --tag movielens
 
-Every run trains the same batches (the default recipe, one embedded shard, torch at its budget), and
-only ``parallel.set_threads`` (and numba's count) differs, just before ``fit``; the eval AUC must be
-equal to the last digit (the kernels give the same bits for any thread count). A run's samples/s
+Every run trains the same batches (the default recipe or ``--recipe movielens``, one embedded shard,
+torch at its budget), and only ``parallel.set_threads`` (and numba's count) differs, just before
+``fit``; the eval AUC must be equal to the last digit (the kernels give the same bits for any thread count). A run's samples/s
 moves by about 15% on a shared 2-core VM, so each round runs every count, the order reversed every
 other round, and the figure is the median of the per-round ratios against the first count.
 Writes ``results/kernel_threads[_T].md`` (``train/threads.py`` cites it).
@@ -22,6 +23,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from e2e import Batches, Cached, run_cardinal  # noqa: E402
+from movielens import data_dir  # noqa: E402
 from report import write  # noqa: E402
 
 from cardinal import parallel  # noqa: E402
@@ -44,13 +46,17 @@ def main(argv=None) -> int:
     parser.add_argument("--rows", type=int, default=200_000, help="generated training rows")
     parser.add_argument("--steps", type=int, default=300, help="at most this many steps a run")
     parser.add_argument("--tag", default="", help="results/kernel_threads_TAG.md")
+    parser.add_argument("--recipe", choices=["criteo_synthetic", "movielens"], default="criteo_synthetic",
+                        help="movielens: the copy benchmarks/movielens.py finds, its time split")
     args = parser.parse_args(argv)
     counts = [int(k) for k in args.kernels.split(",")]
     if len(counts) < 2 or min(counts) < 1 or args.rounds < 1:
         parser.error("--kernels needs two or more counts >= 1, --rounds >= 1")
+    data = [f'data.train=["{data_dir()}"]'] if args.recipe == "movielens" else [
+        f"data.synthetic.rows={args.rows}", f"data.synthetic.eval_rows={max(args.rows // 10, 1000)}"]
     sets = [f"data.batch_size={args.batch}", "eval.every=0", 'train.baseline="none"', "checkpoint.minutes=0",
-            f"data.synthetic.rows={args.rows}", f"data.synthetic.eval_rows={max(args.rows // 10, 1000)}"]
-    recipe = load("criteo_synthetic", sets)
+            'train.device="cpu"', *data]
+    recipe = load(args.recipe, sets)
     rates: dict[int, list[float]] = {k: [] for k in counts}
     aucs: set[float] = set()
     with tempfile.TemporaryDirectory() as tmp:
@@ -78,13 +84,15 @@ def main(argv=None) -> int:
                      "min / max samples/s": f"{min(rates[k]):,.0f} / {max(rates[k]):,.0f}",
                      f"median ratio vs {counts[0]}": statistics.median(ratios),
                      f"rounds faster than {counts[0]}": sum(x > 1 for x in ratios)})
-    write("kernel_threads" + (f"_{args.tag}" if args.tag else ""), f"Kernel threads beside torch's (batch {args.batch}, embedded shard)", rows, [
+    write("kernel_threads" + (f"_{args.tag}" if args.tag else ""),
+          f"Kernel threads beside torch's ({args.recipe}, batch {args.batch}, embedded shard)", rows, [
         f"{args.rounds} rounds, every count each round (order reversed every other round), one process; "
         f"{len(train.batches)} steps a run; torch threads: {torch.get_num_threads()}; cores: "
         f"{parallel.available_cores()}",
         f"eval AUC {aucs.pop():.6f} in every run (the same bits for any kernel thread count)",
         f"reproduce: python benchmarks/kernel_threads.py --kernels {args.kernels} --rounds {args.rounds} "
-        f"--batch {args.batch} --rows {args.rows} --steps {args.steps}" + (f" --tag {args.tag}" if args.tag else ""),
+        f"--batch {args.batch} --rows {args.rows} --steps {args.steps}" + (f" --tag {args.tag}" if args.tag else "")
+        + (f" --recipe {args.recipe}" if args.recipe != "criteo_synthetic" else ""),
     ], extra={"samples_per_s": rates})
     return 0
 
