@@ -65,7 +65,7 @@ class PullRequest:
 
     def part(self, table: str, pos: np.ndarray, request_id: str) -> "PullRequest":
         """The ids at ``pos``, from the stored table ``table``, as request ``request_id``."""
-        return replace(self, table=table, ids=self.ids[pos], request_id=request_id)
+        return replace(self, table=table, ids=_take(self.ids, pos), request_id=request_id)
 
 
 @dataclass(frozen=True, eq=False)
@@ -89,5 +89,14 @@ class PushRequest:
              origin: Origin | None) -> "PushRequest":
         """The rows at ``pos`` (their ``columns``, all when None), to the stored table ``table``,
         as request ``request_id`` with ``origin``."""
-        return replace(self, table=table, ids=self.ids[pos], grads=self.grads[pos, slice(*(columns or (None,)))],
-                       request_id=request_id, origin=origin, counts=None if self.counts is None else self.counts[pos])
+        grads = _take(self.grads, pos) if columns is None else self.grads[pos, slice(*columns)]
+        return replace(self, table=table, ids=_take(self.ids, pos), grads=grads, request_id=request_id, origin=origin,
+                       counts=None if self.counts is None else _take(self.counts, pos))
+
+
+def _take(a: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """``a[pos]``, or ``a`` itself when ``pos`` takes every row: a part's positions increase (a stable
+    split, ``ps/client/parts.py``), so that is each row in order, and a request one shard holds whole
+    is sent without a copy of its ids and rows (on the push thread, under the GIL the step's thread
+    waits for)."""
+    return a if len(pos) == len(a) else a[pos]
