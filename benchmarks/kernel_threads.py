@@ -6,9 +6,10 @@ each kernel thread count in turn, in one process, many alternated rounds.
 
 Every run trains the same batches (the default recipe or ``--recipe movielens``, one embedded shard,
 torch at its budget), and only ``parallel.set_threads`` (and numba's count) differs, just before
-``fit``; the eval AUC must be equal to the last digit (the kernels give the same bits for any thread count). A run's samples/s
-moves by about 15% on a shared 2-core VM, so each round runs every count, the order reversed every
-other round, and the figure is the median of the per-round ratios against the first count.
+``fit``; the eval AUC must be equal to the last digit (the kernels give the same bits for any thread
+count). A run's samples/s moves by about 15% on a shared 2-core VM, so each round runs every count,
+the order reversed every other round, and the figure is the median of the per-round ratios against
+the first count.
 Writes ``results/kernel_threads[_T].md`` (``train/threads.py`` cites it).
 """
 
