@@ -33,4 +33,6 @@ def test_every_part_of_a_split_has_increasing_positions():
         parts = parts_of(ShardingPlan(shards), "t", ids)
         assert sorted(np.concatenate([p.pos for p in parts]).tolist()) == list(range(1000))
         assert all((np.diff(p.pos) > 0).all() for p in parts)
+    assert [(p.shard, p.pos.tolist()) for p in parts_of(ShardingPlan(1), "t", ids[:5])] == [(0, [0, 1, 2, 3, 4])]
+    assert [(p.shard, len(p.pos)) for p in parts_of(ShardingPlan(1), "t", ids[:0], every=True)] == [(0, 0)]
 

@@ -24,6 +24,9 @@ def parts_of(plan: ShardingPlan, table: str, ids: np.ndarray, every: bool = Fals
     out = []
     for piece in plan.pieces(table):
         name = piece.name(table)
+        if plan.n_shards == 1:  # every id on the one server, in order: nothing to hash or group
+            out.append(Part(name, piece.columns, 0, np.arange(len(ids))))
+            continue
         order, offsets = group(plan.route(name, ids), plan.n_shards)
         found = [(s, order[offsets[s]:offsets[s + 1]]) for s in (piece.servers if every else range(plan.n_shards))
                  if every or offsets[s + 1] > offsets[s]]
