@@ -123,4 +123,5 @@ def run(store: ShardStore, data_dir: str | Path, job: str, token: str, options: 
         pass
     log.info("shard %d: stopping (calls in flight may finish)", store.shard)
     server.stop()
+    store.close()  # the disk tier's RocksDB closed now, not by a finalizer while the interpreter ends
     return 0
